@@ -1,0 +1,40 @@
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint format typecheck install engines-stop conformance bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m elicit_hub.launch
+
+test: $(STAMP)
+	ELICIT_NAMESPACE=test $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy elicit_hub approvals
+
+engines-stop: $(STAMP)
+	$(PY) -m elicit_hub.engines stop
+
+conformance: $(STAMP)
+	bash .ci/conformance.sh
+
+clean:
+	-$(PY) -m elicit_hub.engines stop
+	rm -rf var tests/artifacts

@@ -1,0 +1,153 @@
+"""Admin: servers, agents, teams. Secrets are write-only here; calls and audit events are read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from approvals.models import (
+    AgentClient,
+    AuditEvent,
+    InputRequest,
+    McpServer,
+    Membership,
+    PersonalToken,
+    Round,
+    Team,
+    ToolCall,
+    WebhookDelivery,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class McpServerForm(forms.ModelForm):
+    new_headers = forms.CharField(
+        label="Set credentials",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text='One "Name: value" per line, e.g. "Authorization: Bearer ...". Replaces the stored headers. '
+        "Stored values are never shown; leave empty to keep them.",
+    )
+    clear_headers = forms.BooleanField(label="Remove stored credentials", required=False)
+
+    class Meta:
+        model = McpServer
+        fields = ["slug", "name", "url", "enabled", "default_team", "round_ttl", "on_expiry"]
+
+    def clean_new_headers(self) -> dict[str, str] | None:
+        raw = self.cleaned_data.get("new_headers") or ""
+        headers = {}
+        for line in filter(None, (line.strip() for line in raw.splitlines())):
+            key, sep, value = line.partition(":")
+            if not sep or not key.strip():
+                raise forms.ValidationError("Each line must look like “Name: value”.")
+            headers[key.strip()] = value.strip()
+        return headers or None
+
+    def save(self, commit: bool = True) -> McpServer:
+        server = super().save(commit=False)
+        if self.cleaned_data.get("clear_headers"):
+            server.headers = {}
+        elif self.cleaned_data.get("new_headers"):
+            server.headers = self.cleaned_data["new_headers"]
+        if commit:
+            server.save()
+        return server
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    form = McpServerForm
+    list_display = ["slug", "name", "url", "enabled", "default_team", "credentials"]
+    search_fields = ["slug", "name", "url"]
+
+    @admin.display(description="credentials")
+    def credentials(self, obj: McpServer) -> str:
+        return f"{len(obj.headers)} header(s) set" if obj.headers else "none"
+
+
+@admin.register(AgentClient)
+class AgentClientAdmin(admin.ModelAdmin):
+    list_display = ["name", "token_prefix", "owner", "is_active", "last_used_at"]
+    fields = ["name", "servers", "owner", "is_active", "token_prefix", "has_webhook_secret", "last_used_at"]
+    readonly_fields = ["token_prefix", "has_webhook_secret", "last_used_at"]
+    filter_horizontal = ["servers"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tokens are shown once, by `manage.py create_agent`
+
+    @admin.display(boolean=True, description="webhook secret set")
+    def has_webhook_secret(self, obj: AgentClient) -> bool:
+        return bool(obj.webhook_secret)
+
+
+@admin.register(PersonalToken)
+class PersonalTokenAdmin(admin.ModelAdmin):
+    list_display = ["user", "name", "token_prefix", "created_at", "last_used_at"]
+    fields = ["user", "name", "token_prefix", "created_at", "last_used_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+
+class RoundInline(admin.TabularInline):
+    model = Round
+    fields = ["number", "status", "outcome", "opened_at", "deadline", "answered_at", "closed_at", "send_attempts"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "server", "tool", "status", "agent", "created_at"]
+    list_filter = ["status", "kind", "server"]
+    search_fields = ["id", "tool", "idempotency_key"]
+    inlines = [RoundInline]
+
+
+@admin.register(InputRequest)
+class InputRequestAdmin(ReadOnlyAdmin):
+    list_display = ["key", "mode", "status", "action", "team", "answered_by", "created_at"]
+    list_filter = ["status", "mode", "team"]
+    exclude = ["params"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ["event_type", "url", "status", "attempts", "created_at", "delivered_at"]
+    list_filter = ["status", "event_type"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "at", "actor_type", "actor_label", "verb", "server_slug", "call_id"]
+    list_filter = ["verb", "actor_type"]
+    search_fields = ["verb", "actor_label"]

@@ -1,0 +1,42 @@
+"""Bearer tokens (agents, reviewers' scripts) and the browser session, for the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer, SessionAuth
+
+from approvals.models import AgentClient, PersonalToken
+from approvals.services import tokens
+
+
+class AgentToken(HttpBearer):
+    openapi_description = "An agent token from `manage.py create_agent`."
+
+    def authenticate(self, request: HttpRequest, token: str) -> AgentClient | None:
+        found = tokens.authenticate(token)
+        return found if isinstance(found, AgentClient) else None
+
+
+class ReviewerToken(HttpBearer):
+    openapi_description = "A personal token from `manage.py create_token`; acts as that user."
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        found = tokens.authenticate(token)
+        if isinstance(found, PersonalToken):
+            request.user = found.user
+            return found.user
+        return None
+
+
+class ReviewerSession(SessionAuth):
+    """The dashboard's Django session; CSRF is enforced on unsafe methods."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = super().authenticate(request, key)
+        return user if user and user.is_authenticated else None
+
+
+agent_auth = [AgentToken()]
+reviewer_auth = [ReviewerToken(), ReviewerSession()]

@@ -1,0 +1,183 @@
+"""API endpoints: parse, authorise through one helper, call one service, shape with selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.errors import Throttled as NinjaThrottled
+from ninja.throttling import AuthRateThrottle
+
+from approvals import broadcast, selectors
+from approvals.api.auth import agent_auth, reviewer_auth
+from approvals.api.schemas import CallIn, Created, ErrorOut, RelayIn, RespondIn
+from approvals.models import ToolCall
+from approvals.services import answers, calls
+from approvals.services.errors import ServiceError
+
+api = NinjaAPI(
+    title="Elicit Hub API",
+    version="1",
+    description="Agents ask the hub to call MCP tools; humans answer the servers' input requests.",
+    urls_namespace="api",
+    throttle=[AuthRateThrottle("600/m")],
+)
+
+ERRORS: dict[int | str, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut,
+                                429: ErrorOut}
+
+
+def error(request: HttpRequest, status: int, code: str, message: str, fields: dict | None = None) -> HttpResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        body["fields"] = fields
+    return api.create_response(request, {"error": body}, status=status)
+
+
+@api.exception_handler(ServiceError)
+def on_service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
+    return error(request, exc.status, exc.code, exc.message, exc.fields)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    fields = {}
+    for problem in exc.errors:
+        location = [str(part) for part in problem.get("loc", []) if part not in ("body", "payload", "query")]
+        fields[".".join(location) or "body"] = str(problem.get("msg", "invalid"))
+    return error(request, 400, "invalid_body", "The request body is malformed.", fields)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error(request, 401, "unauthorized", "A valid bearer token (or a signed-in session) is required.")
+
+
+@api.exception_handler(NinjaThrottled)
+def on_throttled(request: HttpRequest, exc: NinjaThrottled) -> HttpResponse:
+    return error(request, 429, "rate_limited", "Too many requests; retry after the time in Retry-After.")
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error(request, 404, "not_found", "Not found.")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error(request, exc.status_code, "error", str(exc))
+
+
+def _own_call(agent: Any, call_id: UUID, kind: str) -> ToolCall:
+    call = selectors.calls_with_rounds().filter(pk=call_id, agent=agent, kind=kind).first()
+    if call is None:
+        raise Http404
+    return call
+
+
+def _created(call: ToolCall, base: str) -> Created:
+    return Created(id=str(call.pk), status=call.status, url=f"/api/v1/{base}/{call.pk}")
+
+
+# --- agents ---------------------------------------------------------------------------------------------
+
+
+@api.post("/calls", auth=agent_auth, response={200: Created, 202: Created, **ERRORS}, tags=["agents"])
+def call_create(request: HttpRequest, payload: CallIn) -> tuple[int, Created]:
+    """Ask the hub to call a tool. The same idempotency_key from the same agent returns the existing call."""
+    call, created = calls.call_submit(
+        agent=request.auth,
+        server_slug=payload.server,
+        tool=payload.tool,
+        arguments=payload.arguments,
+        idempotency_key=payload.idempotency_key,
+        callback_url=payload.callback_url or "",
+        on_behalf_of=payload.on_behalf_of,
+    )
+    return (202 if created else 200), _created(call, "calls")
+
+
+async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
+    load = sync_to_async(_own_call)
+    call = await load(agent, call_id, kind)
+    wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
+    if wait and not call.is_final:
+        await broadcast.wait_until_final(call_id, wait, lambda: load(agent, call_id, kind))
+        call = await load(agent, call_id, kind)
+    return call
+
+
+@api.get("/calls/{call_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
+async def call_get(request: HttpRequest, call_id: UUID, wait: int = 0) -> dict:
+    """The call. With ``wait`` (seconds, at most 60) it answers once the call is final, or after ``wait``."""
+    call = await _long_poll(request.auth, call_id, ToolCall.Kind.CALL, wait)
+    return selectors.call_detail(call)
+
+
+@api.post("/calls/{call_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
+def call_cancel(request: HttpRequest, call_id: UUID) -> dict:
+    """Give up: pending input requests are cancelled and the call ends ``cancelled``."""
+    calls.call_cancel(agent=request.auth, call_id=call_id)
+    return selectors.call_detail(_own_call(request.auth, call_id, ToolCall.Kind.CALL))
+
+
+@api.post("/relays", auth=agent_auth, response={200: Created, 201: Created, **ERRORS}, tags=["agents"])
+def relay_create(request: HttpRequest, payload: RelayIn) -> tuple[int, Created]:
+    """Hand over input requests the agent received itself; the hub collects the answers for it."""
+    call, created = calls.relay_submit(
+        agent=request.auth,
+        server=payload.server,
+        tool=payload.tool,
+        arguments=payload.arguments,
+        input_requests=payload.input_requests,
+        idempotency_key=payload.idempotency_key,
+        callback_url=payload.callback_url or "",
+        expires_in=payload.expires_in,
+        on_behalf_of=payload.on_behalf_of,
+    )
+    return (201 if created else 200), _created(call, "relays")
+
+
+@api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
+async def relay_get(request: HttpRequest, relay_id: UUID, wait: int = 0) -> dict:
+    """The relay; ``input_responses`` is null until every request is answered (or the relay expired)."""
+    call = await _long_poll(request.auth, relay_id, ToolCall.Kind.RELAY, wait)
+    return selectors.relay_detail(call)
+
+
+@api.post("/relays/{relay_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
+def relay_cancel(request: HttpRequest, relay_id: UUID) -> dict:
+    calls.call_cancel(agent=request.auth, call_id=relay_id)
+    return selectors.relay_detail(_own_call(request.auth, relay_id, ToolCall.Kind.RELAY))
+
+
+# --- reviewers ------------------------------------------------------------------------------------------
+
+
+@api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])
+def inbox(request: HttpRequest) -> list[dict]:
+    """Pending input requests this user may answer, oldest first."""
+    return [selectors.inbox_item(ir) for ir in selectors.inbox(request.user)]
+
+
+@api.post(
+    "/input-requests/{request_id}/respond",
+    auth=reviewer_auth,
+    response={200: dict, 422: ErrorOut, **ERRORS},
+    tags=["reviewers"],
+)
+def respond(request: HttpRequest, request_id: UUID, payload: RespondIn) -> dict:
+    """Answer one input request: accept with content, decline with an optional reason, or cancel."""
+    ir = answers.input_respond(
+        input_request_id=request_id,
+        user=request.user,
+        action=payload.action,
+        content=payload.content,
+        reason=payload.reason,
+    )
+    return {"id": str(ir.pk), "status": ir.status, "action": ir.action}

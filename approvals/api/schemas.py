@@ -1,0 +1,43 @@
+"""Request bodies. Responses are plain dicts shaped by approvals.selectors (one shape for API and webhooks)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import Field, Schema
+
+
+class CallIn(Schema):
+    server: str = Field(..., min_length=1, max_length=200)
+    tool: str = Field(..., min_length=1, max_length=200)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(None, max_length=200)
+    callback_url: str | None = Field(None, max_length=500)
+    on_behalf_of: str | None = Field(None, max_length=150)
+
+
+class RelayIn(CallIn):
+    input_requests: dict[str, Any]
+    expires_in: int | None = None
+
+
+class RespondIn(Schema):
+    action: Literal["accept", "decline", "cancel"]
+    content: Any = None
+    reason: str = Field("", max_length=2000)
+
+
+class Created(Schema):
+    id: str
+    status: str
+    url: str
+
+
+class ErrorBody(Schema):
+    code: str
+    message: str
+    fields: dict[str, str] | None = None
+
+
+class ErrorOut(Schema):
+    error: ErrorBody

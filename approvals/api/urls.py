@@ -1,0 +1,5 @@
+from django.urls import path
+
+from approvals.api.endpoints import api
+
+urlpatterns = [path("", api.urls)]

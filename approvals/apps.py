@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class ApprovalsConfig(AppConfig):
+    name = "approvals"
+    verbose_name = "Elicit Hub approvals"
+
+    def ready(self) -> None:
+        from approvals import checks  # noqa: F401  (registers the system checks)

@@ -1,0 +1,28 @@
+"""System checks: settings that would break the hub's guarantees fail loudly at start-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, register
+
+
+@register()
+def countdowns_below_visibility_timeout(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """A delayed Celery task longer than the broker's visibility timeout is redelivered to a second worker."""
+    visibility = settings.CELERY_VISIBILITY_TIMEOUT
+    countdowns = {
+        "ELICIT_MCP_RETRY_MAX": settings.ELICIT_MCP_RETRY_MAX,
+        "ELICIT_WEBHOOK_RETRY_MAX": settings.ELICIT_WEBHOOK_RETRY_MAX,
+        "CELERY_TASK_TIME_LIMIT": settings.CELERY_TASK_TIME_LIMIT,
+    }
+    return [
+        Error(
+            f"{name} ({value} s) is not below the broker's visibility timeout ({visibility} s).",
+            hint="Raise ELICIT_VISIBILITY_TIMEOUT or lower the countdown, or tasks may run twice.",
+            id="approvals.E001",
+        )
+        for name, value in countdowns.items()
+        if value >= visibility
+    ]

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.core.validators import URLValidator, ValidationError
+
+from approvals.models import McpServer, Team
+
+
+class Command(BaseCommand):
+    help = "Register (or update) an MCP server the hub may call."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("slug")
+        parser.add_argument("url")
+        parser.add_argument("--name", default="")
+        parser.add_argument("--team", default="", help="slug of the team that answers its requests by default")
+        parser.add_argument("--header", action="append", default=[], help='"Name: value", sent with every request')
+
+    def handle(self, *args: Any, slug: str, url: str, name: str, team: str, header: list[str], **options: Any) -> None:
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            raise CommandError(f"{url!r} is not an http(s) URL.") from None
+        headers = {}
+        for raw in header:
+            key, sep, value = raw.partition(":")
+            if not sep or not key.strip():
+                raise CommandError(f'--header must look like "Name: value", got {raw.split(":")[0]!r}...')
+            headers[key.strip()] = value.strip()
+        default_team = None
+        if team:
+            default_team, _ = Team.objects.get_or_create(slug=team, defaults={"name": team.replace("-", " ").title()})
+        server, created = McpServer.objects.update_or_create(
+            slug=slug,
+            defaults={"url": url, "name": name or slug.replace("-", " ").title(), "default_team": default_team,
+                      **({"headers": headers} if headers else {})},
+        )
+        verb = "registered" if created else "updated"
+        self.stdout.write(f"{verb} MCP server {server.slug} at {server.url}" + (f" ({len(headers)} header(s))" if headers else ""))

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from approvals.services import tokens
+
+
+class Command(BaseCommand):
+    help = "Create a personal API token for a user (for reviewers' bots and scripts). Shown once."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("username")
+        parser.add_argument("--name", default="")
+
+    def handle(self, *args: Any, username: str, name: str, **options: Any) -> None:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user named {username!r}")
+        _, token = tokens.personal_token_create(user=user, name=name)
+        self.stdout.write(f"token: {token}")
+        self.stdout.write("Store it now: it is not shown again.")

@@ -1,0 +1,469 @@
+"""The data model. Statuses are TextChoices; the database itself refuses impossible states.
+
+Secrets (server credentials, requestState, token hashes, webhook secrets) live in fields that no
+``__repr__``/``__str__`` shows and that the admin never renders.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Team(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=120)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        VIEWER = "viewer", _("Viewer")
+        REVIEWER = "reviewer", _("Reviewer")
+        ADMIN = "admin", _("Admin")
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.REVIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ExpiryAction(models.TextChoices):
+    CANCEL = "cancel", _("Resume with cancel answers")
+    ABANDON = "abandon", _("Abandon the call")
+
+
+class McpServer(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=120, help_text=_("How the hub names this server to reviewers."))
+    url = models.URLField(max_length=500)
+    # Credentials sent with every request, e.g. {"Authorization": "Bearer ..."}. Write-only: never shown.
+    headers = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    default_team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL)
+    round_ttl = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Seconds a round may wait for answers (default from settings).")
+    )
+    on_expiry = models.CharField(max_length=16, choices=ExpiryAction.choices, blank=True)
+    discover = models.JSONField(null=True, blank=True, editable=False)
+    tools = models.JSONField(null=True, blank=True, editable=False)
+    tools_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MCP server"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<McpServer {self.slug} {self.url}>"
+
+    def tool(self, name: str) -> dict | None:
+        return next((tool for tool in self.tools or [] if tool.get("name") == name), None)
+
+
+class AgentClient(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_prefix = models.CharField(max_length=12, editable=False)
+    webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
+    servers = models.ManyToManyField(McpServer, related_name="agents", blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agents"
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<AgentClient {self.name} {self.token_prefix}…>"
+
+
+class PersonalToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=120, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    token_prefix = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.token_prefix}…"
+
+    def __repr__(self) -> str:
+        return f"<PersonalToken {self.user_id} {self.token_prefix}…>"
+
+
+class ToolCallQuerySet(models.QuerySet["ToolCall"]):
+    def open(self) -> ToolCallQuerySet:
+        return self.exclude(status__in=ToolCall.Status.finals())
+
+
+class ToolCall(models.Model):
+    class Kind(models.TextChoices):
+        CALL = "call", _("Hub-driven call")
+        RELAY = "relay", _("Relay")
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        AWAITING_INPUT = "awaiting_input", _("Awaiting input")
+        RESUMING = "resuming", _("Resuming")
+        ANSWERED = "answered", _("Answered")  # relays only: every input request has its answer
+        COMPLETED = "completed", _("Completed")
+        FAILED = "failed", _("Failed")
+        EXPIRED = "expired", _("Expired")
+        CANCELLED = "cancelled", _("Cancelled")
+
+        @classmethod
+        def finals(cls) -> list[str]:
+            return [cls.ANSWERED, cls.COMPLETED, cls.FAILED, cls.EXPIRED, cls.CANCELLED]
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.CALL)
+    # NULL only for a relay naming a server the hub does not know; server_label then holds the agent's name.
+    server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.PROTECT, related_name="calls")
+    server_label = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict, blank=True)
+    agent = models.ForeignKey(AgentClient, null=True, on_delete=models.PROTECT, related_name="calls")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    callback_url = models.URLField(max_length=500, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    input_responses = models.JSONField(null=True, blank=True)  # relays: what goes back to the agent
+    attempts = models.PositiveIntegerField(default=0)  # transient failures retried on the current send
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ToolCallQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="toolcall_idempotency_per_agent",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["completed", "failed", "expired", "cancelled", "answered"])
+                | Q(finished_at__isnull=True),
+                name="toolcall_finished_only_when_final",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="completed") | Q(result__isnull=False), name="toolcall_completed_has_result"
+            ),
+            models.CheckConstraint(
+                condition=Q(server__isnull=False) | (Q(kind="relay") & ~Q(server_label="")),
+                name="toolcall_server_known_unless_relay",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="failed") | Q(error__isnull=False), name="toolcall_failed_has_error"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["status", "updated_at"],
+                condition=Q(status__in=["queued", "running", "awaiting_input", "resuming"]),
+                name="toolcall_open_idx",
+            ),
+            models.Index(fields=["finished_at"], name="toolcall_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} on {self.server_name} ({self.status})"
+
+    @property
+    def server_name(self) -> str:
+        return self.server.name if self.server else self.server_label
+
+    @property
+    def server_slug(self) -> str:
+        return self.server.slug if self.server else self.server_label
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.Status.finals()
+
+
+class RoundQuerySet(models.QuerySet["Round"]):
+    def open(self) -> RoundQuerySet:
+        return self.filter(status=Round.Status.OPEN)
+
+    def stale(self, now: datetime) -> RoundQuerySet:
+        return self.open().filter(deadline__lte=now)
+
+
+class Round(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open", _("Waiting for answers")
+        READY = "ready", _("Answered, retry queued")
+        SENDING = "sending", _("Retry in flight")
+        CLOSED = "closed", _("Closed")
+
+    class Outcome(models.TextChoices):
+        ANSWERED = "answered", _("Answered")
+        EXPIRED = "expired", _("Expired")
+        CANCELLED = "cancelled", _("Cancelled")
+        ABANDONED = "abandoned", _("Abandoned")
+
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="rounds")
+    number = models.PositiveIntegerField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True)
+    # The server's input_required result verbatim, minus requestState, which is kept apart below.
+    raw = models.JSONField(default=dict)
+    # Opaque and secret: echoed byte for byte on the retry, never shown, logged or audited. NULL = absent.
+    request_state = models.TextField(null=True, blank=True, editable=False)
+    opened_at = models.DateTimeField(default=timezone.now)  # when the input_required result arrived
+    visible_at = models.DateTimeField(null=True, blank=True)  # when the round was committed (inbox-visible)
+    deadline = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)  # the last answer that made the round ready
+    send_started_at = models.DateTimeField(null=True, blank=True)
+    send_attempts = models.PositiveIntegerField(default=0)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RoundQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["call", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["call", "number"], name="round_number_unique"),
+            models.UniqueConstraint(
+                fields=["call"], condition=~Q(status="closed"), name="round_one_open_per_call"
+            ),
+            models.CheckConstraint(
+                condition=(Q(status="closed") & Q(closed_at__isnull=False))
+                | (~Q(status="closed") & Q(closed_at__isnull=True)),
+                name="round_closed_at_iff_closed",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["deadline"], condition=Q(status="open"), name="round_open_deadline_idx"),
+            models.Index(
+                fields=["status", "send_started_at"],
+                condition=Q(status__in=["ready", "sending"]),
+                name="round_pending_send_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"round {self.number} of {self.call_id} ({self.status})"
+
+    def __repr__(self) -> str:
+        return f"<Round {self.pk} call={self.call_id} number={self.number} status={self.status}>"
+
+    @property
+    def idempotency_key(self) -> str:
+        """Sent with every send of this round's retry, so a server can recognise a re-send."""
+        return f"elicit-{self.call_id}-r{self.number}"
+
+
+class InputRequestQuerySet(models.QuerySet["InputRequest"]):
+    def pending(self) -> InputRequestQuerySet:
+        return self.filter(status=InputRequest.Status.PENDING)
+
+
+class InputRequest(models.Model):
+    class Mode(models.TextChoices):
+        FORM = "form", _("Form")
+        URL = "url", _("URL")
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        ANSWERED = "answered", _("Answered")
+        EXPIRED = "expired", _("Expired")
+        UNSUPPORTED = "unsupported", _("Unsupported")
+        CANCELLED = "cancelled", _("Cancelled")
+
+    class Action(models.TextChoices):
+        ACCEPT = "accept", _("Accept")
+        DECLINE = "decline", _("Decline")
+        CANCEL = "cancel", _("Cancel")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="input_requests")
+    key = models.CharField(max_length=500)
+    method = models.CharField(max_length=100, default="elicitation/create")
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.FORM)
+    message = models.TextField(blank=True)
+    requested_schema = models.JSONField(null=True, blank=True)
+    url = models.TextField(blank=True)
+    params = models.JSONField(default=dict)  # the elicitation params verbatim, as the server sent them
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    # The final answer sent to the server: set together with a non-pending status, never changed after.
+    action = models.CharField(max_length=8, choices=Action.choices, blank=True)
+    content = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_at = models.DateTimeField(null=True, blank=True)
+    flags = models.JSONField(default=list, blank=True)  # e.g. ["sensitive_fields"], shown to reviewers
+    problem = models.TextField(blank=True)  # why it is unsupported, shown to reviewers and the agent
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = InputRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["round", "key"], name="inputrequest_key_unique_per_round"),
+            models.CheckConstraint(
+                condition=(Q(status="pending") & Q(action="") & Q(answered_at__isnull=True))
+                | (~Q(status="pending") & ~Q(action="") & Q(answered_at__isnull=False)),
+                name="inputrequest_final_answer_iff_not_pending",
+            ),
+            models.CheckConstraint(
+                condition=Q(action="accept") | Q(content__isnull=True), name="inputrequest_content_only_on_accept"
+            ),
+            models.CheckConstraint(
+                condition=(Q(mode="form") & Q(requested_schema__isnull=False)) | (Q(mode="url") & ~Q(url="")),
+                name="inputrequest_mode_has_payload",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["team", "created_at"], condition=Q(status="pending"), name="inputrequest_pending_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"
+
+    def as_input_response(self) -> dict:
+        """The ElicitResult sent back to the server under this request's key."""
+        response: dict = {"action": self.action}
+        if self.action == self.Action.ACCEPT and self.mode == self.Mode.FORM:
+            response["content"] = self.content or {}
+        return response
+
+
+class Decision(models.Model):
+    """One reviewer's action on one input request (several when a policy wants N approvals)."""
+
+    input_request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="decisions")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=8, choices=InputRequest.Action.choices)
+    content = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    is_final = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["input_request"], condition=Q(is_final=True), name="decision_one_final_per_request"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.user_id}"
+
+
+class WebhookDelivery(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        DELIVERED = "delivered", _("Delivered")
+        FAILED = "failed", _("Gave up")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="deliveries")
+    event_type = models.CharField(max_length=40)
+    url = models.URLField(max_length=500)
+    payload = models.JSONField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["call", "event_type"], name="webhook_one_per_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} -> {self.url} ({self.status})"
+
+
+class WebhookAttempt(models.Model):
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="webhookattempt_unique")]
+
+
+class AuditEvent(models.Model):
+    """Append-only (a PostgreSQL trigger refuses UPDATE, DELETE and TRUNCATE), hash-chained row by row."""
+
+    class ActorType(models.TextChoices):
+        USER = "user", _("User")
+        AGENT = "agent", _("Agent")
+        SYSTEM = "system", _("System")
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField()
+    actor_type = models.CharField(max_length=8, choices=ActorType.choices)
+    actor_id = models.CharField(max_length=64, blank=True)
+    actor_label = models.CharField(max_length=200, blank=True)
+    verb = models.CharField(max_length=64)
+    call_id = models.UUIDField(null=True, blank=True)
+    input_request_id = models.UUIDField(null=True, blank=True)
+    server_slug = models.CharField(max_length=50, blank=True)
+    team_slug = models.CharField(max_length=50, blank=True)
+    data = models.JSONField(default=dict)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["call_id", "id"], name="audit_call_idx"),
+            models.Index(fields=["verb", "id"], name="audit_verb_idx"),
+            models.Index(fields=["at"], name="audit_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.verb} by {self.actor_label or self.actor_type}"

@@ -1,0 +1,52 @@
+"""Who may see and answer what: one place, used by views, the API, the websocket consumer and exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from approvals.models import InputRequest, Membership, Team, ToolCall
+
+ANSWERING_ROLES = [Membership.Role.REVIEWER, Membership.Role.ADMIN]
+
+
+def reviewer_teams(user: Any) -> QuerySet[Team]:
+    return Team.objects.filter(memberships__user=user, memberships__role__in=ANSWERING_ROLES)
+
+
+def visible_teams(user: Any) -> QuerySet[Team]:
+    return Team.objects.filter(memberships__user=user)
+
+
+def answerable_input_requests(user: Any) -> QuerySet[InputRequest]:
+    """Input requests this user may answer (pending or not): their teams', and unrouted ones for staff."""
+    qs = InputRequest.objects.all()
+    if not user.is_authenticated:
+        return qs.none()
+    if user.is_superuser:
+        return qs
+    scope = Q(team__in=reviewer_teams(user))
+    if user.is_staff:
+        scope |= Q(team__isnull=True)
+    return qs.filter(scope)
+
+
+def can_answer(user: Any, input_request: InputRequest) -> bool:
+    return answerable_input_requests(user).filter(pk=input_request.pk).exists()
+
+
+def visible_calls(user: Any) -> QuerySet[ToolCall]:
+    if not user.is_authenticated:
+        return ToolCall.objects.none()
+    if user.is_superuser:
+        return ToolCall.objects.all()
+    teams = visible_teams(user)
+    scope = Q(rounds__input_requests__team__in=teams) | Q(server__default_team__in=teams)
+    if user.is_staff:
+        scope |= Q(server__default_team__isnull=True)
+    return ToolCall.objects.filter(scope).distinct()
+
+
+def can_view_call(user: Any, call: ToolCall) -> bool:
+    return visible_calls(user).filter(pk=call.pk).exists()

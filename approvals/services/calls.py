@@ -1,0 +1,222 @@
+"""Calls and relays: submit, cancel, finish. Each function owns its state change end to end."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals import audit, broadcast
+from approvals.audit import Actor
+from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
+from approvals.services import webhooks
+from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
+from approvals.services.rounds import round_open
+
+FINAL_EVENT = {
+    ToolCall.Status.COMPLETED: "call.completed",
+    ToolCall.Status.FAILED: "call.failed",
+    ToolCall.Status.EXPIRED: "call.expired",
+    ToolCall.Status.CANCELLED: "call.cancelled",
+}
+
+
+def check_callback_url(url: str) -> str:
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname and settings.ELICIT_WEBHOOK_ALLOW_HTTP:
+        return url
+    raise Invalid("callback_url must be an https URL.", code="invalid_callback_url", fields={"callback_url": "must be https"})
+
+
+def _server_for(agent: AgentClient, slug: str) -> McpServer:
+    server = McpServer.objects.filter(slug=slug).first()
+    if server is None:
+        raise NotFound(f"No MCP server is registered as {slug!r}.", code="unknown_server")
+    if not agent.servers.filter(pk=server.pk).exists():
+        raise Forbidden(f"This agent may not call the server {slug!r}.", code="server_not_allowed")
+    if not server.enabled:
+        raise Conflict(f"The server {slug!r} is disabled.", code="server_disabled")
+    return server
+
+
+def _existing(agent: AgentClient, idempotency_key: str | None) -> ToolCall | None:
+    if not idempotency_key:
+        return None
+    return ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+
+
+def _user_named(username: str | None) -> Any:
+    if not username:
+        return None
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise Invalid(f"No user is named {username!r}.", code="unknown_user", fields={"on_behalf_of": "unknown user"})
+    return user
+
+
+def call_submit(
+    *,
+    agent: AgentClient,
+    server_slug: str,
+    tool: str,
+    arguments: dict[str, Any],
+    idempotency_key: str | None = None,
+    callback_url: str = "",
+    on_behalf_of: str | None = None,
+) -> tuple[ToolCall, bool]:
+    """Queue a tool call for a worker. Returns (call, created); an idempotency key repeats the first call."""
+    existing = _existing(agent, idempotency_key)
+    if existing:
+        return existing, False
+    server = _server_for(agent, server_slug)
+    if not tool:
+        raise Invalid("tool is required.", code="invalid_body", fields={"tool": "required"})
+    callback_url = check_callback_url(callback_url)
+    user = _user_named(on_behalf_of)
+    try:
+        with transaction.atomic():
+            call = ToolCall.objects.create(
+                server=server,
+                tool=tool,
+                arguments=arguments,
+                agent=agent,
+                on_behalf_of=user,
+                idempotency_key=idempotency_key or None,
+                callback_url=callback_url,
+            )
+            audit.record(
+                actor=Actor.agent(agent),
+                verb="call.submitted",
+                call=call,
+                data={"tool": tool, "arguments": arguments, "on_behalf_of": on_behalf_of or ""},
+            )
+            from approvals import tasks
+
+            transaction.on_commit(lambda: tasks.run_call.delay(str(call.pk)))
+    except IntegrityError:
+        existing = _existing(agent, idempotency_key)
+        if existing is None:
+            raise
+        return existing, False
+    return call, True
+
+
+def relay_submit(
+    *,
+    agent: AgentClient,
+    server: str,
+    tool: str,
+    arguments: dict[str, Any],
+    input_requests: dict[str, Any],
+    idempotency_key: str | None = None,
+    callback_url: str = "",
+    expires_in: int | None = None,
+    on_behalf_of: str | None = None,
+) -> tuple[ToolCall, bool]:
+    """Park input requests an agent received itself; the answers go back to the agent, not to the server."""
+    existing = _existing(agent, idempotency_key)
+    if existing:
+        return existing, False
+    if not isinstance(input_requests, dict) or not input_requests:
+        raise Invalid("input_requests must be a non-empty object.", code="invalid_body",
+                      fields={"input_requests": "required"})
+    problems = {
+        key: "must be an object with method and params"
+        for key, value in input_requests.items()
+        if not isinstance(value, dict) or not isinstance(value.get("params"), dict)
+    }
+    if problems:
+        raise Invalid("Some input requests are malformed.", code="invalid_body", fields=problems)
+    known = McpServer.objects.filter(slug=server).first()
+    if known is not None and not agent.servers.filter(pk=known.pk).exists():
+        raise Forbidden(f"This agent may not relay for the server {server!r}.", code="server_not_allowed")
+    if expires_in is not None and not 10 <= expires_in <= 7 * 24 * 3600:
+        raise Invalid("expires_in must be between 10 seconds and 7 days.", code="invalid_body",
+                      fields={"expires_in": "out of range"})
+    callback_url = check_callback_url(callback_url)
+    user = _user_named(on_behalf_of)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            call = ToolCall.objects.create(
+                kind=ToolCall.Kind.RELAY,
+                server=known,
+                server_label="" if known else server,
+                tool=tool,
+                arguments=arguments,
+                agent=agent,
+                on_behalf_of=user,
+                idempotency_key=idempotency_key or None,
+                callback_url=callback_url,
+                status=ToolCall.Status.AWAITING_INPUT,
+                started_at=now,
+            )
+            audit.record(actor=Actor.agent(agent), verb="relay.submitted", call=call,
+                         data={"tool": tool, "arguments": arguments, "keys": list(input_requests)})
+            round_open(call=call, input_requests=input_requests, raw={"inputRequests": input_requests},
+                       request_state=None, received_at=now, ttl=expires_in)
+    except IntegrityError:
+        existing = _existing(agent, idempotency_key)
+        if existing is None:
+            raise
+        return existing, False
+    return call, True
+
+
+def call_finish(
+    *, call: ToolCall, status: str, result: Any = None, error: dict | None = None, verb: str | None = None,
+    expected: list[str] | None = None,
+) -> bool:
+    """Move a call to a final status (conditional on it still being open), audit it, tell the agent."""
+    now = timezone.now()
+    updated = ToolCall.objects.filter(pk=call.pk, status__in=expected or ToolCall.Status.values).exclude(
+        status__in=ToolCall.Status.finals()
+    ).update(status=status, result=result, error=error, finished_at=now, updated_at=now)
+    if not updated:
+        return False
+    call.refresh_from_db()
+    audit.record(actor=Actor.system(), verb=verb or FINAL_EVENT[status], call=call,
+                 data={"error": error} if error else {"is_error": bool((result or {}).get("isError"))})
+    webhooks.webhook_queue(call=call, event_type=FINAL_EVENT.get(status, "call.completed"))
+    transaction.on_commit(lambda: broadcast.call_changed(call))
+    return True
+
+
+def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
+    """The agent gives up: pending input requests are cancelled and the call ends ``cancelled``."""
+    with transaction.atomic():
+        call = ToolCall.objects.select_for_update().filter(pk=call_id, agent=agent).first()
+        if call is None:
+            raise NotFound("No such call.")
+        if call.is_final:
+            raise Conflict(f"The call is already {call.status}.", code="already_final")
+        now = timezone.now()
+        open_round = call.rounds.exclude(status=Round.Status.CLOSED).first()
+        cancelled: list[InputRequest] = []
+        if open_round:
+            cancelled = list(open_round.input_requests.pending())
+            InputRequest.objects.filter(pk__in=[ir.pk for ir in cancelled]).update(
+                status=InputRequest.Status.CANCELLED, action=InputRequest.Action.CANCEL, answered_at=now
+            )
+            Round.objects.filter(pk=open_round.pk).update(
+                status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.CANCELLED
+            )
+        call_finish(call=call, status=ToolCall.Status.CANCELLED, verb="call.cancelled")
+        call_id_ = call.pk
+        transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id_, cancelled))
+    call.refresh_from_db()
+    return call
+
+
+def deadline_from(seconds: int) -> Any:
+    return timezone.now() + timedelta(seconds=seconds)

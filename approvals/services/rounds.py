@@ -1,0 +1,219 @@
+"""Rounds: opening one from an input_required result, marking it ready, expiring it.
+
+Shared by hub-driven calls and relays: both create the same Round and InputRequest rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import audit, broadcast, schema_forms
+from approvals.audit import Actor
+from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
+from approvals.services import webhooks
+
+SYSTEM = Actor.system()
+
+
+def round_ttl(call: ToolCall) -> int:
+    return (call.server.round_ttl if call.server and call.server.round_ttl else None) or settings.ELICIT_ROUND_TTL
+
+
+def expiry_action(call: ToolCall) -> str:
+    return (call.server.on_expiry if call.server and call.server.on_expiry else "") or settings.ELICIT_EXPIRY_POLICY
+
+
+def url_problem(url: object) -> str:
+    """Why a url-mode URL cannot be shown for consent, or "" when it can."""
+    if not isinstance(url, str) or not url:
+        return "the server sent no URL"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "the URL cannot be parsed"
+    if parts.scheme not in {"https", "http"}:
+        return f"the URL uses the {parts.scheme or 'empty'} scheme; only https and http are opened"
+    if not parts.hostname:
+        return "the URL has no host"
+    if parts.username or parts.password:
+        return "the URL carries a user name or password"
+    return ""
+
+
+def _describe(key: str, request: dict[str, Any]) -> InputRequest:
+    """An unsaved InputRequest for one entry of inputRequests, marked unsupported when it cannot be shown."""
+    params = request.get("params") if isinstance(request.get("params"), dict) else {}
+    mode = params.get("mode") or "form"
+    ir = InputRequest(
+        key=key,
+        method=str(request.get("method", "")),
+        mode=mode if mode in InputRequest.Mode.values else InputRequest.Mode.FORM,
+        message=str(params.get("message", "")),
+        params=params,
+    )
+    problem = ""
+    if ir.method != "elicitation/create":
+        problem = f"the hub does not answer {ir.method or 'unnamed'} requests"
+    elif mode == "url":
+        ir.url = str(params.get("url") or "")
+        problem = url_problem(params.get("url"))
+        if problem and not ir.url:
+            ir.url = "about:blank"
+    elif mode == "form":
+        schema = params.get("requestedSchema")
+        problems = schema_forms.check_schema(schema)
+        ir.requested_schema = schema if isinstance(schema, dict) else {}
+        problem = "; ".join(problems)
+        if not problem and schema_forms.sensitive_fields(schema):
+            ir.flags = ["sensitive_fields"]
+    else:
+        ir.requested_schema = {}
+        problem = f"unknown elicitation mode {mode!r}"
+    if problem:
+        ir.problem = f"Not shown to reviewers: {problem}. The hub answered decline."
+        ir.status = InputRequest.Status.UNSUPPORTED
+        ir.action = InputRequest.Action.DECLINE
+    return ir
+
+
+def round_open(
+    *,
+    call: ToolCall,
+    input_requests: dict[str, dict[str, Any]],
+    raw: dict[str, Any],
+    request_state: str | None,
+    received_at: datetime,
+    ttl: int | None = None,
+) -> Round:
+    """Park one round. Must run inside the caller's transaction, with the call already claimed."""
+    number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    now = timezone.now()
+    rnd = Round.objects.create(
+        call=call,
+        number=number,
+        raw=raw,
+        request_state=request_state,
+        opened_at=received_at,
+        deadline=received_at + timedelta(seconds=ttl or round_ttl(call)),
+    )
+    team = call.server.default_team if call.server else None
+    rows = []
+    for key, request in input_requests.items():
+        ir = _describe(key, request)
+        ir.round = rnd
+        ir.team = team
+        ir.created_at = received_at
+        if ir.status != InputRequest.Status.PENDING:
+            ir.answered_at = now
+        rows.append(ir)
+    InputRequest.objects.bulk_create(rows)
+    audit.record(
+        actor=SYSTEM,
+        verb="round.opened",
+        call=call,
+        data={"round": number, "keys": list(input_requests), "has_request_state": request_state is not None},
+    )
+    for ir in rows:
+        audit.record(
+            actor=SYSTEM,
+            verb="input.unsupported" if ir.problem else "input.requested",
+            call=call,
+            input_request=ir,
+            data={"key": ir.key, "mode": ir.mode, "message": ir.message, "problem": ir.problem, "flags": ir.flags},
+        )
+    pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING]
+    if not pending:
+        round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
+    else:
+        round_id = rnd.pk
+        transaction.on_commit(lambda: Round.objects.filter(pk=round_id).update(visible_at=timezone.now()))
+        transaction.on_commit(lambda: broadcast.queue_changed("round.opened", call.pk, pending))
+    return rnd
+
+
+def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
+    """Every input request has its final answer: hand the round to a worker (or, for a relay, to the agent)."""
+    now = timezone.now()
+    if not Round.objects.filter(pk=rnd.pk, status=Round.Status.OPEN).update(
+        status=Round.Status.READY, answered_at=now, outcome=outcome
+    ):
+        return False
+    call = rnd.call
+    audit.record(actor=SYSTEM, verb="round.answered", call=call, data={"round": rnd.number, "outcome": outcome})
+    if call.kind == ToolCall.Kind.RELAY:
+        _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
+        return True
+    ToolCall.objects.filter(pk=call.pk, status__in=[ToolCall.Status.AWAITING_INPUT, ToolCall.Status.RUNNING,
+                                                    ToolCall.Status.RESUMING]).update(
+        status=ToolCall.Status.RESUMING, updated_at=now
+    )
+    from approvals import tasks  # tasks import services; import here to keep the graph acyclic
+
+    round_id = rnd.pk
+    transaction.on_commit(lambda: tasks.resume_call.delay(round_id))
+    return True
+
+
+def input_responses(rnd: Round) -> dict[str, dict[str, Any]]:
+    return {ir.key: ir.as_input_response() for ir in rnd.input_requests.all()}
+
+
+def _relay_deliver(*, call: ToolCall, rnd: Round, expired: bool) -> None:
+    now = timezone.now()
+    status = ToolCall.Status.EXPIRED if expired else ToolCall.Status.ANSWERED
+    responses = input_responses(rnd)
+    updated = ToolCall.objects.filter(pk=call.pk, status=ToolCall.Status.AWAITING_INPUT).update(
+        status=status, input_responses=responses, finished_at=now, updated_at=now
+    )
+    Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED, closed_at=now)
+    if not updated:
+        return
+    call.refresh_from_db()
+    audit.record(actor=SYSTEM, verb="relay.expired" if expired else "relay.answered", call=call,
+                 data={"keys": list(responses), "actions": {k: v["action"] for k, v in responses.items()}})
+    webhooks.webhook_queue(call=call, event_type="relay.expired" if expired else "relay.answered")
+    transaction.on_commit(lambda: broadcast.call_changed(call))
+
+
+def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
+    """Past its deadline: unanswered requests expire with ``cancel``; the call resumes or is abandoned."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        rnd = (
+            Round.objects.select_for_update(skip_locked=True)
+            .select_related("call__server")
+            .filter(pk=round_id, status=Round.Status.OPEN, deadline__lte=now)
+            .first()
+        )
+        if rnd is None:
+            return False
+        call = rnd.call
+        expired = list(rnd.input_requests.pending())
+        InputRequest.objects.filter(pk__in=[ir.pk for ir in expired], status=InputRequest.Status.PENDING).update(
+            status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now
+        )
+        for ir in expired:
+            audit.record(actor=SYSTEM, verb="input.expired", call=call, input_request=ir, data={"key": ir.key})
+        transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call.pk, expired))
+        policy = expiry_action(call)
+        if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
+            Round.objects.filter(pk=rnd.pk).update(
+                status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED
+            )
+            from approvals.services.calls import call_finish
+
+            call_finish(
+                call=call,
+                status=ToolCall.Status.EXPIRED,
+                error={"code": "expired", "message": "No one answered before the deadline; the hub abandoned the call."},
+                verb="call.expired",
+            )
+            return True
+        round_mark_ready(rnd=rnd, outcome=Round.Outcome.EXPIRED)
+        return True

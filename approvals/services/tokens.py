@@ -1,0 +1,68 @@
+"""Bearer tokens for agents and reviewers' scripts: shown once, stored as a SHA-256 hash.
+
+The tokens are 256-bit random values, so a fast hash is enough (there is nothing to brute-force) and lets a
+request find its token by an indexed equality lookup.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from typing import Any
+
+from django.utils import timezone
+
+from approvals.models import AgentClient, McpServer, PersonalToken
+
+AGENT_PREFIX = "eha_"
+PERSONAL_PREFIX = "ehp_"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(32)
+
+
+def new_webhook_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def agent_create(
+    *, name: str, servers: list[McpServer], owner: Any = None, with_webhook_secret: bool = False
+) -> tuple[AgentClient, str]:
+    token = new_token(AGENT_PREFIX)
+    agent = AgentClient.objects.create(
+        name=name,
+        token_hash=hash_token(token),
+        token_prefix=token[:10],
+        owner=owner,
+        webhook_secret=new_webhook_secret() if with_webhook_secret else "",
+    )
+    agent.servers.set(servers)
+    return agent, token
+
+
+def personal_token_create(*, user: Any, name: str = "") -> tuple[PersonalToken, str]:
+    token = new_token(PERSONAL_PREFIX)
+    record = PersonalToken.objects.create(user=user, name=name, token_hash=hash_token(token), token_prefix=token[:10])
+    return record, token
+
+
+def authenticate(token: str) -> AgentClient | PersonalToken | None:
+    digest = hash_token(token)
+    now = timezone.now()
+    if token.startswith(AGENT_PREFIX):
+        agent = AgentClient.objects.filter(token_hash=digest, is_active=True).first()
+        if agent:
+            AgentClient.objects.filter(pk=agent.pk).update(last_used_at=now)
+        return agent
+    if token.startswith(PERSONAL_PREFIX):
+        personal = PersonalToken.objects.select_related("user").filter(token_hash=digest, user__is_active=True).first()
+        if personal:
+            PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
+        return personal
+    return None

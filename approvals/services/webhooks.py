@@ -1,0 +1,86 @@
+"""Webhooks to agents, signed per Standard Webhooks, retried with backoff, every attempt recorded."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
+
+logger = logging.getLogger(__name__)
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` header value: ``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
+    """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction."""
+    if not call.callback_url:
+        return None
+    from approvals import selectors, tasks
+
+    fresh = selectors.calls_with_rounds().get(pk=call.pk)
+    data = selectors.relay_detail(fresh) if fresh.kind == ToolCall.Kind.RELAY else selectors.call_detail(fresh)
+    delivery, created = WebhookDelivery.objects.get_or_create(
+        call=call, event_type=event_type,
+        defaults={"url": call.callback_url, "payload": {"type": event_type, "data": data}},
+    )
+    if created:
+        transaction.on_commit(lambda: tasks.deliver_webhook.delay(str(delivery.pk)))
+    return delivery
+
+
+def webhook_attempt(*, delivery_id: Any) -> float | None:
+    """Try one delivery. Returns a countdown when it should be tried again, else None."""
+    delivery = WebhookDelivery.objects.select_related("call__agent").filter(pk=delivery_id).first()
+    if delivery is None or delivery.status != WebhookDelivery.Status.PENDING:
+        return None
+    number = WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1) and (
+        delivery.attempts + 1
+    )
+    body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {"content-type": "application/json", "webhook-id": str(delivery.pk),
+               "webhook-timestamp": str(timestamp), "user-agent": "elicit-hub"}
+    agent = delivery.call.agent
+    if agent and agent.webhook_secret:
+        headers["webhook-signature"] = sign(agent.webhook_secret, str(delivery.pk), timestamp, body)
+    started = time.monotonic()
+    status_code: int | None = None
+    error = ""
+    try:
+        response = httpx.post(delivery.url, content=body, headers=headers, timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
+                              follow_redirects=False)
+        status_code = response.status_code
+        if not 200 <= status_code < 300:
+            error = f"HTTP {status_code}"
+    except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: could not deliver"
+    duration = int((time.monotonic() - started) * 1000)
+    WebhookAttempt.objects.create(delivery=delivery, number=number, status_code=status_code, error=error,
+                                  duration_ms=duration)
+    if not error:
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.DELIVERED,
+                                                              delivered_at=timezone.now())
+        return None
+    if number >= settings.ELICIT_WEBHOOK_MAX_ATTEMPTS:
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
+        logger.warning("webhook %s for call %s: gave up after %s attempts", delivery.event_type,
+                       delivery.call_id, number)
+        return None
+    return float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**number))

@@ -1,0 +1,71 @@
+"""Celery tasks: thin, idempotent, keyed by ids. The services hold the logic; retry policy lives here."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from approvals.models import Round, ToolCall, WebhookDelivery
+from approvals.services import sending, webhooks
+from approvals.services.rounds import round_expire
+
+# A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
+STUCK_AFTER = timedelta(seconds=90)
+
+
+@shared_task(bind=True, max_retries=None)
+def run_call(self, call_id: str) -> None:
+    countdown = sending.call_send(call_id=call_id)
+    if countdown is not None:
+        raise self.retry(countdown=countdown)
+
+
+@shared_task(bind=True, max_retries=None)
+def resume_call(self, round_id: int) -> None:
+    call_id = Round.objects.filter(pk=round_id).values_list("call_id", flat=True).first()
+    if call_id is None:
+        return
+    countdown = sending.call_send(call_id=call_id)
+    if countdown is not None:
+        raise self.retry(countdown=countdown)
+
+
+@shared_task
+def expire_stale() -> int:
+    now = timezone.now()
+    ids = list(Round.objects.stale(now).values_list("pk", flat=True)[:500])
+    return sum(1 for round_id in ids if round_expire(round_id=round_id, now=now))
+
+
+@shared_task
+def recover_stuck(grace_seconds: float | None = None) -> int:
+    """Re-queue sends that no worker is doing: queued calls never picked up, orphaned claims."""
+    cutoff = timezone.now() - (timedelta(seconds=grace_seconds) if grace_seconds is not None else STUCK_AFTER)
+    requeued = 0
+    calls = ToolCall.objects.filter(
+        kind=ToolCall.Kind.CALL, status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING], updated_at__lt=cutoff
+    ).values_list("pk", flat=True)
+    for call_id in calls:
+        if not sending.is_sending(call_id):
+            run_call.delay(str(call_id))
+            requeued += 1
+    rounds = Round.objects.filter(
+        status__in=[Round.Status.READY, Round.Status.SENDING], answered_at__lt=cutoff
+    ).values_list("pk", "call_id")
+    for round_id, call_id in rounds:
+        if not sending.is_sending(call_id):
+            resume_call.delay(round_id)
+            requeued += 1
+    return requeued
+
+
+@shared_task(bind=True, max_retries=None)
+def deliver_webhook(self, delivery_id: str) -> None:
+    countdown = webhooks.webhook_attempt(delivery_id=delivery_id)
+    if countdown is not None:
+        raise self.retry(countdown=countdown)
+
+
+__all__ = ["WebhookDelivery", "deliver_webhook", "expire_stale", "recover_stuck", "resume_call", "run_call"]

@@ -1,0 +1,62 @@
+"""`make run`: engines, migrations, the demo set-up, then Daphne + Celery (worker and beat) + the demo MCP
+server under honcho. One Ctrl-C stops them all, then the embedded engines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from elicit_hub import engines
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(*args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
+
+
+def wait_for(url: str, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def main() -> int:
+    port = os.environ.get("PORT", "8000")
+    embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
+    if embedded:
+        engines.start()
+    manage("migrate", "--no-input", "-v", "0")
+    manage("bootstrap_demo")
+    env = dict(os.environ, ELICIT_WEB_PORT=port, PYTHON=sys.executable)
+    procs = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f", "Procfile"], cwd=ROOT, env=env)
+    try:
+        hub = f"http://127.0.0.1:{port}"
+        if wait_for(f"{hub}/accounts/login/") and wait_for(os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")):
+            print(f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs)\n", flush=True)
+            if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
+                manage("demo_agent", "--hub", hub)
+        return procs.wait()
+    except KeyboardInterrupt:
+        return procs.wait()
+    finally:
+        if procs.poll() is None:
+            procs.terminate()
+            procs.wait(20)
+        if embedded and os.environ.get("ELICIT_KEEP_ENGINES") != "1":
+            engines.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Test set-up on the real engines: the embedded ones unless DATABASE_URL / REDIS_URL point elsewhere.
+
+Tests that need other processes (a Celery worker, Daphne, the demo MCP server) to see their rows use the
+``live_db`` fixture (a transactional test database); plain ``db`` tests run inside a rolled-back
+transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from tests.live import CeleryWorker, Daphne, child_env
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
+        from elicit_hub import engines
+
+        engines.start()
+
+
+@pytest.fixture
+def live_db(transactional_db: None) -> Iterator[None]:
+    """A committed test database, visible to the worker and web processes; emptied after the test.
+
+    Emptying it TRUNCATEs the append-only audit table, which its trigger refuses unless the maintenance flag
+    is on for this connection (see migration 0002), so the flag is set just before pytest-django flushes.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("RESET elicit_hub.audit_maintenance")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("SET elicit_hub.audit_maintenance = 'on'")
+
+
+@pytest.fixture(scope="session")
+def demo_server(django_db_setup: None) -> Iterator[object]:
+    from tests.demo_support import DemoServer
+
+    server = DemoServer(env={"ELICIT_DEMO_TEST_HOOKS": "1"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def worker_process(django_db_setup: None, demo_server: object) -> Iterator[CeleryWorker]:
+    # Short visibility timeout: a task whose worker was killed comes back within seconds, not an hour.
+    worker = CeleryWorker(child_env(ELICIT_VISIBILITY_TIMEOUT="8", ELICIT_MCP_RETRY_BASE="1",
+                                    ELICIT_MCP_RETRY_MAX="2", ELICIT_WEBHOOK_RETRY_MAX="2"))
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+def worker(live_db: None, worker_process: CeleryWorker) -> CeleryWorker:
+    """The shared Celery worker, restarted if a previous test killed it."""
+    if worker_process.proc is None or worker_process.proc.poll() is not None:
+        worker_process.start()
+    return worker_process
+
+
+@pytest.fixture(scope="session")
+def web_process(django_db_setup: None) -> Iterator[Daphne]:
+    web = Daphne(child_env())
+    web.start()
+    try:
+        yield web
+    finally:
+        web.stop()
+
+
+@pytest.fixture
+def web(live_db: None, web_process: Daphne) -> Daphne:
+    return web_process

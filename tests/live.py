@@ -1,0 +1,144 @@
+"""The real processes behind end-to-end tests: a Celery worker and Daphne, on the test database.
+
+Each runs as a subprocess with the environment of the test run, pointed at the database pytest-django
+created, so what the test writes (in a transactional test) is what the worker and the web server read.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "artifacts" / "logs"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL for the database this test run uses (pytest-django's test database)."""
+    s = connection.settings_dict
+    host = s.get("HOST") or ""
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    password = f":{quote(s['PASSWORD'], safe='')}" if s.get("PASSWORD") else ""
+    return f"postgres://{quote(s.get('USER') or '', safe='')}{password}@{quote(host, safe='')}{port}/{s['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    from django.conf import settings
+
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=test_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        ELICIT_NAMESPACE=settings.ELICIT_NAMESPACE,
+        DJANGO_SETTINGS_MODULE="elicit_hub.settings",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.args = args
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOGS / f"{name}.log"
+
+    def start(self) -> Process:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL, the way a crashed machine or the OOM killer stops a worker."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class CeleryWorker(Process):
+    def __init__(self, env: dict[str, str], name: str = "worker") -> None:
+        super().__init__(
+            name,
+            [sys.executable, "-m", "celery", "-A", "elicit_hub", "worker", "--pool=solo", "--loglevel=INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{name}-{os.getpid()}@%h"],
+            env,
+        )
+
+    def start(self) -> CeleryWorker:
+        before = len(self.log())
+        super().start()
+        wait_until(lambda: "ready." in self.log()[before:] or self._died(), 60, what="the Celery worker")
+        if self._died():
+            raise RuntimeError(f"the Celery worker exited:\n{self.log()[-3000:]}")
+        return self
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+
+class Daphne(Process):
+    def __init__(self, env: dict[str, str], port: int | None = None) -> None:
+        self.port = port or free_port()
+        super().__init__(
+            "daphne",
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "elicit_hub.asgi:application"],
+            env,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Daphne:
+        super().start()
+
+        def up() -> bool:
+            try:
+                return httpx.get(self.url + "/accounts/login/", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, 60, what="Daphne")
+        return self
