@@ -38,7 +38,7 @@ class McpServerForm(forms.ModelForm):
         label="Set credentials",
         required=False,
         widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
-        help_text='One "Name: value" per line, e.g. "Authorization: Bearer ...". Replaces the stored headers. '
+        help_text='One "Name: value" per line, e.g. "Authorization: Bearer ..."; replaces stored headers. '
         "Stored values are never shown; leave empty to keep them.",
     )
     clear_headers = forms.BooleanField(label="Remove stored credentials", required=False)
@@ -119,7 +119,16 @@ class TeamAdmin(admin.ModelAdmin):
 
 class RoundInline(admin.TabularInline):
     model = Round
-    fields = ["number", "status", "outcome", "opened_at", "deadline", "answered_at", "closed_at", "send_attempts"]
+    fields = [
+        "number",
+        "status",
+        "outcome",
+        "opened_at",
+        "deadline",
+        "answered_at",
+        "closed_at",
+        "send_attempts",
+    ]
     readonly_fields = fields
     extra = 0
     can_delete = False

@@ -7,6 +7,7 @@ Groups: ``call.<id>`` (long-polls and call pages waiting on one call) and ``team
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypedDict
@@ -85,9 +86,7 @@ async def wait_until_final(call_id: object, seconds: float, load: Callable[[], A
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(layer.receive(channel), timeout=min(remaining, 5.0))
-            except TimeoutError:
-                pass
     finally:
         await layer.group_discard(group, channel)

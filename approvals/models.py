@@ -147,7 +147,9 @@ class ToolCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.CALL)
     # NULL only for a relay naming a server the hub does not know; server_label then holds the agent's name.
-    server = models.ForeignKey(McpServer, null=True, blank=True, on_delete=models.PROTECT, related_name="calls")
+    server = models.ForeignKey(
+        McpServer, null=True, blank=True, on_delete=models.PROTECT, related_name="calls"
+    )
     server_label = models.CharField(max_length=200, blank=True)
     tool = models.CharField(max_length=200)
     arguments = models.JSONField(default=dict, blank=True)
@@ -159,7 +161,7 @@ class ToolCall(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (NULL: none given)
     callback_url = models.URLField(max_length=500, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
@@ -186,7 +188,8 @@ class ToolCall(models.Model):
                 name="toolcall_finished_only_when_final",
             ),
             models.CheckConstraint(
-                condition=~Q(status="completed") | Q(result__isnull=False), name="toolcall_completed_has_result"
+                condition=~Q(status="completed") | Q(result__isnull=False),
+                name="toolcall_completed_has_result",
             ),
             models.CheckConstraint(
                 condition=Q(server__isnull=False) | (Q(kind="relay") & ~Q(server_label="")),
@@ -249,7 +252,7 @@ class Round(models.Model):
     # The server's input_required result verbatim, minus requestState, which is kept apart below.
     raw = models.JSONField(default=dict)
     # Opaque and secret: echoed byte for byte on the retry, never shown, logged or audited. NULL = absent.
-    request_state = models.TextField(null=True, blank=True, editable=False)
+    request_state = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001  ("" is a value)
     opened_at = models.DateTimeField(default=timezone.now)  # when the input_required result arrived
     visible_at = models.DateTimeField(null=True, blank=True)  # when the round was committed (inbox-visible)
     deadline = models.DateTimeField()
@@ -351,7 +354,8 @@ class InputRequest(models.Model):
                 name="inputrequest_final_answer_iff_not_pending",
             ),
             models.CheckConstraint(
-                condition=Q(action="accept") | Q(content__isnull=True), name="inputrequest_content_only_on_accept"
+                condition=Q(action="accept") | Q(content__isnull=True),
+                name="inputrequest_content_only_on_accept",
             ),
             models.CheckConstraint(
                 condition=(Q(mode="form") & Q(requested_schema__isnull=False)) | (Q(mode="url") & ~Q(url="")),
@@ -359,7 +363,9 @@ class InputRequest(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["team", "created_at"], condition=Q(status="pending"), name="inputrequest_pending_idx"),
+            models.Index(
+                fields=["team", "created_at"], condition=Q(status="pending"), name="inputrequest_pending_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -433,6 +439,9 @@ class WebhookAttempt(models.Model):
     class Meta:
         ordering = ["delivery", "number"]
         constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="webhookattempt_unique")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number}: {self.status_code or self.error}"
 
 
 class AuditEvent(models.Model):

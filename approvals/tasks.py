@@ -45,7 +45,9 @@ def recover_stuck(grace_seconds: float | None = None) -> int:
     cutoff = timezone.now() - (timedelta(seconds=grace_seconds) if grace_seconds is not None else STUCK_AFTER)
     requeued = 0
     calls = ToolCall.objects.filter(
-        kind=ToolCall.Kind.CALL, status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING], updated_at__lt=cutoff
+        kind=ToolCall.Kind.CALL,
+        status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING],
+        updated_at__lt=cutoff,
     ).values_list("pk", flat=True)
     for call_id in calls:
         if not sending.is_sending(call_id):

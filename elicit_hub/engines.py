@@ -77,25 +77,49 @@ class Postgres:
             shutil.chown(self.root, run_as.pw_uid, run_as.pw_gid)
         if not (self.data / "PG_VERSION").exists():
             _run(
-                [self.bin / "initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                 "--locale=C.UTF-8"],
+                [
+                    self.bin / "initdb",
+                    "-D",
+                    self.data,
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                ],
                 run_as,
             )
         options = (
             f"-k {self.socket_dir} -c listen_addresses='' -c unix_socket_permissions=0777 "
             "-c fsync=on -c max_connections=200"
         )
-        _run([self.bin / "pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60", "start"],
-             run_as)
+        _run(
+            [self.bin / "pg_ctl", "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60", "start"],
+            run_as,
+        )
         exists = subprocess.run(
-            [self.bin / "psql", "-h", str(self.socket_dir), "-U", "postgres", "-d", "postgres", "-qtA", "-c",
-             "SELECT 1 FROM pg_database WHERE datname = 'elicit_hub'"],
-            check=True, capture_output=True, text=True,
+            [
+                self.bin / "psql",
+                "-h",
+                str(self.socket_dir),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-qtA",
+                "-c",
+                "SELECT 1 FROM pg_database WHERE datname = 'elicit_hub'",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         if not exists:
             subprocess.run(
                 [self.bin / "createdb", "-h", str(self.socket_dir), "-U", "postgres", "elicit_hub"],
-                check=True, capture_output=True,
+                check=True,
+                capture_output=True,
             )
 
     def stop(self) -> None:
@@ -141,9 +165,25 @@ class Redis:
         self.root.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [
-                self.server, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-                "--daemonize", "yes", "--pidfile", str(self.pidfile), "--dir", str(self.root),
-                "--logfile", str(self.root / "redis.log"), "--appendonly", "yes", "--save", "",
+                self.server,
+                "--port",
+                "0",
+                "--unixsocket",
+                str(self.socket),
+                "--unixsocketperm",
+                "700",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(self.pidfile),
+                "--dir",
+                str(self.root),
+                "--logfile",
+                str(self.root / "redis.log"),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
             ],
             check=True,
         )
@@ -189,7 +229,9 @@ def _run(args: list, run_as: pwd.struct_passwd | None, *, check: bool = True) ->
         [str(a) for a in args], capture_output=True, text=True, check=False, cwd="/", **kwargs
     )
     if check and result.returncode != 0:
-        raise RuntimeError(f"{Path(str(args[0])).name} failed: {result.stderr.strip() or result.stdout.strip()}")
+        raise RuntimeError(
+            f"{Path(str(args[0])).name} failed: {result.stderr.strip() or result.stdout.strip()}"
+        )
 
 
 def _wait_for(predicate, what: str, log: Path, timeout: float = 30.0) -> None:

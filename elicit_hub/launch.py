@@ -43,7 +43,9 @@ def main() -> int:
     procs = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f", "Procfile"], cwd=ROOT, env=env)
     try:
         hub = f"http://127.0.0.1:{port}"
-        if wait_for(f"{hub}/accounts/login/") and wait_for(os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")):
+        if wait_for(f"{hub}/accounts/login/") and wait_for(
+            os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
+        ):
             print(f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs)\n", flush=True)
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
                 manage("demo_agent", "--hub", hub)

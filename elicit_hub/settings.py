@@ -63,7 +63,7 @@ DEBUG = env_bool("DJANGO_DEBUG", True)
 # Separates hubs sharing one Redis (e.g. `make test` beside `make run`): queue, channel and cache prefixes.
 ELICIT_NAMESPACE = env_str("ELICIT_NAMESPACE", "elicit")
 
-_DEV_SECRET = "dev-only-insecure-secret-key-change-me-in-production-0123456789"
+_DEV_SECRET = "dev-only-insecure-secret-key-change-me-in-production-0123456789"  # noqa: S105  (refused below unless DEBUG)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", _DEV_SECRET if DEBUG else None)
 if not DEBUG and SECRET_KEY == _DEV_SECRET:
     raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is false.")
@@ -136,7 +136,9 @@ if urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
 def _celery_broker_from(redis_url: str) -> str:
     parts = urlsplit(redis_url)
     if parts.scheme == "unix":
-        return f"redis+socket://{parts.path}" + (f"?virtual_host={_db_of(parts.query)}" if parts.query else "")
+        return f"redis+socket://{parts.path}" + (
+            f"?virtual_host={_db_of(parts.query)}" if parts.query else ""
+        )
     return redis_url
 
 

@@ -35,7 +35,9 @@ def test_database_url() -> str:
     host = s.get("HOST") or ""
     port = f":{s['PORT']}" if s.get("PORT") else ""
     password = f":{quote(s['PASSWORD'], safe='')}" if s.get("PASSWORD") else ""
-    return f"postgres://{quote(s.get('USER') or '', safe='')}{password}@{quote(host, safe='')}{port}/{s['NAME']}"
+    return (
+        f"postgres://{quote(s.get('USER') or '', safe='')}{password}@{quote(host, safe='')}{port}/{s['NAME']}"
+    )
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -53,7 +55,9 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> object:
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> object:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -75,8 +79,9 @@ class Process:
 
     def start(self) -> Process:
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         return self
 
     def log(self) -> str:
@@ -101,8 +106,21 @@ class CeleryWorker(Process):
     def __init__(self, env: dict[str, str], name: str = "worker") -> None:
         super().__init__(
             name,
-            [sys.executable, "-m", "celery", "-A", "elicit_hub", "worker", "--pool=solo", "--loglevel=INFO",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{name}-{os.getpid()}@%h"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "elicit_hub",
+                "worker",
+                "--pool=solo",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-n",
+                f"{name}-{os.getpid()}@%h",
+            ],
             env,
         )
 
@@ -123,7 +141,16 @@ class Daphne(Process):
         self.port = port or free_port()
         super().__init__(
             "daphne",
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "elicit_hub.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "elicit_hub.asgi:application",
+            ],
             env,
         )
 

@@ -8,7 +8,7 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
 from ninja.throttling import AuthRateThrottle
@@ -28,11 +28,19 @@ api = NinjaAPI(
     throttle=[AuthRateThrottle("600/m")],
 )
 
-ERRORS: dict[int | str, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut,
-                                429: ErrorOut}
+ERRORS: dict[int | str, Any] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    429: ErrorOut,
+}
 
 
-def error(request: HttpRequest, status: int, code: str, message: str, fields: dict | None = None) -> HttpResponse:
+def error(
+    request: HttpRequest, status: int, code: str, message: str, fields: dict | None = None
+) -> HttpResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if fields:
         body["fields"] = fields
@@ -88,7 +96,7 @@ def _created(call: ToolCall, base: str) -> Created:
 
 
 @api.post("/calls", auth=agent_auth, response={200: Created, 202: Created, **ERRORS}, tags=["agents"])
-def call_create(request: HttpRequest, payload: CallIn) -> tuple[int, Created]:
+def call_create(request: HttpRequest, payload: CallIn) -> Status:
     """Ask the hub to call a tool. The same idempotency_key from the same agent returns the existing call."""
     call, created = calls.call_submit(
         agent=request.auth,
@@ -99,7 +107,7 @@ def call_create(request: HttpRequest, payload: CallIn) -> tuple[int, Created]:
         callback_url=payload.callback_url or "",
         on_behalf_of=payload.on_behalf_of,
     )
-    return (202 if created else 200), _created(call, "calls")
+    return Status(202 if created else 200, _created(call, "calls"))
 
 
 async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
@@ -127,7 +135,7 @@ def call_cancel(request: HttpRequest, call_id: UUID) -> dict:
 
 
 @api.post("/relays", auth=agent_auth, response={200: Created, 201: Created, **ERRORS}, tags=["agents"])
-def relay_create(request: HttpRequest, payload: RelayIn) -> tuple[int, Created]:
+def relay_create(request: HttpRequest, payload: RelayIn) -> Status:
     """Hand over input requests the agent received itself; the hub collects the answers for it."""
     call, created = calls.relay_submit(
         agent=request.auth,
@@ -140,7 +148,7 @@ def relay_create(request: HttpRequest, payload: RelayIn) -> tuple[int, Created]:
         expires_in=payload.expires_in,
         on_behalf_of=payload.on_behalf_of,
     )
-    return (201 if created else 200), _created(call, "relays")
+    return Status(201 if created else 200, _created(call, "relays"))
 
 
 @api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])

@@ -1,4 +1,4 @@
-"""Request bodies. Responses are plain dicts shaped by approvals.selectors (one shape for API and webhooks)."""
+"""Request bodies. Responses are plain dicts shaped by approvals.selectors, shared with webhooks."""
 
 from __future__ import annotations
 

@@ -33,7 +33,11 @@ def check_callback_url(url: str) -> str:
         return url
     if parts.scheme == "http" and parts.hostname and settings.ELICIT_WEBHOOK_ALLOW_HTTP:
         return url
-    raise Invalid("callback_url must be an https URL.", code="invalid_callback_url", fields={"callback_url": "must be https"})
+    raise Invalid(
+        "callback_url must be an https URL.",
+        code="invalid_callback_url",
+        fields={"callback_url": "must be https"},
+    )
 
 
 def _server_for(agent: AgentClient, slug: str) -> McpServer:
@@ -60,7 +64,9 @@ def _user_named(username: str | None) -> Any:
 
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise Invalid(f"No user is named {username!r}.", code="unknown_user", fields={"on_behalf_of": "unknown user"})
+        raise Invalid(
+            f"No user is named {username!r}.", code="unknown_user", fields={"on_behalf_of": "unknown user"}
+        )
     return user
 
 
@@ -128,8 +134,11 @@ def relay_submit(
     if existing:
         return existing, False
     if not isinstance(input_requests, dict) or not input_requests:
-        raise Invalid("input_requests must be a non-empty object.", code="invalid_body",
-                      fields={"input_requests": "required"})
+        raise Invalid(
+            "input_requests must be a non-empty object.",
+            code="invalid_body",
+            fields={"input_requests": "required"},
+        )
     problems = {
         key: "must be an object with method and params"
         for key, value in input_requests.items()
@@ -141,8 +150,11 @@ def relay_submit(
     if known is not None and not agent.servers.filter(pk=known.pk).exists():
         raise Forbidden(f"This agent may not relay for the server {server!r}.", code="server_not_allowed")
     if expires_in is not None and not 10 <= expires_in <= 7 * 24 * 3600:
-        raise Invalid("expires_in must be between 10 seconds and 7 days.", code="invalid_body",
-                      fields={"expires_in": "out of range"})
+        raise Invalid(
+            "expires_in must be between 10 seconds and 7 days.",
+            code="invalid_body",
+            fields={"expires_in": "out of range"},
+        )
     callback_url = check_callback_url(callback_url)
     user = _user_named(on_behalf_of)
     now = timezone.now()
@@ -161,10 +173,20 @@ def relay_submit(
                 status=ToolCall.Status.AWAITING_INPUT,
                 started_at=now,
             )
-            audit.record(actor=Actor.agent(agent), verb="relay.submitted", call=call,
-                         data={"tool": tool, "arguments": arguments, "keys": list(input_requests)})
-            round_open(call=call, input_requests=input_requests, raw={"inputRequests": input_requests},
-                       request_state=None, received_at=now, ttl=expires_in)
+            audit.record(
+                actor=Actor.agent(agent),
+                verb="relay.submitted",
+                call=call,
+                data={"tool": tool, "arguments": arguments, "keys": list(input_requests)},
+            )
+            round_open(
+                call=call,
+                input_requests=input_requests,
+                raw={"inputRequests": input_requests},
+                request_state=None,
+                received_at=now,
+                ttl=expires_in,
+            )
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:
@@ -174,19 +196,30 @@ def relay_submit(
 
 
 def call_finish(
-    *, call: ToolCall, status: str, result: Any = None, error: dict | None = None, verb: str | None = None,
+    *,
+    call: ToolCall,
+    status: str,
+    result: Any = None,
+    error: dict | None = None,
+    verb: str | None = None,
     expected: list[str] | None = None,
 ) -> bool:
     """Move a call to a final status (conditional on it still being open), audit it, tell the agent."""
     now = timezone.now()
-    updated = ToolCall.objects.filter(pk=call.pk, status__in=expected or ToolCall.Status.values).exclude(
-        status__in=ToolCall.Status.finals()
-    ).update(status=status, result=result, error=error, finished_at=now, updated_at=now)
+    updated = (
+        ToolCall.objects.filter(pk=call.pk, status__in=expected or ToolCall.Status.values)
+        .exclude(status__in=ToolCall.Status.finals())
+        .update(status=status, result=result, error=error, finished_at=now, updated_at=now)
+    )
     if not updated:
         return False
     call.refresh_from_db()
-    audit.record(actor=Actor.system(), verb=verb or FINAL_EVENT[status], call=call,
-                 data={"error": error} if error else {"is_error": bool((result or {}).get("isError"))})
+    audit.record(
+        actor=Actor.system(),
+        verb=verb or FINAL_EVENT[status],
+        call=call,
+        data={"error": error} if error else {"is_error": bool((result or {}).get("isError"))},
+    )
     webhooks.webhook_queue(call=call, event_type=FINAL_EVENT.get(status, "call.completed"))
     transaction.on_commit(lambda: broadcast.call_changed(call))
     return True

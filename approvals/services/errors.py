@@ -7,7 +7,9 @@ class ServiceError(Exception):
     status = 400
     code = "invalid"
 
-    def __init__(self, message: str, *, code: str | None = None, fields: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, fields: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code:

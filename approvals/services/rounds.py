@@ -22,11 +22,15 @@ SYSTEM = Actor.system()
 
 
 def round_ttl(call: ToolCall) -> int:
-    return (call.server.round_ttl if call.server and call.server.round_ttl else None) or settings.ELICIT_ROUND_TTL
+    return (
+        call.server.round_ttl if call.server and call.server.round_ttl else None
+    ) or settings.ELICIT_ROUND_TTL
 
 
 def expiry_action(call: ToolCall) -> str:
-    return (call.server.on_expiry if call.server and call.server.on_expiry else "") or settings.ELICIT_EXPIRY_POLICY
+    return (
+        call.server.on_expiry if call.server and call.server.on_expiry else ""
+    ) or settings.ELICIT_EXPIRY_POLICY
 
 
 def url_problem(url: object) -> str:
@@ -125,7 +129,13 @@ def round_open(
             verb="input.unsupported" if ir.problem else "input.requested",
             call=call,
             input_request=ir,
-            data={"key": ir.key, "mode": ir.mode, "message": ir.message, "problem": ir.problem, "flags": ir.flags},
+            data={
+                "key": ir.key,
+                "mode": ir.mode,
+                "message": ir.message,
+                "problem": ir.problem,
+                "flags": ir.flags,
+            },
         )
     pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING]
     if not pending:
@@ -138,21 +148,23 @@ def round_open(
 
 
 def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
-    """Every input request has its final answer: hand the round to a worker (or, for a relay, to the agent)."""
+    """Every input request has its final answer: hand the round to a worker (a relay: to the agent)."""
     now = timezone.now()
     if not Round.objects.filter(pk=rnd.pk, status=Round.Status.OPEN).update(
         status=Round.Status.READY, answered_at=now, outcome=outcome
     ):
         return False
     call = rnd.call
-    audit.record(actor=SYSTEM, verb="round.answered", call=call, data={"round": rnd.number, "outcome": outcome})
+    audit.record(
+        actor=SYSTEM, verb="round.answered", call=call, data={"round": rnd.number, "outcome": outcome}
+    )
     if call.kind == ToolCall.Kind.RELAY:
         _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
         return True
-    ToolCall.objects.filter(pk=call.pk, status__in=[ToolCall.Status.AWAITING_INPUT, ToolCall.Status.RUNNING,
-                                                    ToolCall.Status.RESUMING]).update(
-        status=ToolCall.Status.RESUMING, updated_at=now
-    )
+    ToolCall.objects.filter(
+        pk=call.pk,
+        status__in=[ToolCall.Status.AWAITING_INPUT, ToolCall.Status.RUNNING, ToolCall.Status.RESUMING],
+    ).update(status=ToolCall.Status.RESUMING, updated_at=now)
     from approvals import tasks  # tasks import services; import here to keep the graph acyclic
 
     round_id = rnd.pk
@@ -175,8 +187,12 @@ def _relay_deliver(*, call: ToolCall, rnd: Round, expired: bool) -> None:
     if not updated:
         return
     call.refresh_from_db()
-    audit.record(actor=SYSTEM, verb="relay.expired" if expired else "relay.answered", call=call,
-                 data={"keys": list(responses), "actions": {k: v["action"] for k, v in responses.items()}})
+    audit.record(
+        actor=SYSTEM,
+        verb="relay.expired" if expired else "relay.answered",
+        call=call,
+        data={"keys": list(responses), "actions": {k: v["action"] for k, v in responses.items()}},
+    )
     webhooks.webhook_queue(call=call, event_type="relay.expired" if expired else "relay.answered")
     transaction.on_commit(lambda: broadcast.call_changed(call))
 
@@ -186,7 +202,7 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
         rnd = (
-            Round.objects.select_for_update(skip_locked=True)
+            Round.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("call__server")
             .filter(pk=round_id, status=Round.Status.OPEN, deadline__lte=now)
             .first()
@@ -195,11 +211,13 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
             return False
         call = rnd.call
         expired = list(rnd.input_requests.pending())
-        InputRequest.objects.filter(pk__in=[ir.pk for ir in expired], status=InputRequest.Status.PENDING).update(
-            status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now
-        )
+        InputRequest.objects.filter(
+            pk__in=[ir.pk for ir in expired], status=InputRequest.Status.PENDING
+        ).update(status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now)
         for ir in expired:
-            audit.record(actor=SYSTEM, verb="input.expired", call=call, input_request=ir, data={"key": ir.key})
+            audit.record(
+                actor=SYSTEM, verb="input.expired", call=call, input_request=ir, data={"key": ir.key}
+            )
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call.pk, expired))
         policy = expiry_action(call)
         if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
@@ -211,7 +229,10 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
             call_finish(
                 call=call,
                 status=ToolCall.Status.EXPIRED,
-                error={"code": "expired", "message": "No one answered before the deadline; the hub abandoned the call."},
+                error={
+                    "code": "expired",
+                    "message": "No one answered before the deadline; the hub abandoned the call.",
+                },
                 verb="call.expired",
             )
             return True

@@ -10,9 +10,9 @@ claimed (``running`` / ``sending``), cannot know whether the server saw it, and 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,22 +32,21 @@ from approvals.services.rounds import input_responses, round_open
 logger = logging.getLogger(__name__)
 SYSTEM = Actor.system()
 MAX_ROUNDS = 50
-_LOCK_NAMESPACE = 0x656C6963  # "elic"
 
 
 @contextmanager
 def send_lock(call_id: Any) -> Iterator[bool]:
     """A session advisory lock on the call, held across the (non-transactional) HTTP send."""
-    key = zlib.crc32(str(call_id).encode())
+    key = int.from_bytes(hashlib.sha256(f"send:{call_id}".encode()).digest()[:8], "big", signed=True)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_LOCK_NAMESPACE, key])
+        cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
         (acquired,) = cursor.fetchone()
     try:
         yield acquired
     finally:
         if acquired:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_LOCK_NAMESPACE, key])
+                cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
 
 
 def is_sending(call_id: Any) -> bool:
@@ -72,7 +71,9 @@ class Send:
 
 def server_config(server: McpServer) -> mcp.ServerConfig:
     return mcp.ServerConfig(
-        url=server.url, headers=dict(server.headers or {}), discover=server.discover,
+        url=server.url,
+        headers=dict(server.headers or {}),
+        discover=server.discover,
         timeout=float(settings.ELICIT_MCP_TIMEOUT),
     )
 
@@ -90,22 +91,37 @@ def _claim(call_id: Any) -> Send | None:
                 return None
             claimed = ToolCall.objects.filter(
                 pk=call.pk, status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING]
-            ).update(status=ToolCall.Status.RUNNING, attempts=F("attempts") + 1, updated_at=now,
-                     started_at=call.started_at or now)
+            ).update(
+                status=ToolCall.Status.RUNNING,
+                attempts=F("attempts") + 1,
+                updated_at=now,
+                started_at=call.started_at or now,
+            )
             if not claimed:
                 return None
             call.refresh_from_db()
             return Send(call, None)
         claimed = Round.objects.filter(
             pk=rnd.pk, status__in=[Round.Status.READY, Round.Status.SENDING]
-        ).update(status=Round.Status.SENDING, send_attempts=F("send_attempts") + 1,
-                 send_started_at=rnd.send_started_at or now)
+        ).update(
+            status=Round.Status.SENDING,
+            send_attempts=F("send_attempts") + 1,
+            send_started_at=rnd.send_started_at or now,
+        )
         if not claimed:
             return None
         rnd.refresh_from_db()
         if rnd.send_attempts > 1:
-            audit.record(actor=SYSTEM, verb="round.resent", call=call,
-                         data={"round": rnd.number, "attempt": rnd.send_attempts, "idempotency_key": rnd.idempotency_key})
+            audit.record(
+                actor=SYSTEM,
+                verb="round.resent",
+                call=call,
+                data={
+                    "round": rnd.number,
+                    "attempt": rnd.send_attempts,
+                    "idempotency_key": rnd.idempotency_key,
+                },
+            )
         return Send(call, rnd)
 
 
@@ -123,13 +139,14 @@ def call_send(*, call_id: Any) -> float | None:
                 return None
             try:
                 outcome = mcp.run(
-                    mcp.call_tool,
-                    server_config(send.call.server),
-                    send.call.tool,
-                    send.call.arguments,
-                    input_responses=input_responses(send.round) if send.round else None,
-                    request_state=send.round.request_state if send.round else None,
-                    idempotency_key=send.idempotency_key,
+                    mcp.call_tool(
+                        server_config(send.call.server),
+                        send.call.tool,
+                        send.call.arguments,
+                        input_responses=input_responses(send.round) if send.round else None,
+                        request_state=send.round.request_state if send.round else None,
+                        idempotency_key=send.idempotency_key,
+                    )
                 )
             except mcp.TransientError as exc:
                 return _transient(send, exc)
@@ -149,9 +166,17 @@ def _transient(send: Send, exc: mcp.McpError) -> float | None:
     countdown = min(countdown, settings.ELICIT_MCP_RETRY_MAX)
     logger.warning("call %s: %s; retrying in %.1f s", send.call.pk, exc.code, countdown)
     with transaction.atomic():
-        audit.record(actor=SYSTEM, verb="call.retry_scheduled", call=send.call,
-                     data={"code": exc.code, "message": exc.message, "attempt": send.attempts,
-                           "countdown": round(countdown, 1)})
+        audit.record(
+            actor=SYSTEM,
+            verb="call.retry_scheduled",
+            call=send.call,
+            data={
+                "code": exc.code,
+                "message": exc.message,
+                "attempt": send.attempts,
+                "countdown": round(countdown, 1),
+            },
+        )
     return countdown
 
 
@@ -177,27 +202,49 @@ def _apply(send: Send, outcome: mcp.Outcome, *, received_at: Any) -> bool:
     with transaction.atomic():
         expected = ToolCall.Status.RESUMING if send.round else ToolCall.Status.RUNNING
         locked = ToolCall.objects.select_for_update().filter(pk=call.pk).first()
-        if locked is None or locked.status not in (expected, ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
-            audit.record(actor=SYSTEM, verb="call.outcome_discarded", call=call,
-                         data={"reason": f"the call was {locked.status if locked else 'deleted'} meanwhile"})
+        if locked is None or locked.status not in (
+            expected,
+            ToolCall.Status.RUNNING,
+            ToolCall.Status.RESUMING,
+        ):
+            audit.record(
+                actor=SYSTEM,
+                verb="call.outcome_discarded",
+                call=call,
+                data={"reason": f"the call was {locked.status if locked else 'deleted'} meanwhile"},
+            )
             return False
         if send.round:
             _close(send.round)
         if isinstance(outcome, mcp.Completed | mcp.ToolError):
             expired = send.round is not None and send.round.outcome == Round.Outcome.EXPIRED
-            call_finish(call=call, status=ToolCall.Status.EXPIRED if expired else ToolCall.Status.COMPLETED,
-                        result=outcome.result)
+            call_finish(
+                call=call,
+                status=ToolCall.Status.EXPIRED if expired else ToolCall.Status.COMPLETED,
+                result=outcome.result,
+            )
             return False
         if call.rounds.count() >= MAX_ROUNDS:
-            call_finish(call=call, status=ToolCall.Status.FAILED,
-                        error={"code": "too_many_rounds",
-                               "message": f"The server asked for input {MAX_ROUNDS} times; the hub stopped."})
+            call_finish(
+                call=call,
+                status=ToolCall.Status.FAILED,
+                error={
+                    "code": "too_many_rounds",
+                    "message": f"The server asked for input {MAX_ROUNDS} times; the hub stopped.",
+                },
+            )
             return False
-        rnd = round_open(call=call, input_requests=outcome.input_requests, raw=outcome.raw,
-                         request_state=outcome.request_state, received_at=received_at)
+        rnd = round_open(
+            call=call,
+            input_requests=outcome.input_requests,
+            raw=outcome.raw,
+            request_state=outcome.request_state,
+            received_at=received_at,
+        )
         rnd.refresh_from_db()
         if rnd.status == Round.Status.OPEN:
-            ToolCall.objects.filter(pk=call.pk).update(status=ToolCall.Status.AWAITING_INPUT,
-                                                       updated_at=timezone.now())
+            ToolCall.objects.filter(pk=call.pk).update(
+                status=ToolCall.Status.AWAITING_INPUT, updated_at=timezone.now()
+            )
             return False
         return True

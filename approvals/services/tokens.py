@@ -48,7 +48,9 @@ def agent_create(
 
 def personal_token_create(*, user: Any, name: str = "") -> tuple[PersonalToken, str]:
     token = new_token(PERSONAL_PREFIX)
-    record = PersonalToken.objects.create(user=user, name=name, token_hash=hash_token(token), token_prefix=token[:10])
+    record = PersonalToken.objects.create(
+        user=user, name=name, token_hash=hash_token(token), token_prefix=token[:10]
+    )
     return record, token
 
 
@@ -61,7 +63,11 @@ def authenticate(token: str) -> AgentClient | PersonalToken | None:
             AgentClient.objects.filter(pk=agent.pk).update(last_used_at=now)
         return agent
     if token.startswith(PERSONAL_PREFIX):
-        personal = PersonalToken.objects.select_related("user").filter(token_hash=digest, user__is_active=True).first()
+        personal = (
+            PersonalToken.objects.select_related("user")
+            .filter(token_hash=digest, user__is_active=True)
+            .first()
+        )
         if personal:
             PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
         return personal

@@ -35,9 +35,12 @@ def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
     from approvals import selectors, tasks
 
     fresh = selectors.calls_with_rounds().get(pk=call.pk)
-    data = selectors.relay_detail(fresh) if fresh.kind == ToolCall.Kind.RELAY else selectors.call_detail(fresh)
+    data = (
+        selectors.relay_detail(fresh) if fresh.kind == ToolCall.Kind.RELAY else selectors.call_detail(fresh)
+    )
     delivery, created = WebhookDelivery.objects.get_or_create(
-        call=call, event_type=event_type,
+        call=call,
+        event_type=event_type,
         defaults={"url": call.callback_url, "payload": {"type": event_type, "data": data}},
     )
     if created:
@@ -55,8 +58,12 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
     )
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     timestamp = int(time.time())
-    headers = {"content-type": "application/json", "webhook-id": str(delivery.pk),
-               "webhook-timestamp": str(timestamp), "user-agent": "elicit-hub"}
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": str(delivery.pk),
+        "webhook-timestamp": str(timestamp),
+        "user-agent": "elicit-hub",
+    }
     agent = delivery.call.agent
     if agent and agent.webhook_secret:
         headers["webhook-signature"] = sign(agent.webhook_secret, str(delivery.pk), timestamp, body)
@@ -64,23 +71,31 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
     status_code: int | None = None
     error = ""
     try:
-        response = httpx.post(delivery.url, content=body, headers=headers, timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
-                              follow_redirects=False)
+        response = httpx.post(
+            delivery.url,
+            content=body,
+            headers=headers,
+            timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
+            follow_redirects=False,
+        )
         status_code = response.status_code
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: could not deliver"
     duration = int((time.monotonic() - started) * 1000)
-    WebhookAttempt.objects.create(delivery=delivery, number=number, status_code=status_code, error=error,
-                                  duration_ms=duration)
+    WebhookAttempt.objects.create(
+        delivery=delivery, number=number, status_code=status_code, error=error, duration_ms=duration
+    )
     if not error:
-        WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.DELIVERED,
-                                                              delivered_at=timezone.now())
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(
+            status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
+        )
         return None
     if number >= settings.ELICIT_WEBHOOK_MAX_ATTEMPTS:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
-        logger.warning("webhook %s for call %s: gave up after %s attempts", delivery.event_type,
-                       delivery.call_id, number)
+        logger.warning(
+            "webhook %s for call %s: gave up after %s attempts", delivery.event_type, delivery.call_id, number
+        )
         return None
     return float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**number))

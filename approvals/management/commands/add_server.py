@@ -15,10 +15,16 @@ class Command(BaseCommand):
         parser.add_argument("slug")
         parser.add_argument("url")
         parser.add_argument("--name", default="")
-        parser.add_argument("--team", default="", help="slug of the team that answers its requests by default")
-        parser.add_argument("--header", action="append", default=[], help='"Name: value", sent with every request')
+        parser.add_argument(
+            "--team", default="", help="slug of the team that answers its requests by default"
+        )
+        parser.add_argument(
+            "--header", action="append", default=[], help='"Name: value", sent with every request'
+        )
 
-    def handle(self, *args: Any, slug: str, url: str, name: str, team: str, header: list[str], **options: Any) -> None:
+    def handle(
+        self, *args: Any, slug: str, url: str, name: str, team: str, header: list[str], **options: Any
+    ) -> None:
         try:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
@@ -31,11 +37,20 @@ class Command(BaseCommand):
             headers[key.strip()] = value.strip()
         default_team = None
         if team:
-            default_team, _ = Team.objects.get_or_create(slug=team, defaults={"name": team.replace("-", " ").title()})
+            default_team, _ = Team.objects.get_or_create(
+                slug=team, defaults={"name": team.replace("-", " ").title()}
+            )
         server, created = McpServer.objects.update_or_create(
             slug=slug,
-            defaults={"url": url, "name": name or slug.replace("-", " ").title(), "default_team": default_team,
-                      **({"headers": headers} if headers else {})},
+            defaults={
+                "url": url,
+                "name": name or slug.replace("-", " ").title(),
+                "default_team": default_team,
+                **({"headers": headers} if headers else {}),
+            },
         )
         verb = "registered" if created else "updated"
-        self.stdout.write(f"{verb} MCP server {server.slug} at {server.url}" + (f" ({len(headers)} header(s))" if headers else ""))
+        self.stdout.write(
+            f"{verb} MCP server {server.slug} at {server.url}"
+            + (f" ({len(headers)} header(s))" if headers else "")
+        )

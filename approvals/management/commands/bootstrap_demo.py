@@ -27,12 +27,19 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"Demo login (shown once): admin / {password}"))
         team, _ = Team.objects.get_or_create(slug="release", defaults={"name": "Release managers"})
         Membership.objects.get_or_create(team=team, user=admin, defaults={"role": Membership.Role.ADMIN})
-        call_command("add_server", "demo", settings.ELICIT_DEMO_MCP_URL, name="Demo deploy server", team="release",
-                     stdout=self.stdout)
+        call_command(
+            "add_server",
+            "demo",
+            settings.ELICIT_DEMO_MCP_URL,
+            name="Demo deploy server",
+            team="release",
+            stdout=self.stdout,
+        )
         if not AgentClient.objects.filter(name="demo-agent").exists() or not TOKEN_FILE.exists():
             AgentClient.objects.filter(name="demo-agent").delete()
-            _, token = tokens.agent_create(name="demo-agent", servers=[McpServer.objects.get(slug="demo")],
-                                           with_webhook_secret=True)
+            _, token = tokens.agent_create(
+                name="demo-agent", servers=[McpServer.objects.get(slug="demo")], with_webhook_secret=True
+            )
             TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
             TOKEN_FILE.touch(mode=0o600)
             TOKEN_FILE.write_text(token)

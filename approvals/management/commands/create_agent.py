@@ -16,13 +16,19 @@ class Command(BaseCommand):
         parser.add_argument("name")
         parser.add_argument("--server", action="append", default=[], required=True)
         parser.add_argument("--owner", default="")
-        parser.add_argument("--webhook-secret", action="store_true", help="also create a webhook signing secret")
+        parser.add_argument(
+            "--webhook-secret", action="store_true", help="also create a webhook signing secret"
+        )
 
-    def handle(self, *args: Any, name: str, server: list[str], owner: str, webhook_secret: bool, **opts: Any) -> None:
+    def handle(
+        self, *args: Any, name: str, server: list[str], owner: str, webhook_secret: bool, **opts: Any
+    ) -> None:
         servers = list(McpServer.objects.filter(slug__in=server))
         missing = set(server) - {s.slug for s in servers}
         if missing:
-            raise CommandError(f"unknown server(s): {', '.join(sorted(missing))}; register them with add_server")
+            raise CommandError(
+                f"unknown server(s): {', '.join(sorted(missing))}; register them with add_server"
+            )
         owner_user = None
         if owner:
             owner_user = get_user_model().objects.filter(username=owner).first()
@@ -30,8 +36,9 @@ class Command(BaseCommand):
                 raise CommandError(f"no user named {owner!r}")
         if AgentClient.objects.filter(name=name).exists():
             raise CommandError(f"an agent named {name!r} exists already")
-        agent, token = tokens.agent_create(name=name, servers=servers, owner=owner_user,
-                                           with_webhook_secret=webhook_secret)
+        agent, token = tokens.agent_create(
+            name=name, servers=servers, owner=owner_user, with_webhook_secret=webhook_secret
+        )
         self.stdout.write(f"agent {agent.name} may call: {', '.join(s.slug for s in servers)}")
         self.stdout.write(f"token: {token}")
         if webhook_secret:

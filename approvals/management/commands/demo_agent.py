@@ -27,13 +27,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, hub: str, token: str, server: str, **options: Any) -> None:
         if not token:
             if not TOKEN_FILE.exists():
-                raise CommandError("no demo agent token; run `manage.py bootstrap_demo` first or pass --token")
+                raise CommandError(
+                    "no demo agent token; run `manage.py bootstrap_demo` first or pass --token"
+                )
             token = TOKEN_FILE.read_text().strip()
         headers = {"Authorization": f"Bearer {token}"}
         for tool, arguments in DEMO_CALLS:
             try:
-                response = httpx.post(f"{hub}/api/v1/calls", headers=headers, timeout=10,
-                                      json={"server": server, "tool": tool, "arguments": arguments})
+                response = httpx.post(
+                    f"{hub}/api/v1/calls",
+                    headers=headers,
+                    timeout=10,
+                    json={"server": server, "tool": tool, "arguments": arguments},
+                )
             except httpx.HTTPError as exc:
                 raise CommandError(f"the hub at {hub} did not answer: {exc}") from None
             if response.status_code >= 400:

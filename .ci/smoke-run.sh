@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Start `make run` as a newcomer would, check the dashboard's login page and the demo MCP server answer over
+# HTTP, then stop it with one Ctrl-C (SIGINT) and check everything went down.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+port=8000
+log=$(mktemp)
+setsid make run PORT=$port >"$log" 2>&1 &
+pid=$!
+cleanup() { kill -INT -- -$pid 2>/dev/null || true; sleep 5; kill -KILL -- -$pid 2>/dev/null || true; }
+trap cleanup EXIT
+ok=""
+for _ in $(seq 1 180); do
+    if curl -fsS "http://127.0.0.1:$port/accounts/login/" >/dev/null 2>&1 \
+        && curl -sS -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:8765/mcp" \
+            -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
+            -d '{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}' \
+            | grep -q '^[24]'; then
+        ok=1
+        break
+    fi
+    sleep 2
+done
+if [ -z "$ok" ]; then
+    echo "make run did not serve the login page and the demo server in time"; tail -50 "$log"; exit 1
+fi
+grep -q "Elicit Hub is up" "$log" || { sleep 5; grep -q "Elicit Hub is up" "$log"; }
+grep -q "Demo login" "$log" || echo "(demo admin existed already)"
+echo "make run: login page and demo MCP server answer"
+kill -INT -- -$pid
+for _ in $(seq 1 30); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+if kill -0 $pid 2>/dev/null; then echo "make run did not stop on Ctrl-C"; exit 1; fi
+trap - EXIT
+echo "make run stopped cleanly"

@@ -1,0 +1,70 @@
+"""Named personas and small builders for tests (no fixtures library: the model is small)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from approvals.models import AgentClient, InputRequest, McpServer, Membership, Round, Team, ToolCall
+from approvals.services import tokens
+
+ENVIRONMENT_SCHEMA = {
+    "type": "object",
+    "properties": {"environment": {"type": "string", "enum": ["staging", "production"]}},
+    "required": ["environment"],
+}
+
+
+def user(username: str, **extra: Any) -> Any:
+    return get_user_model().objects.create_user(username=username, password="pw-" + username, **extra)
+
+
+def team(slug: str = "release", *members: tuple[Any, str]) -> Team:
+    t, _ = Team.objects.get_or_create(slug=slug, defaults={"name": slug.title()})
+    for member, role in members:
+        Membership.objects.create(team=t, user=member, role=role)
+    return t
+
+
+def server(slug: str = "deploy", url: str = "http://127.0.0.1:9/mcp", **extra: Any) -> McpServer:
+    return McpServer.objects.create(
+        slug=slug, name=extra.pop("name", slug.title() + " server"), url=url, **extra
+    )
+
+
+def agent(
+    name: str = "ci-bot", servers: list[McpServer] | None = None, **extra: Any
+) -> tuple[AgentClient, str]:
+    return tokens.agent_create(name=name, servers=servers or [], **extra)
+
+
+def call(srv: McpServer, ag: AgentClient | None = None, **extra: Any) -> ToolCall:
+    return ToolCall.objects.create(
+        server=srv,
+        agent=ag,
+        tool=extra.pop("tool", "create_deployment"),
+        arguments=extra.pop("arguments", {"branch": "main"}),
+        **extra,
+    )
+
+
+def open_round(
+    c: ToolCall,
+    number: int = 1,
+    keys: tuple[str, ...] = ("environment",),
+    team_: Team | None = None,
+    request_state: str | None = "opaque-state",
+) -> Round:
+    now = timezone.now()
+    rnd = Round.objects.create(
+        call=c, number=number, deadline=now + timedelta(hours=1), request_state=request_state
+    )
+    for key in keys:
+        InputRequest.objects.create(
+            round=rnd, key=key, message=f"Pick the {key}", requested_schema=ENVIRONMENT_SCHEMA, team=team_
+        )
+    ToolCall.objects.filter(pk=c.pk).update(status=ToolCall.Status.AWAITING_INPUT)
+    return rnd
