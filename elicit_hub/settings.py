@@ -253,6 +253,9 @@ ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
 ELICIT_LONG_POLL_MAX = 60
+# Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending
+# it, so a test can kill it exactly there. Always 0 in real deployments.
+ELICIT_FAULT_PAUSE_BEFORE_SEND = env_int("ELICIT_FAULT_PAUSE_BEFORE_SEND", 0)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 

@@ -49,6 +49,19 @@ def demo_server(django_db_setup: None) -> Iterator[object]:
         server.stop()
 
 
+# Fast retries and short timeouts, so failure paths finish in seconds; every countdown stays below the
+# (short) visibility timeout, after which Redis hands a dead worker's task to another.
+WORKER_ENV = {
+    "ELICIT_VISIBILITY_TIMEOUT": "30",
+    "ELICIT_TASK_TIME_LIMIT": "25",
+    "ELICIT_MCP_TIMEOUT": "5",
+    "ELICIT_MCP_MAX_RETRIES": "2",
+    "ELICIT_MCP_RETRY_BASE": "1",
+    "ELICIT_MCP_RETRY_MAX": "2",
+    "ELICIT_WEBHOOK_RETRY_MAX": "2",
+}
+
+
 @pytest.fixture(scope="session")
 def worker_process(django_db_setup: None, demo_server: object) -> Iterator[CeleryWorker]:
     # Short visibility timeout: a task whose worker was killed comes back within seconds, not an hour.

@@ -78,7 +78,8 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return error(request, exc.status_code, "error", str(exc))
+    code = {400: "invalid_body", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+    return error(request, exc.status_code, code.get(exc.status_code, "error"), str(exc))
 
 
 def _own_call(agent: Any, call_id: UUID, kind: str) -> ToolCall:

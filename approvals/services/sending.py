@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,10 +35,14 @@ SYSTEM = Actor.system()
 MAX_ROUNDS = 50
 
 
+def _lock_key(call_id: Any) -> int:
+    return int.from_bytes(hashlib.sha256(f"send:{call_id}".encode()).digest()[:8], "big", signed=True)
+
+
 @contextmanager
 def send_lock(call_id: Any) -> Iterator[bool]:
     """A session advisory lock on the call, held across the (non-transactional) HTTP send."""
-    key = int.from_bytes(hashlib.sha256(f"send:{call_id}".encode()).digest()[:8], "big", signed=True)
+    key = _lock_key(call_id)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
         (acquired,) = cursor.fetchone()
@@ -50,9 +55,17 @@ def send_lock(call_id: Any) -> Iterator[bool]:
 
 
 def is_sending(call_id: Any) -> bool:
-    """True while some process holds the call's send lock."""
-    with send_lock(call_id) as acquired:
-        return not acquired
+    """True while some process holds the call's send lock. Only looks: taking the lock to test it could make
+    a worker that arrives at that instant skip its send."""
+    key = _lock_key(call_id) & 0xFFFFFFFFFFFFFFFF
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND granted)",
+            [key >> 32, key & 0xFFFFFFFF],
+        )
+        (held,) = cursor.fetchone()
+    return bool(held)
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,8 @@ def call_send(*, call_id: Any) -> float | None:
             send = _claim(call_id)
             if send is None:
                 return None
+            if settings.ELICIT_FAULT_PAUSE_BEFORE_SEND:
+                time.sleep(settings.ELICIT_FAULT_PAUSE_BEFORE_SEND)
             try:
                 outcome = mcp.run(
                     mcp.call_tool(

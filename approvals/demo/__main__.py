@@ -1,0 +1,46 @@
+"""`python -m approvals.demo [--host HOST] [--port PORT]`: run the demo MCP server under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import socket
+
+import uvicorn
+
+from approvals.demo.server import build_app
+
+logger = logging.getLogger("approvals.demo")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m approvals.demo", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=8765, help="port to bind, 0 for any free one (default 8765)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+
+    # Bound here rather than by uvicorn so the start-up line names the real port, even for --port 0.
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.create_server((args.host, args.port), family=family)
+    port = sock.getsockname()[1]
+    shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    config = uvicorn.Config(
+        build_app(host=args.host),
+        log_level="warning",
+        # Held test requests and open streams must not keep a SIGTERM waiting.
+        timeout_graceful_shutdown=2,
+    )
+    logger.info("Elicit demo MCP server listening on http://%s:%d/mcp", shown, port)
+    # Ctrl-C while a held test request is being cancelled ends in KeyboardInterrupt after uvicorn
+    # has already shut down: nothing left to report.
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""A worker killed with SIGKILL before, during or after sending a resume: the call still completes, nothing
+is left stuck, and the tool's side effect runs exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals import tasks
+from approvals.models import Round, ToolCall
+from tests import demo_support
+from tests.conftest import WORKER_ENV
+from tests.hub import set_up_hub
+from tests.live import CeleryWorker, child_env, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def retries_sent(demo_url: str) -> list[dict]:
+    return [
+        r
+        for r in demo_support.recorded_requests(demo_url)
+        if r["body"].get("method") == "tools/call" and r["body"]["params"].get("inputResponses")
+    ]
+
+
+@pytest.mark.parametrize("phase", ["before", "during", "after"])
+def test_a_killed_worker_never_runs_the_tool_twice(phase: str, worker, demo_server) -> None:
+    demo_support.reset(demo_server.url)
+    hub = set_up_hub(demo_server.url)
+    call_id = hub.agent.call("create_deployment", {"branch": "hotfix"})
+    item = hub.reviewer.wait_for_request(call_id, "environment")
+
+    # Swap the shared worker for one we will kill at the chosen moment.
+    worker.kill()
+    crash_env = dict(WORKER_ENV)
+    if phase == "before":
+        crash_env["ELICIT_FAULT_PAUSE_BEFORE_SEND"] = "30"
+    elif phase == "during":
+        demo_support.hold(demo_server.url, "create_deployment", "before", 4)
+    else:
+        demo_support.hold(demo_server.url, "create_deployment", "after", 4)
+    doomed = CeleryWorker(child_env(**crash_env), name=f"doomed-{phase}").start()
+    try:
+        assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
+        rnd = Round.objects.get(call_id=call_id, number=1)
+        if phase == "before":
+            wait_until(
+                lambda: Round.objects.get(pk=rnd.pk).status == Round.Status.SENDING, 30, what="the claim"
+            )
+            assert retries_sent(demo_server.url) == []
+        elif phase == "during":
+            demo_support.wait_for_held(demo_server.url, 1, timeout=30)
+            assert demo_support.executions(demo_server.url).get("create_deployment", 0) == 0
+        else:
+            wait_until(
+                lambda: demo_support.executions(demo_server.url).get("create_deployment") == 1,
+                30,
+                what="the tool to run",
+            )
+        doomed.kill()
+    finally:
+        doomed.kill()
+
+    assert ToolCall.objects.get(pk=call_id).status == ToolCall.Status.RESUMING
+    worker.start()
+    # What beat's recover_stuck does every minute: the send is claimed but no worker holds its lock.
+    wait_until(
+        lambda: tasks.recover_stuck(grace_seconds=0) >= 0 and ToolCall.objects.get(pk=call_id).is_final,
+        60,
+        1.0,
+        what="the call to finish after recovery",
+    )
+
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.status == ToolCall.Status.COMPLETED, call.error
+    assert call.result["isError"] is False
+    assert demo_support.executions(demo_server.url).get("create_deployment") == 1
+    rnd.refresh_from_db()
+    assert rnd.status == Round.Status.CLOSED
+    sent = retries_sent(demo_server.url)
+    assert {r["headers"]["idempotency-key"] for r in sent} == {f"elicit-{call_id}-r1"}
+    assert len(sent) == (1 if phase == "before" else 2)
+    assert rnd.send_attempts == 2
