@@ -64,15 +64,7 @@ WORKER_ENV = {
 
 @pytest.fixture(scope="session")
 def worker_process(django_db_setup: None, demo_server: object) -> Iterator[CeleryWorker]:
-    # Short visibility timeout: a task whose worker was killed comes back within seconds, not an hour.
-    worker = CeleryWorker(
-        child_env(
-            ELICIT_VISIBILITY_TIMEOUT="8",
-            ELICIT_MCP_RETRY_BASE="1",
-            ELICIT_MCP_RETRY_MAX="2",
-            ELICIT_WEBHOOK_RETRY_MAX="2",
-        )
-    )
+    worker = CeleryWorker(child_env(**WORKER_ENV))
     worker.start()
     try:
         yield worker

@@ -9,10 +9,10 @@ import pytest
 from approvals.models import (
     AgentClient,
     AuditEvent,
-    PersonalToken,
     Decision,
     InputRequest,
     Membership,
+    PersonalToken,
     ToolCall,
 )
 from approvals.services import tokens
