@@ -72,8 +72,8 @@ class Postgres:
         self.root.mkdir(parents=True, exist_ok=True)
         run_as = _service_user()
         if run_as:
-            _grant_traversal(self.root)
-            _grant_traversal(self.bin)
+            _grant_traversal(self.root.parent)
+            _grant_traversal(self.bin.parent.parent, recursive=True)
             shutil.chown(self.root, run_as.pw_uid, run_as.pw_gid)
         if not (self.data / "PG_VERSION").exists():
             _run(
@@ -211,13 +211,14 @@ def _service_user() -> pwd.struct_passwd | None:
         return pwd.getpwnam(SERVICE_USER)
 
 
-def _grant_traversal(path: Path) -> None:
-    """Let the service user reach ``path``: add o+x (search, not read) on every parent directory."""
+def _grant_traversal(path: Path, *, recursive: bool = False) -> None:
+    """Let the service user reach ``path``: o+x (search, not read) on it and every parent directory;
+    with ``recursive``, also let it read (and run) what is inside, as the server binaries need."""
     for parent in [path, *path.parents]:
         mode = parent.stat().st_mode
         if not mode & 0o001:
             parent.chmod(mode | 0o001)
-    if path.is_dir():
+    if recursive:
         for child in path.rglob("*"):
             mode = child.stat().st_mode
             child.chmod(mode | 0o005 if child.is_dir() else mode | 0o004 | (0o001 if mode & 0o100 else 0))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -39,13 +40,18 @@ def main() -> int:
         engines.start()
     manage("migrate", "--no-input", "-v", "0")
     manage("bootstrap_demo")
-    env = dict(os.environ, ELICIT_WEB_PORT=port, PYTHON=sys.executable)
+    demo_url = os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
+    env = dict(
+        os.environ,
+        ELICIT_WEB_PORT=port,
+        ELICIT_DEMO_PORT=str(urlsplit(demo_url).port or 8765),
+        PYTHON=sys.executable,
+    )
     procs = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f", "Procfile"], cwd=ROOT, env=env)
     try:
         hub = f"http://127.0.0.1:{port}"
-        if wait_for(f"{hub}/accounts/login/") and wait_for(
-            os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
-        ):
+        # The demo's health route, not /mcp: a GET there opens a stream that never ends.
+        if wait_for(f"{hub}/accounts/login/") and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
             print(f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs)\n", flush=True)
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
                 manage("demo_agent", "--hub", hub)

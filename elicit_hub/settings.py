@@ -253,6 +253,8 @@ ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
 ELICIT_LONG_POLL_MAX = 60
+# Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
+ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
 # Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending
 # it, so a test can kill it exactly there. Always 0 in real deployments.
 ELICIT_FAULT_PAUSE_BEFORE_SEND = env_int("ELICIT_FAULT_PAUSE_BEFORE_SEND", 0)

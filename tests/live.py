@@ -144,7 +144,7 @@ class Daphne(Process):
             [
                 sys.executable,
                 "-m",
-                "daphne",
+                "elicit_hub.serve",
                 "-b",
                 "127.0.0.1",
                 "-p",

@@ -25,7 +25,7 @@ api = NinjaAPI(
     version="1",
     description="Agents ask the hub to call MCP tools; humans answer the servers' input requests.",
     urls_namespace="api",
-    throttle=[AuthRateThrottle("600/m")],
+    throttle=[AuthRateThrottle(settings.ELICIT_API_RATE)],
 )
 
 ERRORS: dict[int | str, Any] = {

@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     # Bound here rather than by uvicorn so the start-up line names the real port, even for --port 0.
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.create_server((args.host, args.port), family=family)
+    # Accepted connections inherit this: without it a response's small writes wait ~40 ms on the
+    # client's delayed ACK, which would dominate every latency the hub measures.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
     config = uvicorn.Config(

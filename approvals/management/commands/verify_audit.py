@@ -1,20 +1,39 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals import audit
+from approvals.audit_tasks import store_chain_state
 
 
 class Command(BaseCommand):
     help = "Walk the audit log's hash chain and name the first row that does not match."
 
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--head", type=Path, help="a head saved by export_audit_head: check its event still has that hash"
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         report = audit.verify()
+        store_chain_state(report)
         if not report.ok:
             raise CommandError(
                 f"audit chain broken at event #{report.first_bad_id}: {report.problem} "
                 f"({report.checked} events before it verified)"
             )
+        if options["head"]:
+            try:
+                saved = json.loads(options["head"].read_text())
+            except (OSError, ValueError) as exc:
+                raise CommandError(f"cannot read the saved head: {exc}") from None
+            if not audit.head_matches(saved):
+                raise CommandError(
+                    f"event #{saved.get('head_id')} no longer has the saved hash: the chain was rewritten"
+                )
+            self.stdout.write(f"saved head #{saved.get('head_id')} matches")
         self.stdout.write(f"audit chain intact: {report.checked} events verified")

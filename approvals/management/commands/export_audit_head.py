@@ -1,0 +1,28 @@
+"""Print the audit chain's head (newest id and hash) as JSON, to keep outside the database.
+
+manage.py export_audit_head > audit-head-$(date +%F).json
+manage.py verify_audit --head audit-head-2026-12-01.json      # later: has anything been rewritten?
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from approvals import audit
+
+
+class Command(BaseCommand):
+    help = "Print the audit chain head as JSON (verified first unless --no-verify)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--no-verify", action="store_true", help="skip walking the chain first")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not options["no_verify"]:
+            report = audit.verify()
+            if not report.ok:
+                raise CommandError(f"audit chain broken at event #{report.first_bad_id}: {report.problem}")
+        self.stdout.write(json.dumps(audit.chain_head(), indent=2))
