@@ -1,4 +1,4 @@
-"""Benchmark the whole loop against a running hub (`make run`): N calls, a bot reviewer answering over the API.
+"""Benchmark the whole loop against a running hub (`make run`): N calls, a bot reviewer on the API.
 
 The figures come from the hop timestamps the hub stores on each round, not from stopwatches here:
   received -> visible   Round.opened_at (input_required arrived)   -> Round.visible_at (round committed)
@@ -59,7 +59,7 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         stamp = int(time.time())
-        agent, agent_token = tokens.agent_create(name=f"bench-agent-{stamp}", servers=[server])
+        _, agent_token = tokens.agent_create(name=f"bench-agent-{stamp}", servers=[server])
         bot, _ = get_user_model().objects.get_or_create(username="bench-reviewer")
         team = server.default_team or Team.objects.get_or_create(slug="bench", defaults={"name": "Bench"})[0]
         if server.default_team is None:
