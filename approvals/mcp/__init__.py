@@ -1,0 +1,53 @@
+"""The hub's MCP client: the only code in the project that speaks JSON-RPC / MCP.
+
+Pure (no Django): Celery tasks pass it plain data. Protocol revision 2026-07-28 only.
+
+    outcome = run(call_tool(server, "deploy", {"branch": "main"}, idempotency_key=key))
+    # Completed | ToolError | InputRequired; failures raise TransientError / PermanentError
+"""
+
+from approvals.mcp.client import CLIENT_INFO, call_tool, discover, list_tools, run
+from approvals.mcp.outcomes import (
+    Completed,
+    InputRequired,
+    McpError,
+    Outcome,
+    PermanentError,
+    ServerConfig,
+    ToolError,
+    TransientError,
+)
+from approvals.mcp.wire import (
+    PROTOCOL_VERSION,
+    check_input_requests,
+    classify_rpc_error,
+    encode_header_value,
+    invalid_header_reason,
+    param_headers,
+    parse_retry_after,
+    read_call_result,
+)
+
+__all__ = [
+    "CLIENT_INFO",
+    "PROTOCOL_VERSION",
+    "Completed",
+    "InputRequired",
+    "McpError",
+    "Outcome",
+    "PermanentError",
+    "ServerConfig",
+    "ToolError",
+    "TransientError",
+    "call_tool",
+    "check_input_requests",
+    "classify_rpc_error",
+    "discover",
+    "encode_header_value",
+    "invalid_header_reason",
+    "list_tools",
+    "param_headers",
+    "parse_retry_after",
+    "read_call_result",
+    "run",
+]

@@ -1,0 +1,428 @@
+"""The MCP 2026-07-28 client of the hub, on the official SDK's session layer.
+
+One `mcp.Client` per operation (``mode="2026-07-28"``, no handshake, no probe); the SDK stamps
+``_meta`` (protocol version, client info, capabilities), ``MCP-Protocol-Version``, ``Mcp-Method``,
+``Mcp-Name`` and ``Mcp-Param-*`` on every request and parses JSON and SSE answers. This module adds
+what a hub that parks rounds across processes needs (the wire-level part lives in `transport`):
+
+- JSON-RPC ids unique across processes (a retried round never reuses the first round's id),
+- the raw result of every answer (``input_required`` kept verbatim, a missing ``resultType`` read as
+  ``complete`` instead of failing validation),
+- the ``Idempotency-Key`` header on ``tools/call``, the HTTP status and ``Retry-After`` for classifying
+  failures, recovery from ``-32022`` and ``-32020``, and the mapping of everything else to
+  `TransientError` / `PermanentError`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from approvals.mcp.outcomes import (
+    Completed,
+    McpError,
+    Outcome,
+    PermanentError,
+    ServerConfig,
+    TransientError,
+)
+from approvals.mcp.transport import TeeTransport, Wire
+from approvals.mcp.wire import (
+    PROTOCOL_VERSION,
+    classify_rpc_error,
+    invalid_header_reason,
+    read_call_result,
+    scrub,
+    validation_summary,
+)
+
+logger = logging.getLogger(__name__)
+
+
+T = TypeVar("T")
+
+CLIENT_NAME = "elicit-hub"
+MAX_TOOL_PAGES = 100
+
+
+def _client_version() -> str:
+    try:
+        return importlib.metadata.version("elicit-hub")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0.1.0"
+
+
+CLIENT_INFO = mcp_types.Implementation(name=CLIENT_NAME, version=_client_version())
+
+
+async def _refuse_elicitation(context: Any, params: Any) -> Any:
+    """Declares the elicitation capability (SDK trap 2); never called on the session layer."""
+    raise RuntimeError("the hub answers elicitations through reviewers, never in-process")
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+def _secrets(server: ServerConfig, request_state: str | None = None) -> list[str]:
+    found: list[str] = []
+    for value in server.headers.values():
+        found.append(value)
+        found.extend(part for part in value.split() if len(part) >= 8)
+    if request_state:
+        found.append(request_state)
+    return found
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _classify(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> McpError:
+    """Map whatever came out of the SDK (possibly an exception group) to one `McpError`."""
+    leaves = [leaf for leaf in _leaves(exc) if not isinstance(leaf, anyio.get_cancelled_exc_class())]
+    if not leaves:
+        return TransientError("network_error", f"{what} was interrupted")
+
+    def rank(leaf: BaseException) -> int:
+        if isinstance(leaf, McpError):
+            return 0
+        if isinstance(leaf, httpx2.HTTPError):
+            return 1
+        if isinstance(leaf, MCPError):
+            return 2
+        return 3
+
+    leaf = min(leaves, key=rank)
+    if isinstance(leaf, McpError):
+        return leaf
+    if isinstance(leaf, httpx2.TimeoutException):
+        return TransientError("timeout", f"no answer to {what} in time ({type(leaf).__name__})")
+    if isinstance(leaf, httpx2.ConnectError):
+        return TransientError("connect_failed", f"could not connect to the MCP server for {what}")
+    if isinstance(leaf, httpx2.UnsupportedProtocol | httpx2.InvalidURL):
+        return PermanentError("invalid_url", f"the server URL cannot be used: {scrub(str(leaf), secret)}")
+    if isinstance(leaf, httpx2.HTTPError):
+        return TransientError("network_error", f"the connection failed during {what} ({type(leaf).__name__})")
+    if isinstance(leaf, MCPError):
+        return classify_rpc_error(leaf.code, leaf.message, leaf.data, wire.http, what=what, secrets=secret)
+    if isinstance(leaf, ValidationError):
+        return PermanentError(
+            "malformed_response", f"the server's answer to {what} is malformed: {validation_summary(leaf)}"
+        )
+    if isinstance(leaf, TimeoutError):
+        return TransientError("timeout", f"no answer to {what} in time")
+    return PermanentError(
+        "unexpected_error", f"{type(leaf).__name__} during {what}: {scrub(str(leaf), secret)}"
+    )
+
+
+# ---- one operation on one client ---------------------------------------------------------------
+
+
+def _prior_discover(server: ServerConfig) -> mcp_types.DiscoverResult | None:
+    if server.discover is None:
+        return None
+    try:
+        prior = mcp_types.DiscoverResult.model_validate(server.discover)
+    except ValidationError:
+        logger.warning("ignoring an unreadable cached server/discover result")
+        return None
+    if not any(v in prior.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
+        offered = ", ".join(prior.supported_versions)
+        raise PermanentError(
+            "protocol_unsupported", f"this server does not speak MCP {PROTOCOL_VERSION} (it offers {offered})"
+        )
+    return prior
+
+
+async def _operate(
+    server: ServerConfig,
+    op: Callable[[Client, Wire], Awaitable[T]],
+    *,
+    what: str,
+    idempotency_key: str | None = None,
+    request_state: str | None = None,
+) -> T:
+    """Open a client on `server`, run `op`, close it, and map every failure to an `McpError`."""
+    secret = _secrets(server, request_state)
+    wire = Wire(idempotency_key)
+    prior = _prior_discover(server)
+    http = httpx2.AsyncClient(
+        headers=dict(server.headers),
+        timeout=httpx2.Timeout(server.timeout),
+        event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
+    )
+    failure: BaseException | None = None
+    value: Any = None
+    try:
+        with anyio.fail_after(server.timeout * 4):
+            async with (
+                http,
+                Client(
+                    TeeTransport(streamable_http_client(server.url, http_client=http), wire),
+                    mode=PROTOCOL_VERSION,
+                    prior_discover=prior,
+                    client_info=CLIENT_INFO,
+                    elicitation_callback=_refuse_elicitation,
+                    read_timeout_seconds=server.timeout,
+                    cache=None,
+                ) as client,
+            ):
+                try:
+                    value = await op(client, wire)
+                except Exception as exc:  # classified below, outside the SDK's task groups
+                    failure = exc
+    except Exception as exc:
+        raise _classify(exc, wire, what, secret) from None
+    except BaseExceptionGroup as group:
+        # A failure mixed with cancellations; a pure cancellation propagates untouched.
+        cancelled = anyio.get_cancelled_exc_class()
+        if all(isinstance(leaf, cancelled) for leaf in _leaves(group)):
+            raise
+        raise _classify(group, wire, what, secret) from None
+    if failure is not None:
+        raise _classify(failure, wire, what, secret) from None
+    return value
+
+
+async def _send(client: Client, send: Callable[[], Awaitable[T]]) -> T:
+    """Send one request; on -32022 naming a version we speak, switch to it and send once more."""
+    try:
+        return await send()
+    except MCPError as exc:
+        if exc.code != UNSUPPORTED_PROTOCOL_VERSION:
+            raise
+        data = exc.data if isinstance(exc.data, dict) else {}
+        supported = data.get("supported")
+        if not isinstance(supported, list) or not any(v in supported for v in MODERN_PROTOCOL_VERSIONS):
+            raise
+        session = client.session
+        base = session.discover_result or mcp_types.DiscoverResult(
+            supported_versions=[],
+            capabilities=mcp_types.ServerCapabilities(),
+            result_type="complete",
+            ttl_ms=0,
+            cache_scope="private",
+        )
+        session.adopt(base.model_copy(update={"supported_versions": [str(v) for v in supported]}))
+        return await send()
+
+
+async def _list_all(client: Client, wire: Wire) -> tuple[list[dict[str, Any]], set[str]]:
+    """``tools/list``, every page: (the valid tools as received, the names of the dropped tools).
+
+    The SDK drops tools with invalid ``x-mcp-header`` annotations and remembers the valid ones'
+    header maps and output schemas for the calls that follow.
+    """
+    tools: list[dict[str, Any]] = []
+    dropped: set[str] = set()
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+
+        async def send_page(p: mcp_types.PaginatedRequestParams | None = params) -> mcp_types.ListToolsResult:
+            return await client.session.list_tools(params=p)
+
+        page = await _send(client, send_page)
+        kept = {tool.name for tool in page.tools}
+        raw = wire.last_result or {}
+        for tool in raw.get("tools") or []:
+            if not isinstance(tool, dict):
+                continue
+            if tool.get("name") in kept and invalid_header_reason(tool.get("inputSchema")) is None:
+                tools.append(tool)
+            elif isinstance(tool.get("name"), str):
+                dropped.add(tool["name"])
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools, dropped
+
+
+async def _call_once(
+    client: Client,
+    wire: Wire,
+    name: str,
+    arguments: dict[str, Any] | None,
+    input_responses: Any,
+    request_state: str | None,
+    what: str,
+) -> Outcome:
+    wire.last_result = None
+    try:
+        await _send(
+            client,
+            lambda: client.session.call_tool(
+                name,
+                arguments,
+                input_responses=input_responses,
+                request_state=request_state,
+                allow_input_required=True,
+            ),
+        )
+    except RuntimeError as exc:
+        # The output-schema check runs after the tool has run (SDK trap 3): an outcome, not a failure.
+        if wire.last_result is None:
+            raise
+        outcome = read_call_result(wire.last_result, what)
+        if isinstance(outcome, Completed):
+            return Completed(outcome.result, output_schema_error=scrub(str(exc), []))
+        return outcome
+    except ValidationError:
+        if wire.last_result is None:
+            raise
+        return read_call_result(wire.last_result, what)  # raises malformed_response with a safe summary
+    if wire.last_result is None:
+        raise PermanentError("malformed_response", f"the server's answer to {what} carried no result")
+    return read_call_result(wire.last_result, what)
+
+
+def _typed_input_responses(input_responses: dict[str, Any] | None, what: str) -> Any:
+    if input_responses is None:
+        return None
+    if not isinstance(input_responses, dict):
+        raise PermanentError("invalid_input_responses", f"the answers for {what} are not an object")
+    try:
+        params = mcp_types.CallToolRequestParams.model_validate(
+            {"name": "-", "inputResponses": input_responses}, by_name=False
+        )
+    except ValidationError as exc:
+        raise PermanentError(
+            "invalid_input_responses", f"the answers for {what} are malformed: {validation_summary(exc)}"
+        ) from None
+    return params.input_responses
+
+
+# ---- public API --------------------------------------------------------------------------------
+
+
+async def call_tool(
+    server: ServerConfig,
+    name: str,
+    arguments: dict[str, Any] | None,
+    *,
+    input_responses: dict[str, Any] | None = None,
+    request_state: str | None = None,
+    idempotency_key: str | None = None,
+) -> Outcome:
+    """Call tool `name` once (one round): ``tools/list``, then ``tools/call``.
+
+    `arguments` go out untouched. For a retry pass the answers (``{key: ElicitResult JSON}``) and the
+    previous round's `request_state` exactly as received (none is sent when it is None). Returns
+    `Completed`, `ToolError` or `InputRequired`; raises `TransientError` / `PermanentError`.
+    """
+    what = f"tools/call {name!r}"
+    responses = _typed_input_responses(input_responses, what)
+
+    async def op(client: Client, wire: Wire) -> Outcome:
+        _, dropped = await _list_all(client, wire)
+        if name in dropped:
+            raise PermanentError(
+                "invalid_tool_headers",
+                f"tool {name!r} declares invalid x-mcp-header annotations, so it must not be called",
+            )
+
+        async def once() -> Outcome:
+            return await _call_once(client, wire, name, arguments, responses, request_state, what)
+
+        try:
+            return await once()
+        except MCPError as exc:
+            if exc.code != HEADER_MISMATCH:
+                raise
+            # The server saw other Mcp-Param-* headers than it expects: re-list and resend once.
+            await _list_all(client, wire)
+            return await once()
+
+    outcome = await _operate(
+        server, op, what=what, idempotency_key=idempotency_key, request_state=request_state
+    )
+    logger.debug("%s -> %s", what, type(outcome).__name__)
+    return outcome
+
+
+async def list_tools(server: ServerConfig) -> list[dict[str, Any]]:
+    """Every tool the server lists (all pages), as received; tools with invalid ``x-mcp-header``
+    annotations are dropped. Schemas are stored verbatim and never dereferenced."""
+
+    async def op(client: Client, wire: Wire) -> list[dict[str, Any]]:
+        tools, _ = await _list_all(client, wire)
+        return tools
+
+    return await _operate(server, op, what="tools/list")
+
+
+async def discover(server: ServerConfig) -> dict[str, Any]:
+    """``server/discover``: the result JSON, suitable for `ServerConfig.discover`.
+
+    Raises ``PermanentError("protocol_unsupported")`` when the server does not speak 2026-07-28.
+    """
+    what = "server/discover"
+    not_modern = f"this server does not speak MCP {PROTOCOL_VERSION}"
+
+    async def op(client: Client, wire: Wire) -> dict[str, Any]:
+        try:
+            raw = await client.session.send_discover(PROTOCOL_VERSION)
+        except MCPError as exc:
+            if exc.code == UNSUPPORTED_PROTOCOL_VERSION:
+                data = exc.data if isinstance(exc.data, dict) else {}
+                named = data.get("supported")
+                supported: list[Any] = named if isinstance(named, list) else []
+                mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
+                if not mutual:
+                    offered = ", ".join(map(str, supported)) or "no version it names"
+                    raise PermanentError(
+                        "protocol_unsupported", f"{not_modern} (it offers {offered})", rpc_code=exc.code
+                    ) from None
+                raw = await client.session.send_discover(mutual[-1])
+            elif (
+                exc.code in (METHOD_NOT_FOUND, INVALID_REQUEST) or wire.http.status in (400, 404, 405)
+            ) and (wire.http.status is None or wire.http.status < 500):
+                raise PermanentError(
+                    "protocol_unsupported",
+                    f"{not_modern} (server/discover failed with error {exc.code})",
+                    rpc_code=exc.code,
+                ) from None
+            else:
+                raise
+        try:
+            result = mcp_types.DiscoverResult.model_validate(raw, by_name=False)
+        except ValidationError as exc:
+            raise PermanentError(
+                "malformed_response", f"the server's answer to {what} is malformed: {validation_summary(exc)}"
+            ) from None
+        if not any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
+            raise PermanentError(
+                "protocol_unsupported", f"{not_modern} (it offers {', '.join(result.supported_versions)})"
+            )
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    return await _operate(server, op, what=what)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run one coroutine of this module to completion from synchronous code (a Celery task)."""
+
+    async def main() -> T:
+        return await coro
+
+    return anyio.run(main)

@@ -1,0 +1,283 @@
+"""Pure helpers for `approvals.mcp`: no I/O, no SDK session, easy to unit-test.
+
+- reading a ``tools/call`` result (complete / isError / input_required, a missing ``resultType``)
+- checking the input requests of an ``input_required`` round (the hub answers elicitations only)
+- the ``x-mcp-header`` rules (``Mcp-Param-*`` headers), delegated to the SDK's own codec
+- turning JSON-RPC errors and HTTP facts into `TransientError` / `PermanentError`
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import mcp_types
+from mcp.shared.inbound import (
+    encode_header_value,
+    find_invalid_x_mcp_header,
+    mcp_param_headers,
+    x_mcp_header_map,
+)
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from pydantic import ValidationError
+
+from approvals.mcp.outcomes import (
+    REDACTED,
+    Completed,
+    InputRequired,
+    McpError,
+    Outcome,
+    PermanentError,
+    ToolError,
+    TransientError,
+)
+
+PROTOCOL_VERSION = "2026-07-28"
+ELICITATION_METHOD = "elicitation/create"
+MAX_MESSAGE = 300
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "HttpFacts",
+    "check_input_requests",
+    "classify_rpc_error",
+    "encode_header_value",
+    "invalid_header_reason",
+    "param_headers",
+    "parse_retry_after",
+    "read_call_result",
+    "scrub",
+    "validation_summary",
+]
+
+
+# ---- x-mcp-header / Mcp-Param-* ----------------------------------------------------------------
+
+
+def invalid_header_reason(input_schema: Any) -> str | None:
+    """Why a tool's ``x-mcp-header`` annotations are invalid (such tools are dropped), or None."""
+    return find_invalid_x_mcp_header(input_schema)
+
+
+def param_headers(input_schema: Any, arguments: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``Mcp-Param-*`` headers a ``tools/call`` with `arguments` carries (what the SDK sends).
+
+    Each argument whose schema property has ``x-mcp-header: Name`` goes out as ``Mcp-Param-Name``:
+    booleans as ``true``/``false``, numbers as written, strings verbatim unless they are not header
+    safe (non-ASCII, control characters, leading/trailing spaces, the sentinel itself), which are sent
+    as ``=?base64?<base64 of UTF-8>?=``. Null or absent values send no header. A schema with an invalid
+    annotation yields no headers (the tool is dropped from the listing anyway).
+    """
+    if invalid_header_reason(input_schema) is not None:
+        return {}
+    return mcp_param_headers(x_mcp_header_map(input_schema), arguments or {})
+
+
+# ---- results -----------------------------------------------------------------------------------
+
+
+def _malformed(what: str, detail: str) -> PermanentError:
+    return PermanentError("malformed_response", f"the server's answer to {what} is malformed: {detail}")
+
+
+def validation_summary(error: ValidationError, limit: int = 5) -> str:
+    """Where a pydantic validation failed, without echoing any input value (it may hold secrets)."""
+    parts = []
+    for item in error.errors()[:limit]:
+        loc = ".".join(str(p) for p in item.get("loc", ())) or "(root)"
+        parts.append(f"{loc}: {item.get('type', 'invalid')}")
+    more = len(error.errors()) - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
+
+
+def check_input_requests(value: Any, what: str = "tools/call") -> dict[str, dict[str, Any]]:
+    """Validate an ``inputRequests`` object and return ``{key: {"method": ..., "params": ...}}``.
+
+    Raises `PermanentError`: ``unsupported_input_request`` for anything but ``elicitation/create``
+    (sampling, roots), ``malformed_response`` for a badly shaped elicitation.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _malformed(what, "inputRequests is not an object")
+    checked: dict[str, dict[str, Any]] = {}
+    for key, request in value.items():
+        if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+            raise _malformed(what, f"input request {key!r} has no method")
+        method = request["method"]
+        if method != ELICITATION_METHOD:
+            raise PermanentError(
+                "unsupported_input_request",
+                f"the server asked for {method!r} (input request {key!r}); the hub can only answer "
+                f"{ELICITATION_METHOD!r} (forms and URLs for a human), not sampling or roots requests",
+            )
+        params = request.get("params")
+        if not isinstance(params, dict):
+            raise _malformed(what, f"elicitation {key!r} has no params object")
+        mode = params.get("mode", "form")
+        if mode not in ("form", "url"):
+            raise _malformed(what, f"elicitation {key!r} has an unknown mode {mode!r}")
+        if not isinstance(params.get("message"), str):
+            raise _malformed(what, f"elicitation {key!r} has no message text")
+        if mode == "form":
+            schema = params.get("requestedSchema")
+            if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict):
+                raise _malformed(what, f"form elicitation {key!r} has no requestedSchema object")
+        else:
+            url = params.get("url")
+            if not isinstance(url, str) or not _looks_like_url(url):
+                raise _malformed(what, f"URL elicitation {key!r} has no valid url")
+        checked[key] = {"method": method, "params": params}
+    return checked
+
+
+def _looks_like_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.scheme) and bool(parts.netloc or parts.path)
+
+
+def read_call_result(raw: Any, what: str = "tools/call") -> Outcome:
+    """Turn a raw ``tools/call`` result (JSON, as received) into an outcome.
+
+    A missing ``resultType`` means ``complete`` (spec; conformance issue #475); an unknown one is
+    malformed. ``input_required`` keeps the result verbatim (minus ``requestState``) and checks its
+    input requests.
+    """
+    if not isinstance(raw, dict):
+        raise _malformed(what, "the result is not an object")
+    result_type = raw.get("resultType", "complete")
+    if result_type == "input_required":
+        state = raw.get("requestState")
+        if state is not None and not isinstance(state, str):
+            raise _malformed(what, "requestState is not a string")
+        requests = check_input_requests(raw.get("inputRequests"), what)
+        if not requests and state is None:
+            raise _malformed(what, "an input_required result carries neither inputRequests nor requestState")
+        kept = {k: v for k, v in raw.items() if k != "requestState"}
+        return InputRequired(raw=kept, input_requests=requests, request_state=state)
+    if result_type != "complete":
+        raise _malformed(what, f"unknown resultType {result_type!r}")
+    try:
+        parsed = mcp_types.CallToolResult.model_validate({**raw, "resultType": "complete"}, by_name=False)
+    except ValidationError as exc:
+        raise _malformed(what, validation_summary(exc)) from None
+    dumped = parsed.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return ToolError(dumped) if parsed.is_error else Completed(dumped)
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+@dataclass
+class HttpFacts:
+    """What the last HTTP exchange looked like (the SDK folds these into generic JSON-RPC errors)."""
+
+    status: int | None = None
+    content_type: str | None = None
+    retry_after: float | None = None
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, delta)
+
+
+def scrub(text: str, secrets: Iterable[str | None]) -> str:
+    """Replace every secret (header values, requestState) occurring in `text`, and shorten it."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    if len(text) > MAX_MESSAGE:
+        text = text[:MAX_MESSAGE] + "..."
+    return text
+
+
+def classify_rpc_error(
+    code: int,
+    message: str,
+    data: Any,
+    http: HttpFacts | None = None,
+    *,
+    what: str = "the request",
+    secrets: Iterable[str | None] = (),
+) -> McpError:
+    """Classify a JSON-RPC error (from the server, or synthesized by the SDK's transport)."""
+    http = http or HttpFacts()
+    status = http.status
+    text = scrub(message or "", secrets)
+    json_body = (http.content_type or "").lower().startswith("application/json")
+    if code == REQUEST_TIMEOUT:
+        return TransientError("timeout", f"no answer to {what} in time")
+    if status == 429:
+        return TransientError(
+            "rate_limited", f"the server is rate limiting {what} (HTTP 429)", retry_after=http.retry_after
+        )
+    if status is not None and status >= 500:
+        return TransientError(
+            "http_5xx", f"the server failed on {what} (HTTP {status})", retry_after=http.retry_after
+        )
+    if code == CONNECTION_CLOSED:
+        return TransientError("network_error", f"the connection closed before {what} was answered ({text})")
+    if status in (401, 403):
+        return PermanentError("auth_failed", f"the server refused our credentials for {what} (HTTP {status})")
+    if status is not None and status >= 400 and not json_body:
+        return PermanentError("http_4xx", f"the server rejected {what} with HTTP {status}", rpc_code=None)
+    if code == UNSUPPORTED_PROTOCOL_VERSION:
+        supported = data.get("supported") if isinstance(data, dict) else None
+        offered = f" (it offers {', '.join(map(str, supported))})" if isinstance(supported, list) else ""
+        return PermanentError(
+            "protocol_unsupported",
+            f"this server does not speak MCP {PROTOCOL_VERSION}{offered}",
+            rpc_code=code,
+        )
+    if code == INVALID_PARAMS and isinstance(data, dict) and data.get("reason") == "invalid_request_state":
+        return PermanentError(
+            "request_state_rejected",
+            "the server no longer accepts the saved state of this call (expired, altered, or bound to other "
+            "arguments or credentials); start the call again",
+            rpc_code=code,
+        )
+    if status is None or status < 400:
+        if code == PARSE_ERROR and message.startswith("Failed to parse"):
+            return PermanentError(
+                "malformed_response", f"the server's answer to {what} is not valid JSON-RPC"
+            )
+        if code == INVALID_REQUEST and message.startswith("Unexpected content type"):
+            return PermanentError(
+                "malformed_response", f"the server answered {what} with an unexpected content type"
+            )
+        if code == INVALID_REQUEST and "202 Accepted" in message:
+            return PermanentError(
+                "malformed_response", f"the server answered {what} with no result (HTTP 202)"
+            )
+    if code == INVALID_REQUEST and message.startswith("Redirect to"):
+        return PermanentError("redirect_not_followed", text)
+    return PermanentError("rpc_error", f"the server answered {what} with error {code}: {text}", rpc_code=code)

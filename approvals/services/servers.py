@@ -1,0 +1,23 @@
+"""MCP servers as the hub knows them: the tool list it caches (annotations feed routing and the UI)."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from approvals import audit, mcp
+from approvals.audit import Actor
+from approvals.models import McpServer
+from approvals.services.sending import server_config
+
+
+def server_refresh_tools(*, server: McpServer) -> list[dict]:
+    """Fetch tools/list (every page; tools with invalid x-mcp-header annotations dropped) and cache it."""
+    tools = mcp.run(mcp.list_tools(server_config(server)))
+    McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_fetched_at=timezone.now())
+    server.tools = tools
+    audit.record(
+        actor=Actor.system(),
+        verb="server.tools_refreshed",
+        data={"server": server.slug, "tools": [tool.get("name") for tool in tools]},
+    )
+    return tools
