@@ -3,14 +3,18 @@
 Every row carries ``hash = sha256(prev_hash + canonical(row))``. Appends take a transaction-scoped advisory
 lock, so the chain order is the id order even with many writers, and the lock is held only until the
 surrounding transaction commits. Secrets are redacted before anything is recorded.
+
+The canonical form and the hashing live in ``approvals.audit_verify`` (pure Python), which the offline
+verifier of exports runs too. Retention (``prune``) removes the oldest part of the chain and records an
+``audit.pruned`` event holding the hash of the last removed row: the first kept row links to that hash, so
+``verify`` of what remains still passes and still names any altered or removed row.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,9 +22,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals import audit_verify
+from approvals.audit_verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, InputRequest, ToolCall
 
-GENESIS = "0" * 64
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(
@@ -67,10 +72,17 @@ def record(
     input_request: InputRequest | None = None,
     data: Mapping[str, Any] | None = None,
     team_slug: str = "",
+    start: str = GENESIS,
 ) -> AuditEvent:
-    """Append one event to the chain. Runs inside the caller's transaction (or its own)."""
+    """Append one event to the chain. Runs inside the caller's transaction (or its own).
+
+    ``start`` is what the first event of an empty table links to: GENESIS, or, when a prune has just
+    removed every event, the hash of the last one removed.
+    """
     if "." not in verb:
         raise ValueError(f"audit verbs are namespaced (noun.verb), got {verb!r}")
+    clean = redact(dict(data or {}))
+    action, outcome = derive_action_outcome(verb, clean)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
@@ -87,33 +99,81 @@ def record(
             call_id=call.pk if call else (input_request.round.call_id if input_request else None),
             input_request_id=input_request.pk if input_request else None,
             server_slug=call.server_slug if call else "",
-            team_slug=team_slug or (input_request.team.slug if input_request and input_request.team else ""),
-            data=redact(dict(data or {})),
-            prev_hash=last or GENESIS,
+            team_slug=team_slug or _team_of(call, input_request),
+            tool=call.tool if call else "",
+            action=action,
+            outcome=outcome,
+            data=clean,
+            prev_hash=last or start,
         )
         event.hash = compute_hash(event)
         event.save(force_insert=True)
     return event
 
 
-def canonical(event: AuditEvent) -> bytes:
-    at = event.at.isoformat() if isinstance(event.at, datetime) else str(event.at)
-    body = {
-        "id": event.id,
-        "at": at,
-        "actor": [event.actor_type, event.actor_id, event.actor_label],
-        "verb": event.verb,
-        "call": str(event.call_id) if event.call_id else None,
-        "input_request": str(event.input_request_id) if event.input_request_id else None,
-        "server": event.server_slug,
-        "team": event.team_slug,
-        "data": event.data,
+def _team_of(call: ToolCall | None, input_request: InputRequest | None) -> str:
+    # Call-level events carry the team the call is routed to, so a team's members find them by team alone.
+    if input_request is not None and input_request.team_id:
+        return input_request.team.slug
+    if call is not None and call.server is not None and call.server.default_team_id:
+        return call.server.default_team.slug
+    return ""
+
+
+# The columns a chain row is read with, for verification and exports (never ``search``).
+ROW_FIELDS = (
+    "id",
+    "at",
+    "actor_type",
+    "actor_id",
+    "actor_label",
+    "verb",
+    "call_id",
+    "input_request_id",
+    "server_slug",
+    "team_slug",
+    "tool",
+    "action",
+    "outcome",
+    "data",
+    "prev_hash",
+    "hash",
+)
+
+
+def export_row(values: Mapping[str, Any]) -> dict[str, Any]:
+    """One event as the canonical form, the exports and the offline verifier name its fields."""
+    at = values["at"]
+    return {
+        "id": values["id"],
+        "at": at.isoformat() if isinstance(at, datetime) else str(at),
+        "actor_type": values["actor_type"],
+        "actor_id": values["actor_id"],
+        "actor_label": values["actor_label"],
+        "verb": values["verb"],
+        "call_id": str(values["call_id"]) if values["call_id"] else None,
+        "input_request_id": str(values["input_request_id"]) if values["input_request_id"] else None,
+        "server": values["server_slug"],
+        "team": values["team_slug"],
+        "tool": values.get("tool") or "",
+        "action": values.get("action") or "",
+        "outcome": values.get("outcome") or "",
+        "data": values["data"],
+        "prev_hash": values["prev_hash"],
+        "hash": values["hash"],
     }
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _values(event: AuditEvent) -> dict[str, Any]:
+    return {name: getattr(event, name) for name in ROW_FIELDS}
+
+
+def canonical(event: AuditEvent) -> bytes:
+    return audit_verify.canonical(export_row(_values(event)))
 
 
 def compute_hash(event: AuditEvent) -> str:
-    return hashlib.sha256(event.prev_hash.encode() + canonical(event)).hexdigest()
+    return event_hash(event.prev_hash, export_row(_values(event)))
 
 
 @dataclass(frozen=True)
@@ -121,22 +181,147 @@ class ChainReport:
     checked: int
     first_bad_id: int | None = None
     problem: str = ""
+    anchor: str = GENESIS  # the prev_hash the first row must carry: GENESIS, or the last pruned row's hash
+    head_id: int | None = None
+    head_hash: str = ""
 
     @property
     def ok(self) -> bool:
         return self.first_bad_id is None
 
 
-def verify(events: Iterator[AuditEvent] | None = None) -> ChainReport:
+def chain_anchor() -> tuple[str, int | None]:
+    """Where the remaining chain starts: the hash and id of the last row the latest prune removed."""
+    pruned = AuditEvent.objects.filter(verb=PRUNED).order_by("-id").values_list("data", flat=True).first()
+    if not pruned:
+        return GENESIS, None
+    return str(pruned.get("last_hash", "")), pruned.get("last_id")
+
+
+def verify(events: Iterable[AuditEvent] | None = None) -> ChainReport:
     """Walk the chain in id order; name the first row whose hash or link does not match."""
-    rows = events if events is not None else AuditEvent.objects.order_by("id").iterator(chunk_size=2000)
-    previous = GENESIS
+    anchor, pruned_through = chain_anchor()
+    if events is not None:
+        return _verify_rows((_values(event) for event in events), anchor, pruned_through)
+    with closing(AuditEvent.objects.order_by("id").values(*ROW_FIELDS).iterator(chunk_size=5000)) as rows:
+        return _verify_rows(rows, anchor, pruned_through)
+
+
+def _verify_rows(
+    rows: Iterator[dict[str, Any]], anchor: str, pruned_through: int | None = None
+) -> ChainReport:
+    previous = anchor
     checked = 0
-    for event in rows:
-        if event.prev_hash != previous:
-            return ChainReport(checked, event.id, "its prev_hash does not match the row before it")
-        if compute_hash(event) != event.hash:
-            return ChainReport(checked, event.id, "its contents do not match its hash")
-        previous = event.hash
+    head_id, head_hash = None, ""
+    for values in rows:
+        if checked == 0 and pruned_through is not None and values["id"] <= pruned_through:
+            return ChainReport(0, values["id"], "it is older than the last pruned range", anchor)
+        if values["prev_hash"] != previous:
+            return ChainReport(
+                checked, values["id"], "its prev_hash does not match the row before it", anchor
+            )
+        if event_hash(values["prev_hash"], export_row(values)) != values["hash"]:
+            return ChainReport(checked, values["id"], "its contents do not match its hash", anchor)
+        previous = head_hash = values["hash"]
+        head_id = values["id"]
         checked += 1
-    return ChainReport(checked)
+    return ChainReport(checked, anchor=anchor, head_id=head_id, head_hash=head_hash)
+
+
+def chain_head() -> dict[str, Any]:
+    """The newest event's id and hash: kept outside the database, it shows whether rows were rewritten."""
+    anchor, _ = chain_anchor()
+    head = AuditEvent.objects.order_by("-id").values("id", "at", "hash").first()
+    return {
+        "format": audit_verify.FORMAT,
+        "head_id": head["id"] if head else None,
+        "head_at": head["at"].isoformat() if head else None,
+        "head_hash": head["hash"] if head else GENESIS,
+        "anchor": anchor,
+        "taken_at": timezone.now().isoformat(),
+    }
+
+
+def head_matches(saved: Mapping[str, Any]) -> bool:
+    """Whether the row a saved head names still carries the saved hash (it may since have been pruned)."""
+    if saved.get("head_id") is None:
+        return True
+    current = AuditEvent.objects.filter(pk=saved["head_id"]).values_list("hash", flat=True).first()
+    if current is None:
+        _, pruned_through = chain_anchor()
+        return pruned_through is not None and saved["head_id"] <= pruned_through
+    return current == saved.get("head_hash")
+
+
+# --- retention -----------------------------------------------------------------------------------------
+
+PRUNED = "audit.pruned"
+
+
+class ChainBroken(Exception):
+    def __init__(self, report: ChainReport) -> None:
+        super().__init__(f"event #{report.first_bad_id}: {report.problem}")
+        self.report = report
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    count: int
+    first_id: int
+    last_id: int
+    last_hash: str
+    event: AuditEvent | None = None  # the audit.pruned event; None on a dry run
+
+
+def prune(*, before: datetime, actor: Actor, dry_run: bool = False) -> PruneResult | None:
+    """Remove the oldest events, up to the first one at or after ``before``, and record what went.
+
+    Only a prefix of the chain is ever removed, so a row newer than ``before`` is never taken because an
+    older one follows it. A prefix that does not verify is not removed: pruning must not launder tampering.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
+        keep_from = (
+            AuditEvent.objects.filter(at__gte=before).order_by("id").values_list("id", flat=True).first()
+        )
+        doomed = (
+            AuditEvent.objects.all() if keep_from is None else AuditEvent.objects.filter(id__lt=keep_from)
+        )
+        first = doomed.order_by("id").values("id", "at").first()
+        if first is None:
+            return None
+        last = doomed.order_by("-id").values("id", "at", "hash").first()
+        assert last is not None
+        anchor, pruned_through = chain_anchor()
+        # Closed here, not when collected: a server-side cursor must not outlive a rolled-back savepoint.
+        with closing(doomed.order_by("id").values(*ROW_FIELDS).iterator(chunk_size=5000)) as rows:
+            report = _verify_rows(rows, anchor, pruned_through)
+        if not report.ok:
+            raise ChainBroken(report)
+        result = PruneResult(report.checked, first["id"], last["id"], last["hash"])
+        if dry_run:
+            return result
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('elicit_hub.audit_maintenance', 'on', true)")
+            cursor.execute("DELETE FROM approvals_auditevent WHERE id <= %s", [last["id"]])
+            removed = cursor.rowcount
+            cursor.execute("SELECT set_config('elicit_hub.audit_maintenance', 'off', true)")
+        if removed != result.count:
+            raise RuntimeError(f"expected to remove {result.count} events, removed {removed}")
+        event = record(
+            actor=actor,
+            verb=PRUNED,
+            start=last["hash"],
+            data={
+                "before": before.isoformat(),
+                "count": result.count,
+                "first_id": first["id"],
+                "first_at": first["at"].isoformat(),
+                "last_id": last["id"],
+                "last_at": last["at"].isoformat(),
+                "first_prev_hash": anchor,
+                "last_hash": last["hash"],
+            },
+        )
+    return PruneResult(result.count, result.first_id, result.last_id, result.last_hash, event)

@@ -10,6 +10,8 @@ import uuid
 from datetime import datetime
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -445,7 +447,11 @@ class WebhookAttempt(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Append-only (a PostgreSQL trigger refuses UPDATE, DELETE and TRUNCATE), hash-chained row by row."""
+    """Append-only (a PostgreSQL trigger refuses UPDATE, DELETE and TRUNCATE), hash-chained row by row.
+
+    ``tool``, ``action`` and ``outcome`` are filled by ``audit.record`` and covered by the hash; ``search`` is
+    derived (a BEFORE INSERT trigger fills it, migration 0003) and is not.
+    """
 
     class ActorType(models.TextChoices):
         USER = "user", _("User")
@@ -462,9 +468,13 @@ class AuditEvent(models.Model):
     input_request_id = models.UUIDField(null=True, blank=True)
     server_slug = models.CharField(max_length=50, blank=True)
     team_slug = models.CharField(max_length=50, blank=True)
+    tool = models.CharField(max_length=200, blank=True, default="")
+    action = models.CharField(max_length=8, blank=True, default="")
+    outcome = models.CharField(max_length=16, blank=True, default="")
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64, unique=True)
+    search = SearchVectorField(null=True, editable=False)
 
     class Meta:
         ordering = ["id"]
@@ -472,6 +482,15 @@ class AuditEvent(models.Model):
             models.Index(fields=["call_id", "id"], name="audit_call_idx"),
             models.Index(fields=["verb", "id"], name="audit_verb_idx"),
             models.Index(fields=["at"], name="audit_at_idx"),
+            # Every filter of the audit page is "column = value, newest first": (column, id) serves both.
+            models.Index(fields=["input_request_id", "id"], name="audit_input_request_idx"),
+            models.Index(fields=["team_slug", "id"], name="audit_team_idx"),
+            models.Index(fields=["server_slug", "id"], name="audit_server_idx"),
+            models.Index(fields=["tool", "id"], name="audit_tool_idx"),
+            models.Index(fields=["actor_label", "id"], name="audit_actor_idx"),
+            models.Index(fields=["action", "id"], condition=~Q(action=""), name="audit_action_idx"),
+            models.Index(fields=["outcome", "id"], condition=~Q(outcome=""), name="audit_outcome_idx"),
+            GinIndex(fields=["search"], name="audit_search_idx"),
         ]
 
     def __str__(self) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from approvals.models import InputRequest, Membership, Team, ToolCall
+from approvals.models import AuditEvent, InputRequest, Membership, Team, ToolCall
 
 ANSWERING_ROLES = [Membership.Role.REVIEWER, Membership.Role.ADMIN]
 
@@ -50,3 +50,16 @@ def visible_calls(user: Any) -> QuerySet[ToolCall]:
 
 def can_view_call(user: Any, call: ToolCall) -> bool:
     return visible_calls(user).filter(pk=call.pk).exists()
+
+
+def visible_audit_events(user: Any) -> QuerySet[AuditEvent]:
+    """Events of the user's teams and of the calls they may see; staff also see unrouted ones."""
+    if not user.is_authenticated:
+        return AuditEvent.objects.none()
+    if user.is_superuser:
+        return AuditEvent.objects.all()
+    slugs = list(visible_teams(user).values_list("slug", flat=True))
+    scope = Q(team_slug__in=slugs) | Q(call_id__in=visible_calls(user).values("pk"))
+    if user.is_staff:
+        scope |= Q(team_slug="")
+    return AuditEvent.objects.filter(scope)

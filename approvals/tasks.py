@@ -7,7 +7,9 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from approvals.models import Round, ToolCall, WebhookDelivery
+# Periodic chain verification lives beside the audit code; importing it registers it with the worker.
+from approvals.audit_tasks import verify_chain
+from approvals.models import Round, ToolCall
 from approvals.services import sending, webhooks
 from approvals.services.rounds import round_expire
 
@@ -70,4 +72,4 @@ def deliver_webhook(self, delivery_id: str) -> None:
         raise self.retry(countdown=countdown)
 
 
-__all__ = ["WebhookDelivery", "deliver_webhook", "expire_stale", "recover_stuck", "resume_call", "run_call"]
+__all__ = ["deliver_webhook", "expire_stale", "recover_stuck", "resume_call", "run_call", "verify_chain"]

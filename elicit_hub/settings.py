@@ -232,6 +232,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEO
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
+    "verify-audit-chain": {"task": "approvals.audit_tasks.verify_chain", "schedule": 3600.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -253,6 +254,8 @@ ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
 ELICIT_LONG_POLL_MAX = 60
+# How long audit events are kept; only `manage.py prune_audit` removes them, recording what went.
+ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
 ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
 # Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending

@@ -15,8 +15,10 @@ what a hub that parks rounds across processes needs (the wire-level part lives i
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -154,6 +156,12 @@ def _prior_discover(server: ServerConfig) -> mcp_types.DiscoverResult | None:
     return prior
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process: loading the CA bundle costs ~75 ms per client otherwise."""
+    return ssl.create_default_context()
+
+
 async def _operate(
     server: ServerConfig,
     op: Callable[[Client, Wire], Awaitable[T]],
@@ -169,6 +177,7 @@ async def _operate(
     http = httpx2.AsyncClient(
         headers=dict(server.headers),
         timeout=httpx2.Timeout(server.timeout),
+        verify=_tls_context(),
         event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
     )
     failure: BaseException | None = None
