@@ -14,8 +14,11 @@ from approvals.models import (
     InputRequest,
     McpServer,
     Membership,
+    Notification,
     PersonalToken,
+    Policy,
     Round,
+    RoutingRule,
     Team,
     ToolCall,
     WebhookDelivery,
@@ -112,9 +115,75 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name"]
+    list_display = ["slug", "name", "member_count"]
     search_fields = ["slug", "name"]
+    fields = ["slug", "name", "notify_emails", "chat_webhook_url"]
     inlines = [MembershipInline]
+
+    @admin.display(description="members")
+    def member_count(self, obj: Team) -> int:
+        return obj.memberships.count()
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "risk",
+        "approvals_required",
+        "forbid_self_approval",
+        "ttl",
+        "on_expiry",
+        "escalate_after",
+        "escalation_team",
+        "reauth_within",
+    ]
+    list_filter = ["risk"]
+
+
+class RoutingRuleForm(forms.ModelForm):
+    class Meta:
+        model = RoutingRule
+        fields = [
+            "position",
+            "name",
+            "enabled",
+            "server",
+            "tool_pattern",
+            "mode",
+            "destructive",
+            "read_only",
+            "open_world",
+            "conditions",
+            "team",
+            "policy",
+        ]
+
+    def clean_conditions(self) -> list:
+        from approvals import rules
+
+        conditions = self.cleaned_data.get("conditions") or []
+        if not isinstance(conditions, list):
+            raise forms.ValidationError("Conditions must be a list.")
+        problems = [p for p in (rules.check_condition(c) for c in conditions) if p]
+        if problems:
+            raise forms.ValidationError(problems)
+        return conditions
+
+
+@admin.register(RoutingRule)
+class RoutingRuleAdmin(admin.ModelAdmin):
+    form = RoutingRuleForm
+    list_display = ["position", "name", "enabled", "server", "tool_pattern", "mode", "team", "policy"]
+    list_display_links = ["name"]
+    list_editable = ["position", "enabled"]
+    list_filter = ["enabled", "team", "server"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "team", "kind", "event", "status", "attempts", "sent_at", "last_error"]
+    list_filter = ["status", "kind", "event", "team"]
 
 
 class RoundInline(admin.TabularInline):

@@ -2,6 +2,10 @@
 
 Groups: ``call.<id>`` (long-polls and call pages waiting on one call) and ``team.<slug>`` /
 ``team._unrouted`` (reviewers' queues). Payloads are TypedDicts with a literal ``type``.
+
+Every payload carries its group and a per-group sequence number (a Redis counter through the cache).
+A consumer that sees a number other than the last one plus one has missed something (a full channel,
+a Redis restart that also reset the counter) and tells its browser to resync from the server.
 """
 
 from __future__ import annotations
@@ -9,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.core.cache import cache
 
 from approvals.models import InputRequest, ToolCall
 
@@ -26,6 +31,8 @@ class CallChanged(TypedDict):
     type: Literal["call.changed"]
     call: str
     status: str
+    group: str
+    seq: int | None
 
 
 class QueueChanged(TypedDict):
@@ -33,6 +40,16 @@ class QueueChanged(TypedDict):
     event: str  # round.opened | input.answered | round.closed
     call: str
     input_requests: list[str]
+    group: str
+    seq: int | None
+
+
+class PresenceChanged(TypedDict):
+    type: Literal["presence.changed"]
+    input_request: str
+    viewers: list[str]
+    group: str
+    seq: int | None
 
 
 def call_group(call_id: object) -> str:
@@ -43,11 +60,41 @@ def team_group(team_slug: str | None) -> str:
     return f"team.{team_slug or UNROUTED}"
 
 
-def _send(group: str, message: CallChanged | QueueChanged) -> None:
+def _seq_key(group: str) -> str:
+    return f"broadcast-seq:{group}"
+
+
+def next_seq(group: str) -> int | None:
+    """The next number of `group`'s sequence; None when the counter is unreachable."""
+    key = _seq_key(group)
+    try:
+        cache.add(key, 0, timeout=None)
+        return int(cache.incr(key))
+    except ValueError:  # the key vanished between add and incr (a flush): start again
+        cache.set(key, 1, timeout=None)
+        return 1
+    except Exception:
+        logger.exception("sequence counter for %s unavailable", group)
+        return None
+
+
+def current_seq(group: str) -> int:
+    """The last number handed out for `group` (0 if none, or after Redis lost its data)."""
+    return int(cache.get(_seq_key(group)) or 0)
+
+
+async def acurrent_seqs(groups: Iterable[str]) -> dict[str, int]:
+    keys = {_seq_key(group): group for group in groups}
+    found = await cache.aget_many(list(keys))
+    return {group: int(found.get(key) or 0) for key, group in keys.items()}
+
+
+def _send(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
+        message["seq"] = next_seq(group)
         async_to_sync(layer.group_send)(group, dict(message))
     except Exception:
         # A lost notice is recovered by the clients' resync; it must never undo the committed change.
@@ -55,17 +102,68 @@ def _send(group: str, message: CallChanged | QueueChanged) -> None:
 
 
 def call_changed(call: ToolCall) -> None:
-    _send(call_group(call.pk), CallChanged(type="call.changed", call=str(call.pk), status=call.status))
+    group = call_group(call.pk)
+    _send(
+        group, CallChanged(type="call.changed", call=str(call.pk), status=call.status, group=group, seq=None)
+    )
+
+
+def _groups_of(ir: InputRequest) -> set[str | None]:
+    """The team slugs whose queues show this request: its team, and the fallback team once escalated."""
+    teams: set[str | None] = {ir.team.slug if ir.team else None}
+    if ir.escalation_team_id:
+        teams.add(ir.escalation_team.slug)
+    return teams
 
 
 def queue_changed(event: str, call_id: object, input_requests: list[InputRequest]) -> None:
-    teams = {ir.team.slug if ir.team else None for ir in input_requests}
+    teams = set().union(*(_groups_of(ir) for ir in input_requests)) if input_requests else set()
     for team in teams:
-        ids = [str(ir.pk) for ir in input_requests if (ir.team.slug if ir.team else None) == team]
+        ids = [str(ir.pk) for ir in input_requests if team in _groups_of(ir)]
+        group = team_group(team)
         _send(
-            team_group(team),
-            QueueChanged(type="queue.changed", event=event, call=str(call_id), input_requests=ids),
+            group,
+            QueueChanged(
+                type="queue.changed",
+                event=event,
+                call=str(call_id),
+                input_requests=ids,
+                group=group,
+                seq=None,
+            ),
         )
+
+
+def input_escalated(ir: InputRequest) -> None:
+    queue_changed("round.opened", ir.round.call_id, [ir])
+
+
+def presence_changed(input_request: InputRequest, viewers: list[str]) -> None:
+    group = team_group(input_request.team.slug if input_request.team else None)
+    _send(
+        group,
+        PresenceChanged(
+            type="presence.changed",
+            input_request=str(input_request.pk),
+            viewers=viewers,
+            group=group,
+            seq=None,
+        ),
+    )
+
+
+async def subscribe(channel: str, groups: Iterable[str]) -> None:
+    """Add a consumer's channel to groups (safe to repeat: it renews the membership)."""
+    layer = get_channel_layer()
+    for group in groups:
+        await layer.group_add(group, channel)
+
+
+async def unsubscribe(channel: str, groups: Iterable[str]) -> None:
+    layer = get_channel_layer()
+    for group in groups:
+        with contextlib.suppress(Exception):  # leaving during a Redis outage must not raise
+            await layer.group_discard(group, channel)
 
 
 async def wait_until_final(call_id: object, seconds: float, load: Callable[[], Awaitable[ToolCall]]) -> None:

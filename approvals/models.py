@@ -22,6 +22,13 @@ class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=120)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+    notify_emails = models.TextField(
+        blank=True,
+        help_text=_("Addresses told when a request is routed here, escalated, or about to expire."),
+    )
+    chat_webhook_url = models.URLField(
+        max_length=500, blank=True, help_text=_("A Slack-compatible incoming webhook for the same notices.")
+    )
 
     class Meta:
         ordering = ["name"]
@@ -81,6 +88,84 @@ class McpServer(models.Model):
 
     def tool(self, name: str) -> dict | None:
         return next((tool for tool in self.tools or [] if tool.get("name") == name), None)
+
+
+class Policy(models.Model):
+    """What a routed request needs before its answer goes to the server, and what happens when no one acts."""
+
+    class Risk(models.TextChoices):
+        LOW = "low", _("Low")
+        MEDIUM = "medium", _("Medium")
+        HIGH = "high", _("High")
+
+    name = models.CharField(max_length=120, unique=True)
+    risk = models.CharField(max_length=8, choices=Risk.choices, default=Risk.LOW)
+    approvals_required = models.PositiveSmallIntegerField(
+        default=1, help_text=_("Distinct reviewers who must approve the same values.")
+    )
+    forbid_self_approval = models.BooleanField(
+        default=True, help_text=_("The person the agent acts for, and the agent's owner, cannot answer.")
+    )
+    ttl = models.PositiveIntegerField(null=True, blank=True, help_text=_("Seconds before the round expires."))
+    on_expiry = models.CharField(max_length=16, choices=ExpiryAction.choices, blank=True)
+    escalate_after = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Seconds without an answer before the fallback team is asked too.")
+    )
+    escalation_team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reauth_within = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Reviewers must have signed in within this many seconds.")
+    )
+
+    class Meta:
+        verbose_name_plural = "policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(approvals_required__gte=1), name="policy_at_least_one_approval"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RoutingRule(models.Model):
+    """Evaluated in order when a round opens; the first match names the team and the policy."""
+
+    position = models.PositiveIntegerField(default=100)
+    name = models.CharField(max_length=120)
+    enabled = models.BooleanField(default=True)
+    server = models.ForeignKey(
+        McpServer, null=True, blank=True, on_delete=models.CASCADE, help_text=_("Empty: any server.")
+    )
+    tool_pattern = models.CharField(max_length=200, default="*", help_text=_("A glob, e.g. create_* or *."))
+    mode = models.CharField(
+        max_length=8,
+        blank=True,
+        choices=[("form", "Form"), ("url", "URL")],
+        help_text=_("Empty: either mode."),
+    )
+    destructive = models.BooleanField(null=True, blank=True, help_text=_("Match the tool's destructiveHint."))
+    read_only = models.BooleanField(null=True, blank=True, help_text=_("Match the tool's readOnlyHint."))
+    open_world = models.BooleanField(null=True, blank=True, help_text=_("Match the tool's openWorldHint."))
+    conditions = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_(
+            "Conditions on the call's arguments, all must hold: "
+            '[{"argument": "environment", "op": "==", "value": "production"}]; '
+            "ops: ==, !=, in, not in, exists."
+        ),
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rules")
+    policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.PROTECT, related_name="rules")
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class AgentClient(models.Model):
@@ -342,6 +427,18 @@ class InputRequest(models.Model):
     answered_at = models.DateTimeField(null=True, blank=True)
     flags = models.JSONField(default=list, blank=True)  # e.g. ["sensitive_fields"], shown to reviewers
     problem = models.TextField(blank=True)  # why it is unsupported, shown to reviewers and the agent
+    policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    rule = models.ForeignKey(RoutingRule, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    routing = models.JSONField(default=dict, blank=True)  # which rule matched and why, for the explain page
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    # url mode: the person the URL was made for (the call's on_behalf_of); only they may open it.
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalation_team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = InputRequestQuerySet.as_manager()
@@ -390,6 +487,8 @@ class Decision(models.Model):
     content = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True)
     is_final = models.BooleanField(default=False)
+    # An approval whose values a later reviewer changed: the count restarted without it.
+    superseded = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -444,6 +543,38 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number}: {self.status_code or self.error}"
+
+
+class Notification(models.Model):
+    class Kind(models.TextChoices):
+        EMAIL = "email", _("Email")
+        CHAT = "chat", _("Chat webhook")
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Pending")
+        SENT = "sent", _("Sent")
+        FAILED = "failed", _("Gave up")
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
+    input_request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    event = models.CharField(max_length=20)  # routed | escalated | expiring
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "input_request", "kind", "event"], name="notification_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.event} to {self.team_id} ({self.status})"
 
 
 class AuditEvent(models.Model):

@@ -20,16 +20,22 @@ def visible_teams(user: Any) -> QuerySet[Team]:
 
 
 def answerable_input_requests(user: Any) -> QuerySet[InputRequest]:
-    """Input requests this user may answer (pending or not): their teams', and unrouted ones for staff."""
+    """Input requests this user may answer (pending or not): their teams' and escalated ones, unrouted ones
+    for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
+    the URL was made for them. Membership is read on every call, so removing someone takes effect at once.
+    """
     qs = InputRequest.objects.all()
     if not user.is_authenticated:
         return qs.none()
+    mine = Q(assignee=user)
+    unassigned = Q(assignee__isnull=True)
     if user.is_superuser:
-        return qs
-    scope = Q(team__in=reviewer_teams(user))
+        return qs.filter(mine | unassigned)
+    teams = reviewer_teams(user)
+    scope = Q(team__in=teams) | Q(escalation_team__in=teams)
     if user.is_staff:
         scope |= Q(team__isnull=True)
-    return qs.filter(scope)
+    return qs.filter(mine | (unassigned & scope))
 
 
 def can_answer(user: Any, input_request: InputRequest) -> bool:
@@ -42,7 +48,12 @@ def visible_calls(user: Any) -> QuerySet[ToolCall]:
     if user.is_superuser:
         return ToolCall.objects.all()
     teams = visible_teams(user)
-    scope = Q(rounds__input_requests__team__in=teams) | Q(server__default_team__in=teams)
+    scope = (
+        Q(rounds__input_requests__team__in=teams)
+        | Q(rounds__input_requests__escalation_team__in=teams)
+        | Q(rounds__input_requests__assignee=user)
+        | Q(server__default_team__in=teams)
+    )
     if user.is_staff:
         scope |= Q(server__default_team__isnull=True)
     return ToolCall.objects.filter(scope).distinct()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from approvals.models import InputRequest, Round, ToolCall
-from approvals.permissions import answerable_input_requests
+from approvals.models import AuditEvent, InputRequest, Round, ToolCall
+from approvals.permissions import answerable_input_requests, visible_calls
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -93,13 +94,182 @@ def inbox_item(ir: InputRequest) -> dict[str, Any]:
         item["requested_schema"] = ir.requested_schema
     else:
         item["url"] = ir.url
+    item["team"] = ir.team.slug if ir.team else None
+    if ir.escalated_at:
+        item["escalated_to"] = ir.escalation_team.slug if ir.escalation_team else None
+    if ir.approvals_required > 1:
+        item["approvals"] = approvals_summary(ir)
     return item
+
+
+def approvals_summary(ir: InputRequest) -> dict[str, Any]:
+    """For N-of-M policies: how many are needed, and who approved which values so far (later reviewers
+    confirm those values, or send their own, which restarts the count)."""
+    given = (
+        ir.decisions.filter(action=InputRequest.Action.ACCEPT, superseded=False, is_final=False)
+        .select_related("user")
+        .order_by("created_at")
+    )
+    return {
+        "required": ir.approvals_required,
+        "given": [
+            {
+                "user": d.user.get_username() if d.user else None,
+                "content": d.content,
+                "at": _iso(d.created_at),
+            }
+            for d in given
+        ],
+    }
 
 
 def inbox(user: Any) -> QuerySet[InputRequest]:
     return (
         answerable_input_requests(user)
         .pending()
-        .select_related("round__call__server", "team")
+        .select_related("round__call__server", "team", "escalation_team")
         .order_by("created_at", "key")
     )
+
+
+# --- the reviewer dashboard ------------------------------------------------------------------------------
+# Pages get plain values and model rows with the secret columns deferred: a Round's requestState and a
+# server's credentials are never loaded for a template.
+
+_DASHBOARD_DEFER = ("round__request_state", "round__raw", "round__call__server__headers")
+
+
+@dataclass
+class RoundCard:
+    """One round of one call in the queue: the input requests of it that this user may answer."""
+
+    round_id: int
+    number: int
+    opened_at: datetime
+    deadline: datetime
+    call: ToolCall
+    items: list[InputRequest]
+
+    @property
+    def pending(self) -> list[InputRequest]:
+        return [ir for ir in self.items if ir.status == InputRequest.Status.PENDING]
+
+    @property
+    def modes(self) -> list[str]:
+        return sorted({ir.mode for ir in self.items})
+
+
+def _dashboard_requests(user: Any) -> QuerySet[InputRequest]:
+    return (
+        answerable_input_requests(user)
+        .select_related(
+            "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
+        )
+        .defer(*_DASHBOARD_DEFER)
+        .order_by("created_at", "key")
+    )
+
+
+def _cards(requests: list[InputRequest]) -> list[RoundCard]:
+    cards: dict[int, RoundCard] = {}
+    for ir in requests:
+        rnd = ir.round
+        card = cards.get(rnd.pk)
+        if card is None:
+            card = cards[rnd.pk] = RoundCard(rnd.pk, rnd.number, rnd.opened_at, rnd.deadline, rnd.call, [])
+        card.items.append(ir)
+    return list(cards.values())
+
+
+def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "") -> list[RoundCard]:
+    """Rounds with a request this user may answer, oldest first, filtered by server slug, tool and mode."""
+    pending = answerable_input_requests(user).pending()
+    if server:
+        pending = pending.filter(round__call__server__slug=server)
+    if tool:
+        pending = pending.filter(round__call__tool=tool)
+    if mode:
+        pending = pending.filter(mode=mode)
+    rounds = pending.values("round_id")
+    requests = _dashboard_requests(user).filter(round_id__in=rounds)
+    if mode:
+        requests = requests.filter(mode=mode)
+    return sorted(_cards(list(requests)), key=lambda card: (card.items[0].created_at, card.round_id))
+
+
+def round_card(user: Any, round_id: int) -> RoundCard | None:
+    """The queue card of one round for this user (answered requests included), or None if none is theirs."""
+    cards = _cards(list(_dashboard_requests(user).filter(round_id=round_id)))
+    return cards[0] if cards else None
+
+
+def queue_filter_choices(user: Any) -> dict[str, list[tuple[str, str]]]:
+    pending = answerable_input_requests(user).pending()
+    servers = (
+        pending.filter(round__call__server__isnull=False)
+        .values_list("round__call__server__slug", "round__call__server__name")
+        .distinct()
+        .order_by("round__call__server__name")
+    )
+    tools = pending.values_list("round__call__tool", flat=True).distinct().order_by("round__call__tool")
+    modes = pending.values_list("mode", flat=True).distinct().order_by("mode")
+    labels = dict(InputRequest.Mode.choices)
+    return {
+        "servers": list(servers),
+        "tools": [(name, name) for name in tools],
+        "modes": [(value, str(labels.get(value, value))) for value in modes],
+    }
+
+
+def dashboard_request(pk: Any) -> InputRequest | None:
+    return (
+        InputRequest.objects.select_related(
+            "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
+        )
+        .defer(*_DASHBOARD_DEFER)
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def dashboard_call(pk: Any) -> ToolCall | None:
+    return (
+        ToolCall.objects.select_related("server", "agent", "on_behalf_of")
+        .defer("server__headers")
+        .prefetch_related(
+            Prefetch(
+                "rounds",
+                queryset=Round.objects.defer("request_state", "raw")
+                .order_by("number")
+                .prefetch_related(
+                    Prefetch(
+                        "input_requests",
+                        queryset=InputRequest.objects.select_related("answered_by").order_by(
+                            "created_at", "key"
+                        ),
+                    )
+                ),
+            )
+        )
+        .filter(pk=pk)
+        .first()
+    )
+
+
+def call_audit_trail(call: ToolCall) -> QuerySet[AuditEvent]:
+    return AuditEvent.objects.filter(call_id=call.pk).order_by("id")
+
+
+def recent_calls(user: Any, *, since: datetime) -> QuerySet[ToolCall]:
+    return (
+        visible_calls(user)
+        .filter(finished_at__gte=since)
+        .select_related("server", "agent")
+        .defer("server__headers")
+        .order_by("-finished_at")
+    )
+
+
+def call_page(call: ToolCall) -> dict[str, Any]:
+    """What the call page (and its live refresh) shows: rounds, answers, the audit trail, the result."""
+    return {"call": call, "rounds": list(call.rounds.all()), "audit": list(call_audit_trail(call))}

@@ -10,7 +10,7 @@ from django.utils import timezone
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
 from approvals.audit_tasks import verify_chain
 from approvals.models import Round, ToolCall
-from approvals.services import sending, webhooks
+from approvals.services import escalation, notifications, sending, webhooks
 from approvals.services.rounds import round_expire
 
 # A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
@@ -65,6 +65,20 @@ def recover_stuck(grace_seconds: float | None = None) -> int:
     return requeued
 
 
+@shared_task
+def escalate_due() -> int:
+    now = timezone.now()
+    escalation.warn_expiring(now=now)
+    return escalation.escalate_due(now=now)
+
+
+@shared_task(bind=True, max_retries=None)
+def send_notification(self, notification_id: int) -> None:
+    countdown = notifications.notification_send(notification_id=notification_id)
+    if countdown is not None:
+        raise self.retry(countdown=countdown)
+
+
 @shared_task(bind=True, max_retries=None)
 def deliver_webhook(self, delivery_id: str) -> None:
     countdown = webhooks.webhook_attempt(delivery_id=delivery_id)
@@ -72,4 +86,13 @@ def deliver_webhook(self, delivery_id: str) -> None:
         raise self.retry(countdown=countdown)
 
 
-__all__ = ["deliver_webhook", "expire_stale", "recover_stuck", "resume_call", "run_call", "verify_chain"]
+__all__ = [
+    "deliver_webhook",
+    "escalate_due",
+    "expire_stale",
+    "recover_stuck",
+    "resume_call",
+    "run_call",
+    "send_notification",
+    "verify_chain",
+]

@@ -233,6 +233,7 @@ CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
     "verify-audit-chain": {"task": "approvals.audit_tasks.verify_chain", "schedule": 3600.0},
+    "escalate-and-warn": {"task": "approvals.tasks.escalate_due", "schedule": 15.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -254,6 +255,21 @@ ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
 ELICIT_LONG_POLL_MAX = 60
+# Where reviewers reach the dashboard; links in notices point here.
+ELICIT_PUBLIC_URL = env_str("ELICIT_PUBLIC_URL", "http://127.0.0.1:8000")
+# Notices go out this long before a round's deadline.
+ELICIT_EXPIRY_WARNING = env_int("ELICIT_EXPIRY_WARNING", 600, minimum=0)
+
+_MAIL = "django.core.mail.backends."
+EMAIL_BACKEND = env_str(
+    "DJANGO_EMAIL_BACKEND", _MAIL + ("console.EmailBackend" if DEBUG else "smtp.EmailBackend")
+)
+EMAIL_HOST = env_str("DJANGO_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("DJANGO_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("DJANGO_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("DJANGO_EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("DJANGO_EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "elicit-hub@localhost")
 # How long audit events are kept; only `manage.py prune_audit` removes them, recording what went.
 ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.

@@ -215,7 +215,7 @@ def test_someone_outside_the_team_cannot_answer(deploy, release) -> None:
     ir = form_request(deploy, release)
     _, token = tokens.personal_token_create(user=factories.user("mallory"))
     assert_error(
-        Reviewer(token).respond(str(ir.pk), "accept", {"title": "abc", "attendees": 3}), 404, "not_found"
+        Reviewer(token).respond(str(ir.pk), "accept", {"title": "abc", "attendees": 3}), 403, "not_a_reviewer"
     )
     ir.refresh_from_db()
     assert ir.status == InputRequest.Status.PENDING

@@ -136,10 +136,17 @@ MEETING_SCHEMA: dict[str, Any] = {
 }
 
 
-async def create_deployment(branch: str, ctx: Context) -> CallToolResult | InputRequiredResult:
-    """Deploy a branch. A reviewer picks the environment; production needs a second confirmation."""
+async def create_deployment(
+    branch: str, ctx: Context, environment: str | None = None
+) -> CallToolResult | InputRequiredResult:
+    """Deploy a branch. A reviewer picks the environment unless the caller named it; production needs a
+    confirmation."""
     if rounds.state(ctx).get("step") == "confirm":
         return _confirm_production(branch, ctx)
+    if environment == "production":
+        return _ask_confirmation(ctx, branch)
+    if environment == "staging":
+        return _deploy(branch, environment)
     answer = rounds.reply(ctx, "environment", ENVIRONMENT_SCHEMA)
     if answer.refused:
         return rounds.refusal(answer, f"Deployment of {branch}")

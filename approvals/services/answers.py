@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -12,7 +13,7 @@ from approvals import audit, broadcast, permissions, schema_forms
 from approvals.audit import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
-from approvals.services.rounds import round_mark_ready
+from approvals.services.rounds import round_mark_ready, schema_fingerprint
 
 ACTIONS = set(InputRequest.Action.values)
 
@@ -60,18 +61,34 @@ def input_respond(
 ) -> InputRequest:
     """Record the final answer; when it completes the round, queue the retry. Exactly one answer wins."""
     ir = (
-        InputRequest.objects.select_related("round__call__server", "team").filter(pk=input_request_id).first()
+        InputRequest.objects.select_related("round__call__server", "round__call__agent", "team", "policy")
+        .filter(pk=input_request_id)
+        .first()
     )
-    if ir is None or not permissions.can_answer(user, ir):
-        # Someone who may not answer learns nothing about the request's existence.
-        if ir is not None and permissions.can_view_call(user, ir.round.call):
-            raise Forbidden("You may not answer this request.", code="not_a_reviewer")
+    if ir is None:
         raise NotFound("No such input request.")
+    if not permissions.can_answer(user, ir):
+        # Ids are random UUIDs, so saying "not yours" reveals nothing guessable; it is recorded.
+        if ir.assignee_id:
+            raise _refuse(
+                ir,
+                user,
+                "not_the_assignee",
+                "This sign-in link was made for someone else; only they can open it.",
+            )
+        raise _refuse(
+            ir, user, "not_a_reviewer", "You are not a reviewer for the team this request is routed to."
+        )
+    call = ir.round.call
+    _check_policy(ir, call, user)
     content = validate_answer(ir, action, content)
     reason = (reason or "")[:2000]
     with transaction.atomic():
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
         rnd = Round.objects.select_for_update(of=("self",)).select_related("call__server").get(pk=ir.round_id)
+        needs_more = action == InputRequest.Action.ACCEPT and ir.approvals_required > 1
+        if needs_more and not _approval_completes(ir, user, content, reason):
+            return ir
         now = timezone.now()
         won = InputRequest.objects.filter(pk=ir.pk, status=InputRequest.Status.PENDING).update(
             status=InputRequest.Status.ANSWERED,
@@ -99,12 +116,106 @@ def input_respond(
             verb="input.answered",
             call=rnd.call,
             input_request=ir,
-            data={"key": ir.key, "action": action, "content": _audit_content(ir, content), "reason": reason},
+            data={
+                "key": ir.key,
+                "action": action,
+                "content": _audit_content(ir, content),
+                "reason": reason,
+                "schema_sha256": schema_fingerprint(ir.requested_schema),
+            },
         )
         transaction.on_commit(lambda: broadcast.queue_changed("input.answered", rnd.call_id, [ir]))
         if not rnd.input_requests.pending().exists():
             round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     return ir
+
+
+def _refuse(ir: InputRequest, user: Any, code: str, message: str) -> Forbidden:
+    """Record a refusal (they are part of the history too) in its own transaction, then raise it."""
+    with transaction.atomic():
+        audit.record(
+            actor=Actor.user(user),
+            verb="input.refused",
+            call=ir.round.call,
+            input_request=ir,
+            data={"key": ir.key, "code": code},
+        )
+    return Forbidden(message, code=code)
+
+
+def _check_policy(ir: InputRequest, call: Any, user: Any) -> None:
+    policy = ir.policy
+    forbid_self = policy.forbid_self_approval if policy else True
+    # A url-mode request made for its assignee is theirs to open: that is not approving one's own call.
+    if forbid_self and ir.assignee_id is None:
+        if call.on_behalf_of_id and call.on_behalf_of_id == user.pk:
+            raise _refuse(
+                ir,
+                user,
+                "self_approval",
+                "You cannot answer this request: the agent asked on your behalf. Another reviewer must.",
+            )
+        if call.agent and call.agent.owner_id and call.agent.owner_id == user.pk:
+            raise _refuse(
+                ir,
+                user,
+                "self_approval",
+                "You cannot answer this request: you own the agent that asked. Another reviewer must.",
+            )
+    if policy and policy.reauth_within:
+        fresh_after = timezone.now() - timedelta(seconds=policy.reauth_within)
+        if user.last_login is None or user.last_login < fresh_after:
+            raise _refuse(
+                ir, user, "reauth_required", "This policy needs a recent sign-in: sign in again, then answer."
+            )
+
+
+def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) -> bool:
+    """Record one approval of N. True when it is the Nth distinct approval of the same values."""
+    ir.refresh_from_db()
+    if ir.status != InputRequest.Status.PENDING:
+        raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
+    standing = list(ir.decisions.filter(action=InputRequest.Action.ACCEPT, superseded=False, is_final=False))
+    if any(d.user_id == user.pk for d in standing):
+        raise Conflict(
+            "You have already approved this request; another reviewer must confirm it.",
+            code="already_approved",
+        )
+    if standing and standing[0].content != content:
+        # Different values restart the count: every approval must be of exactly what will be sent.
+        ir.decisions.filter(pk__in=[d.pk for d in standing]).update(superseded=True)
+        audit.record(
+            actor=Actor.user(user),
+            verb="input.approvals_restarted",
+            call=ir.round.call,
+            input_request=ir,
+            data={"key": ir.key, "superseded": len(standing)},
+        )
+        standing = []
+    if len(standing) + 1 >= ir.approvals_required:
+        return True
+    Decision.objects.create(
+        input_request=ir,
+        user=user,
+        action=InputRequest.Action.ACCEPT,
+        content=content,
+        reason=reason,
+        is_final=False,
+    )
+    audit.record(
+        actor=Actor.user(user),
+        verb="input.approved",
+        call=ir.round.call,
+        input_request=ir,
+        data={
+            "key": ir.key,
+            "content": _audit_content(ir, content),
+            "approvals": len(standing) + 1,
+            "required": ir.approvals_required,
+        },
+    )
+    transaction.on_commit(lambda: broadcast.queue_changed("input.answered", ir.round.call_id, [ir]))
+    return False
 
 
 def _audit_content(ir: InputRequest, content: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -5,6 +5,8 @@ Shared by hub-driven calls and relays: both create the same Round and InputReque
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,9 +18,17 @@ from django.utils import timezone
 from approvals import audit, broadcast, schema_forms
 from approvals.audit import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
-from approvals.services import webhooks
+from approvals.services import notifications, webhooks
+from approvals.services.routing import route
 
 SYSTEM = Actor.system()
+
+
+def schema_fingerprint(schema: Any) -> str:
+    """Which version of a form the reviewer saw: a digest of the schema as the server sent it."""
+    if schema is None:
+        return ""
+    return hashlib.sha256(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def round_ttl(call: ToolCall) -> int:
@@ -27,10 +37,16 @@ def round_ttl(call: ToolCall) -> int:
     ) or settings.ELICIT_ROUND_TTL
 
 
-def expiry_action(call: ToolCall) -> str:
-    return (
-        call.server.on_expiry if call.server and call.server.on_expiry else ""
-    ) or settings.ELICIT_EXPIRY_POLICY
+def expiry_action(call: ToolCall, rnd: Round | None = None) -> str:
+    """The routed policies' choice wins (abandon over cancel), then the server's, then the hub's default."""
+    if rnd is not None:
+        chosen = {ir.policy.on_expiry for ir in rnd.input_requests.select_related("policy") if ir.policy} - {
+            ""
+        }
+        if chosen:
+            return ExpiryAction.ABANDON if ExpiryAction.ABANDON in chosen else ExpiryAction.CANCEL
+    server_choice = call.server.on_expiry if call.server and call.server.on_expiry else ""
+    return server_choice or settings.ELICIT_EXPIRY_POLICY
 
 
 def url_problem(url: object) -> str:
@@ -98,24 +114,27 @@ def round_open(
     """Park one round. Must run inside the caller's transaction, with the call already claimed."""
     number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     now = timezone.now()
+    rows = [_describe(key, request) for key, request in input_requests.items()]
+    routes = [route(call=call, ir=ir) for ir in rows]
+    ttls = [r.policy.ttl for r in routes if r.policy and r.policy.ttl]
     rnd = Round.objects.create(
         call=call,
         number=number,
         raw=raw,
         request_state=request_state,
         opened_at=received_at,
-        deadline=received_at + timedelta(seconds=ttl or round_ttl(call)),
+        # The strictest policy sets the round's clock.
+        deadline=received_at + timedelta(seconds=ttl or (min(ttls) if ttls else round_ttl(call))),
     )
-    team = call.server.default_team if call.server else None
-    rows = []
-    for key, request in input_requests.items():
-        ir = _describe(key, request)
+    for ir, chosen in zip(rows, routes, strict=True):
         ir.round = rnd
-        ir.team = team
         ir.created_at = received_at
+        ir.team, ir.policy, ir.rule, ir.assignee = chosen.team, chosen.policy, chosen.rule, chosen.assignee
+        ir.routing = chosen.explanation
+        ir.approvals_required = chosen.policy.approvals_required if chosen.policy else 1
+        ir.flags = [*ir.flags, *chosen.warnings]
         if ir.status != InputRequest.Status.PENDING:
             ir.answered_at = now
-        rows.append(ir)
     InputRequest.objects.bulk_create(rows)
     audit.record(
         actor=SYSTEM,
@@ -135,8 +154,24 @@ def round_open(
                 "message": ir.message,
                 "problem": ir.problem,
                 "flags": ir.flags,
+                "schema_sha256": schema_fingerprint(ir.requested_schema),
             },
         )
+        if not ir.problem:
+            audit.record(
+                actor=SYSTEM,
+                verb="input.routed",
+                call=call,
+                input_request=ir,
+                data={
+                    "rule": ir.routing.get("matched"),
+                    "team": ir.routing.get("team"),
+                    "policy": ir.routing.get("policy"),
+                    "assignee": ir.routing.get("assignee"),
+                    "approvals_required": ir.approvals_required,
+                },
+            )
+            notifications.notify(ir=ir, team=ir.team, event="routed")
     pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING]
     if not pending:
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
@@ -219,7 +254,7 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
                 actor=SYSTEM, verb="input.expired", call=call, input_request=ir, data={"key": ir.key}
             )
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call.pk, expired))
-        policy = expiry_action(call)
+        policy = expiry_action(call, rnd)
         if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
             Round.objects.filter(pk=rnd.pk).update(
                 status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED

@@ -1,0 +1,109 @@
+"""Routing rules, the pure part: does a rule match a request, and why (or why not).
+
+The explanation is kept with each input request so the call page can show which rule matched and why the
+ones before it did not. Tool annotations are the server's claims (read from tools/list), never facts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+OPS = ("==", "!=", "in", "not in", "exists")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a rule is matched against."""
+
+    server_slug: str
+    tool: str
+    mode: str
+    arguments: dict[str, Any]
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    matched: bool
+    why: str
+
+
+def argument(arguments: dict[str, Any], path: str) -> Any:
+    """A top-level or dotted argument (``target.environment``); _MISSING when absent."""
+    value: Any = arguments
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def check_condition(condition: Any) -> str:
+    """Why a condition is malformed, or ""."""
+    if not isinstance(condition, dict):
+        return "a condition must be an object"
+    if not isinstance(condition.get("argument"), str) or not condition["argument"]:
+        return "a condition needs an argument name"
+    if condition.get("op", "==") not in OPS:
+        return f"unknown op {condition.get('op')!r}; use one of {', '.join(OPS)}"
+    if condition.get("op") in ("in", "not in") and not isinstance(condition.get("value"), list):
+        return f"{condition['op']} needs a list value"
+    return ""
+
+
+def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
+    name, op, expected = condition["argument"], condition.get("op", "=="), condition.get("value")
+    actual = argument(arguments, name)
+    if op == "exists":
+        return Verdict(actual is not _MISSING, f"{name} {'is' if actual is not _MISSING else 'is not'} given")
+    if actual is _MISSING:
+        return Verdict(False, f"{name} is not given")
+    if op == "==":
+        ok = actual == expected
+    elif op == "!=":
+        ok = actual != expected
+    elif op == "in":
+        ok = actual in expected
+    else:
+        ok = actual not in expected
+    shown = f"{name} is {actual!r}"
+    return Verdict(ok, f"{shown} ({'' if ok else 'not '}{op} {expected!r})")
+
+
+def evaluate(rule: Any, subject: Subject) -> Verdict:
+    """Match one rule (a RoutingRule or anything with the same attributes) against a request."""
+    if not rule.enabled:
+        return Verdict(False, "disabled")
+    if rule.server_id is not None and rule.server.slug != subject.server_slug:
+        return Verdict(False, f"server is {subject.server_slug}, not {rule.server.slug}")
+    if not fnmatch.fnmatchcase(subject.tool, rule.tool_pattern or "*"):
+        return Verdict(False, f"tool {subject.tool} does not match {rule.tool_pattern}")
+    if rule.mode and rule.mode != subject.mode:
+        return Verdict(False, f"mode is {subject.mode}, not {rule.mode}")
+    reasons = [f"tool {subject.tool} matches {rule.tool_pattern or '*'}"]
+    for attribute, hint in (
+        ("destructive", "destructiveHint"),
+        ("read_only", "readOnlyHint"),
+        ("open_world", "openWorldHint"),
+    ):
+        wanted = getattr(rule, attribute)
+        if wanted is None:
+            continue
+        claimed = subject.annotations.get(hint)
+        if claimed is None:
+            return Verdict(False, f"the server does not say {hint}")
+        if bool(claimed) != wanted:
+            return Verdict(False, f"server says {hint}={str(bool(claimed)).lower()}")
+        reasons.append(f"server says {hint}={str(bool(claimed)).lower()}")
+    for condition in rule.conditions or []:
+        problem = check_condition(condition)
+        if problem:
+            return Verdict(False, f"malformed condition: {problem}")
+        verdict = holds(condition, subject.arguments)
+        if not verdict.matched:
+            return verdict
+        reasons.append(verdict.why)
+    return Verdict(True, "; ".join(reasons))
