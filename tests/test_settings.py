@@ -1,0 +1,64 @@
+"""Settings fail loudly on bad values; production settings pass Django's deployment checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.checks import run_checks
+
+from tests.live import ROOT
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_production_settings_pass_check_deploy_without_warnings() -> None:
+    result = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY="x" * 20 + "-production-secret-value-0123456789abcdef",
+        DJANGO_ALLOWED_HOSTS="hub.example.com",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DJANGO_DEBUG": "maybe"}, "DJANGO_DEBUG must be true or false"),
+        ({"DJANGO_DEBUG": "false"}, "DJANGO_SECRET_KEY"),
+        ({"ELICIT_ROUND_TTL": "soon"}, "ELICIT_ROUND_TTL must be a whole number"),
+        ({"ELICIT_EXPIRY_POLICY": "forget"}, "ELICIT_EXPIRY_POLICY must be cancel or abandon"),
+        ({"DATABASE_URL": "mysql://x@localhost/db", "REDIS_URL": "redis://127.0.0.1:6379/0"}, "PostgreSQL"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_clear_message(env: dict[str, str], message: str) -> None:
+    result = manage("check", **env)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_countdown_above_the_visibility_timeout_is_an_error(settings) -> None:
+    settings.CELERY_VISIBILITY_TIMEOUT = 100
+    settings.ELICIT_WEBHOOK_RETRY_MAX = 600
+    settings.ELICIT_MCP_RETRY_MAX = settings.CELERY_TASK_TIME_LIMIT = 30
+    errors = [e for e in run_checks() if e.id == "approvals.E001"]
+    assert len(errors) == 1 and "ELICIT_WEBHOOK_RETRY_MAX" in errors[0].msg
+    settings.ELICIT_WEBHOOK_RETRY_MAX = 60
+    assert not [e for e in run_checks() if e.id == "approvals.E001"]
