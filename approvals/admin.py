@@ -100,7 +100,8 @@ class AgentClientAdmin(admin.ModelAdmin):
 @admin.register(PersonalToken)
 class PersonalTokenAdmin(admin.ModelAdmin):
     list_display = ["user", "name", "token_prefix", "created_at", "last_used_at"]
-    fields = ["user", "name", "token_prefix", "created_at", "last_used_at"]
+    # A tuple: the same names serve as `fields` and `readonly_fields`, whose stubs want different lists.
+    fields = ("user", "name", "token_prefix", "created_at", "last_used_at")
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -188,7 +189,7 @@ class NotificationAdmin(ReadOnlyAdmin):
 
 class RoundInline(admin.TabularInline):
     model = Round
-    fields = [
+    fields = (
         "number",
         "status",
         "outcome",
@@ -197,7 +198,7 @@ class RoundInline(admin.TabularInline):
         "answered_at",
         "closed_at",
         "send_attempts",
-    ]
+    )
     readonly_fields = fields
     extra = 0
     can_delete = False

@@ -113,9 +113,9 @@ def record(
 
 def _team_of(call: ToolCall | None, input_request: InputRequest | None) -> str:
     # Call-level events carry the team the call is routed to, so a team's members find them by team alone.
-    if input_request is not None and input_request.team_id:
+    if input_request is not None and input_request.team is not None:
         return input_request.team.slug
-    if call is not None and call.server is not None and call.server.default_team_id:
+    if call is not None and call.server is not None and call.server.default_team is not None:
         return call.server.default_team.slug
     return ""
 

@@ -105,9 +105,13 @@ def _json_line(item: Mapping[str, Any]) -> bytes:
     return json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
+def _next_chunk(lines: Iterator[bytes]) -> bytes | None:
+    return next(lines, None)
+
+
 async def _in_threads(lines: Iterator[bytes]) -> AsyncIterator[bytes]:
-    step = sync_to_async(next, thread_sensitive=True)
-    while (chunk := await step(lines, None)) is not None:
+    step = sync_to_async(_next_chunk, thread_sensitive=True)
+    while (chunk := await step(lines)) is not None:
         yield chunk
 
 

@@ -22,7 +22,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -419,11 +419,11 @@ def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 
 @require_GET
 @login_required
-def export(request: HttpRequest, fmt: str) -> HttpResponse:
+def export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
     form = AuditFilterForm(request.GET)
     if not form.is_valid():
         return HttpResponse(
-            "The filters are not valid: " + "; ".join(m for ms in form.errors.values() for m in ms),
+            "The filters are not valid: " + "; ".join(str(m) for ms in form.errors.values() for m in ms),
             status=400,
             content_type="text/plain; charset=utf-8",
         )

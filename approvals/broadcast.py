@@ -111,7 +111,7 @@ def call_changed(call: ToolCall) -> None:
 def _groups_of(ir: InputRequest) -> set[str | None]:
     """The team slugs whose queues show this request: its team, and the fallback team once escalated."""
     teams: set[str | None] = {ir.team.slug if ir.team else None}
-    if ir.escalation_team_id:
+    if ir.escalation_team is not None:
         teams.add(ir.escalation_team.slug)
     return teams
 
@@ -139,17 +139,18 @@ def input_escalated(ir: InputRequest) -> None:
 
 
 def presence_changed(input_request: InputRequest, viewers: list[str]) -> None:
-    group = team_group(input_request.team.slug if input_request.team else None)
-    _send(
-        group,
-        PresenceChanged(
-            type="presence.changed",
-            input_request=str(input_request.pk),
-            viewers=viewers,
-            group=group,
-            seq=None,
-        ),
-    )
+    for team in _groups_of(input_request):
+        group = team_group(team)
+        _send(
+            group,
+            PresenceChanged(
+                type="presence.changed",
+                input_request=str(input_request.pk),
+                viewers=viewers,
+                group=group,
+                seq=None,
+            ),
+        )
 
 
 async def subscribe(channel: str, groups: Iterable[str]) -> None:

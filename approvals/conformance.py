@@ -53,8 +53,12 @@ def sample_value(prop: Any, root: dict[str, Any]) -> Any:
 
 def sample_arguments(input_schema: Any) -> dict[str, Any]:
     schema = input_schema if isinstance(input_schema, dict) else {}
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        props = {}
+    required = schema.get("required")
+    if not isinstance(required, list):
+        required = []
     return {name: sample_value(props.get(name, {}), schema) for name in required}
 
 

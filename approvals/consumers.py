@@ -1,12 +1,247 @@
-"""Websocket consumers: authenticate on connect, re-check permission per event, never write."""
+"""Websocket consumers: authenticate on connect, re-check permission per event, never write.
 
+The queue socket joins the team groups whose requests the user may answer. For each group event it
+reads the rows again *as this user* and sends a fragment rendered from the same partial templates the
+pages use, or nothing when the user may not see it. A sequence gap, or a counter that moved while
+the socket was not listening, becomes a ``resync`` notice: the page then reloads its state over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.template.loader import render_to_string
+from django.utils import translation
+from django.utils.translation.trans_real import parse_accept_lang_header
+
+from approvals import broadcast, permissions, selectors
+from approvals.models import InputRequest, Team, ToolCall
+from approvals.services import presence
+
+MAX_WATCHED_CALLS = 20
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+def _same_origin(scope: dict[str, Any]) -> bool:
+    """The Origin's host and port are the Host the socket was opened on (no cross-site sockets)."""
+    origin, host = _header(scope, b"origin"), _header(scope, b"host")
+    if not origin or not host:
+        return False
+    try:
+        return urlsplit(origin).netloc.lower() == host.lower()
+    except ValueError:
+        return False
+
+
+def _language(scope: dict[str, Any]) -> str:
+    header = _header(scope, b"accept-language")
+    for code, _q in parse_accept_lang_header(header):
+        try:
+            return translation.get_supported_language_variant(code)
+        except LookupError:
+            continue
+    return translation.get_language() or "en"
 
 
 class QueueConsumer(AsyncJsonWebsocketConsumer):
+    groups_joined: list[str]
+    seqs: dict[str, int]
+    watched: set[str]
+
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        if user is None or not user.is_authenticated or not _same_origin(self.scope):
             await self.close(code=4401)
             return
+        self.user = user
+        self.language = _language(self.scope)
+        self.groups_joined = []
+        self.seqs = {}
+        self.watched = set()
+        await self._join()
         await self.accept()
+        await self.send_json({"type": "hello", "groups": self.groups_joined})
+
+    async def disconnect(self, code: int) -> None:
+        joined = getattr(self, "groups_joined", [])
+        watched = [broadcast.call_group(call) for call in getattr(self, "watched", set())]
+        await broadcast.unsubscribe(self.channel_name, [*joined, *watched])
+
+    async def _join(self) -> None:
+        """(Re)join the user's groups and note where each sequence stands; leave groups no longer theirs."""
+        groups = await database_sync_to_async(self._allowed_groups)()
+        left = [group for group in self.groups_joined if group not in groups]
+        await broadcast.unsubscribe(self.channel_name, left)
+        await broadcast.subscribe(self.channel_name, groups)
+        current = await broadcast.acurrent_seqs(groups)
+        for group in groups:
+            self.seqs.setdefault(group, current[group])
+        self.groups_joined = groups
+
+    def _allowed_groups(self) -> list[str]:
+        user = self.user
+        if user.is_superuser:
+            slugs: list[str | None] = [*Team.objects.values_list("slug", flat=True), None]
+        else:
+            slugs = list(permissions.reviewer_teams(user).values_list("slug", flat=True).distinct())
+            if user.is_staff:
+                slugs.append(None)
+        return sorted(broadcast.team_group(slug) for slug in slugs)
+
+    # --- from the browser: never a write; only pings and which call page is open
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "ping":
+            await self._check_counters()
+        elif kind == "watch_call":
+            await self._watch_call(str(content.get("call", "")))
+
+    async def _check_counters(self) -> None:
+        """Renew the memberships (Redis may have lost them) and compare each counter with the last seen."""
+        await self._join()
+        current = await broadcast.acurrent_seqs(self.groups_joined)
+        behind = [group for group in self.groups_joined if current[group] != self.seqs.get(group)]
+        for group in behind:
+            self.seqs[group] = current[group]
+        if behind:
+            await self.send_json({"type": "resync", "reason": "counter", "groups": behind})
+        else:
+            await self.send_json({"type": "pong"})
+
+    async def _watch_call(self, call_id: str) -> None:
+        if len(self.watched) >= MAX_WATCHED_CALLS or call_id in self.watched:
+            return
+        if not await database_sync_to_async(self._may_view_call)(call_id):
+            await self.send_json({"type": "refused", "call": call_id})
+            return
+        self.watched.add(call_id)
+        group = broadcast.call_group(call_id)
+        await broadcast.subscribe(self.channel_name, [group])
+        self.seqs.setdefault(group, (await broadcast.acurrent_seqs([group]))[group])
+        await self.send_json({"type": "watching", "call": call_id})
+
+    def _may_view_call(self, call_id: str) -> bool:
+        call = ToolCall.objects.filter(pk=call_id).first() if _is_uuid(call_id) else None
+        return call is not None and permissions.can_view_call(self.user, call)
+
+    # --- group events
+
+    def _in_sequence(self, event: dict[str, Any]) -> bool:
+        group, seq = event.get("group", ""), event.get("seq")
+        last = self.seqs.get(group)
+        if isinstance(seq, int):
+            self.seqs[group] = seq
+        return isinstance(seq, int) and last is not None and seq == last + 1
+
+    async def _sequenced(self, event: dict[str, Any]) -> None:
+        if not self._in_sequence(event):
+            await self.send_json({"type": "resync", "reason": "gap", "groups": [event.get("group", "")]})
+
+    async def queue_changed(self, event: dict[str, Any]) -> None:
+        await self._sequenced(event)
+        message = await database_sync_to_async(self._card_message)(event)
+        if message:
+            await self.send_json(message)
+        if event.get("call") in self.watched:
+            await self._send_call(event["call"])
+
+    async def presence_changed(self, event: dict[str, Any]) -> None:
+        await self._sequenced(event)
+        message = await database_sync_to_async(self._presence_message)(event)
+        if message:
+            await self.send_json(message)
+
+    async def call_changed(self, event: dict[str, Any]) -> None:
+        await self._sequenced(event)
+        if event.get("call") in self.watched:
+            await self._send_call(event["call"])
+
+    async def _send_call(self, call_id: str) -> None:
+        message = await database_sync_to_async(self._call_message)(call_id)
+        await self.send_json(message or {"type": "refused", "call": call_id})
+
+    # --- rendering, as this user, in this user's language (sync: run in a thread)
+
+    def _render(self, template: str, context: dict[str, Any]) -> str:
+        with translation.override(self.language):
+            return render_to_string(template, context)
+
+    def _card_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        ids = [pk for pk in event.get("input_requests", []) if _is_uuid(pk)]
+        mine = list(
+            permissions.answerable_input_requests(self.user)
+            .filter(pk__in=ids)
+            .select_related("answered_by")
+            .defer("params")
+        )
+        if not mine:
+            return None
+        card = selectors.round_card(self.user, mine[0].round_id)
+        if card is None:
+            return None
+        viewers = presence.viewers([ir.pk for ir in card.items])
+        decided = {
+            str(ir.pk): self._render("approvals/_decided.html", {"ir": ir})
+            for ir in mine
+            if ir.status != InputRequest.Status.PENDING
+        }
+        return {
+            "type": "card",
+            "event": event.get("event"),
+            "group": event.get("group"),
+            "seq": event.get("seq"),
+            "call": str(card.call.pk),
+            "round": card.round_id,
+            "pending": len(card.pending),
+            "input_requests": [str(ir.pk) for ir in mine],
+            "decided": decided,
+            "html": self._render(
+                "approvals/_round_card.html",
+                {"card": card, "viewers": viewers, "me": self.user.get_username()},
+            ),
+        }
+
+    def _presence_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        pk = event.get("input_request", "")
+        if not _is_uuid(pk) or not permissions.answerable_input_requests(self.user).filter(pk=pk).exists():
+            return None
+        me = self.user.get_username()
+        others = [name for name in event.get("viewers", []) if name != me]
+        return {
+            "type": "presence",
+            "input_request": pk,
+            "seq": event.get("seq"),
+            "html": self._render("approvals/_presence.html", {"viewers": others}),
+        }
+
+    def _call_message(self, call_id: str) -> dict[str, Any] | None:
+        call = selectors.dashboard_call(call_id)
+        if call is None or not permissions.can_view_call(self.user, call):
+            return None
+        return {
+            "type": "call",
+            "call": call_id,
+            "status": call.status,
+            "html": self._render("approvals/_call_body.html", selectors.call_page(call)),
+        }
+
+
+def _is_uuid(value: object) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True

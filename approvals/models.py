@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
@@ -17,11 +18,16 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 
 class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=120)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+    members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
+    )
     notify_emails = models.TextField(
         blank=True,
         help_text=_("Addresses told when a request is routed here, escalated, or about to expire."),
@@ -413,6 +419,8 @@ class InputRequest(models.Model):
     mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.FORM)
     message = models.TextField(blank=True)
     requested_schema = models.JSONField(null=True, blank=True)
+    # PostgreSQL's jsonb does not keep key order: the server's order of the form's fields is kept here.
+    property_order = models.JSONField(default=list, blank=True)
     url = models.TextField(blank=True)
     params = models.JSONField(default=dict)  # the elicitation params verbatim, as the server sent them
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -469,6 +477,17 @@ class InputRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"
+
+    @property
+    def form_schema(self) -> dict:
+        """requestedSchema with its properties in the order the server sent them."""
+        schema = dict(self.requested_schema or {})
+        properties = schema.get("properties")
+        if isinstance(properties, dict) and self.property_order:
+            ordered = {key: properties[key] for key in self.property_order if key in properties}
+            ordered.update((key, value) for key, value in properties.items() if key not in ordered)
+            schema["properties"] = ordered
+        return schema
 
     def as_input_response(self) -> dict:
         """The ElicitResult sent back to the server under this request's key."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from approvals.models import AuditEvent, InputRequest, Membership, Team, ToolCall
+from approvals.models import AuditEvent, InputRequest, InputRequestQuerySet, Membership, Team, ToolCall
 
 ANSWERING_ROLES = [Membership.Role.REVIEWER, Membership.Role.ADMIN]
 
@@ -19,7 +19,7 @@ def visible_teams(user: Any) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user)
 
 
-def answerable_input_requests(user: Any) -> QuerySet[InputRequest]:
+def answerable_input_requests(user: Any) -> InputRequestQuerySet:
     """Input requests this user may answer (pending or not): their teams' and escalated ones, unrouted ones
     for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
     the URL was made for them. Membership is read on every call, so removing someone takes effect at once.

@@ -55,7 +55,8 @@ def check_condition(condition: Any) -> str:
 
 
 def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
-    name, op, expected = condition["argument"], condition.get("op", "=="), condition.get("value")
+    name, op = condition["argument"], condition.get("op", "==")
+    expected: Any = condition.get("value")  # any JSON value; a list for in / not in (see check_condition)
     actual = argument(arguments, name)
     if op == "exists":
         return Verdict(actual is not _MISSING, f"{name} {'is' if actual is not _MISSING else 'is not'} given")

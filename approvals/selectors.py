@@ -91,7 +91,7 @@ def inbox_item(ir: InputRequest) -> dict[str, Any]:
         "flags": ir.flags,
     }
     if ir.mode == InputRequest.Mode.FORM:
-        item["requested_schema"] = ir.requested_schema
+        item["requested_schema"] = ir.form_schema
     else:
         item["url"] = ir.url
     item["team"] = ir.team.slug if ir.team else None

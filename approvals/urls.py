@@ -6,4 +6,13 @@ app_name = "approvals"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("queue/list/", views.queue_list, name="queue_list"),
+    path("requests/<uuid:pk>/", views.request_detail, name="request"),
+    path("requests/<uuid:pk>/state/", views.request_state, name="request_state"),
+    path("requests/<uuid:pk>/respond/", views.respond, name="respond"),
+    path("requests/<uuid:pk>/open/", views.open_url, name="open_url"),
+    path("requests/<uuid:pk>/presence/", views.request_presence, name="presence"),
+    path("calls/<uuid:pk>/", views.call_detail, name="call"),
+    path("calls/<uuid:pk>/body/", views.call_body, name="call_body"),
+    path("recent/", views.recent, name="recent"),
 ]

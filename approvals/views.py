@@ -1,15 +1,265 @@
-"""Dashboard views: thin; parse, fetch through a permission-checking helper, call one service, render."""
+"""Dashboard views: thin; parse, fetch through a permission-checking helper, call one service, render.
+
+Every failure reaches the browser as a readable page or message: a 404 page for what the user may not
+see, the request page with the problem beside the field or at the top for a refused answer.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
 
-from approvals import selectors
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals import permissions, schema_forms, selectors, urlsafety
+from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
+from approvals.models import InputRequest, ToolCall
+from approvals.services import answers, presence
+from approvals.services.errors import AnswerInvalid, Conflict, ServiceError
+
+DECLINE_REASONS = [
+    gettext_lazy("I did not start this"),
+    gettext_lazy("The values are wrong"),
+    gettext_lazy("Not now, try again later"),
+    gettext_lazy("Someone else should decide"),
+]
+RECENT_WINDOW = timedelta(days=1)
+
+
+# --- helpers: permission checks and shared context ----------------------------------------------------
+
+
+def _get_request_for_user(user: Any, pk: UUID) -> InputRequest:
+    """The input request if this user may answer it or see its call; 404 otherwise (existence included)."""
+    ir = selectors.dashboard_request(pk)
+    if ir is None or not (permissions.can_answer(user, ir) or permissions.can_view_call(user, ir.round.call)):
+        raise Http404(_("No such input request."))
+    return ir
+
+
+def _get_call_for_user(user: Any, pk: UUID) -> ToolCall:
+    call = selectors.dashboard_call(pk)
+    if call is None or not permissions.can_view_call(user, call):
+        raise Http404(_("No such call."))
+    return call
+
+
+def _reviewer_tz(request: HttpRequest) -> str:
+    """The zone the page shows date-times in: the browser's (a cookie the page sets), else the hub's."""
+    zone = request.COOKIES.get(TZ_FIELD, "")
+    return zone if zone and schema_forms.resolve_tz(zone) is not None else settings.TIME_ZONE
+
+
+def _filters(request: HttpRequest) -> dict[str, str]:
+    mode = request.GET.get("mode", "")
+    return {
+        "server": request.GET.get("server", "")[:50],
+        "tool": request.GET.get("tool", "")[:200],
+        "mode": mode if mode in InputRequest.Mode.values else "",
+    }
+
+
+def _queue_context(request: HttpRequest) -> dict[str, Any]:
+    filters = _filters(request)
+    cards = selectors.queue_cards(request.user, **filters)
+    ids = [ir.pk for card in cards for ir in card.items]
+    return {
+        "cards": cards,
+        "filters": filters,
+        "viewers": presence.viewers(ids),
+        "pending_count": sum(len(card.pending) for card in cards),
+        "me": request.user.get_username(),
+    }
+
+
+def _request_page(
+    request: HttpRequest,
+    ir: InputRequest,
+    *,
+    form: AnswerForm | None = None,
+    notice: str = "",
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    may_answer = permissions.can_answer(request.user, ir)
+    pending = ir.status == InputRequest.Status.PENDING
+    unsupported_form = ""
+    if form is None and ir.mode == InputRequest.Mode.FORM and pending:
+        try:
+            form = answer_form(ir.form_schema, tz=_reviewer_tz(request))
+        except schema_forms.UnsupportedSchema as exc:
+            unsupported_form = "; ".join(exc.problems)
+    call = ir.round.call
+    context = {
+        "ir": ir,
+        "call": call,
+        "round": {"number": ir.round.number, "deadline": ir.round.deadline, "opened_at": ir.round.opened_at},
+        "may_answer": may_answer,
+        "pending": pending,
+        "form": form,
+        "unsupported_form": unsupported_form,
+        "url": urlsafety.analyse(ir.url, server_url=call.server.url if call.server else "")
+        if ir.mode == InputRequest.Mode.URL
+        else None,
+        "viewers": presence.viewers([ir.pk]).get(str(ir.pk), []),
+        "notice": notice,
+        "error": error,
+        "decline_reasons": DECLINE_REASONS,
+        "sensitive": "sensitive_fields" in (ir.flags or []),
+        "value_count": len(form.fields) if form else 0,
+    }
+    return render(request, "approvals/request.html", context, status=status)
+
+
+# --- pages -----------------------------------------------------------------------------------------------
 
 
 @login_required
+@require_GET
 def queue(request: HttpRequest) -> HttpResponse:
-    items = list(selectors.inbox(request.user))
-    return render(request, "approvals/queue.html", {"items": items})
+    context = _queue_context(request)
+    context["choices"] = selectors.queue_filter_choices(request.user)
+    return render(request, "approvals/queue.html", context)
+
+
+@login_required
+@require_GET
+def queue_list(request: HttpRequest) -> HttpResponse:
+    """The queue's cards alone: what a page fetches to resync after a gap or a reconnect."""
+    return render(request, "approvals/_queue_list.html", _queue_context(request))
+
+
+@login_required
+@require_GET
+def request_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
+    return _request_page(request, _get_request_for_user(request.user, pk))
+
+
+@login_required
+@require_GET
+def request_state(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """The request's decision banner alone (empty while pending), for a page resyncing."""
+    ir = _get_request_for_user(request.user, pk)
+    return render(request, "approvals/_decided.html", {"ir": ir})
+
+
+@login_required
+@require_POST
+def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
+    ir = _get_request_for_user(request.user, pk)
+    action = request.POST.get("action", "")
+    content = None
+    tz = request.POST.get(TZ_FIELD, "")
+    if action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
+        schema = ir.form_schema
+        content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
+        if errors:
+            form = answer_form(schema, tz=tz, data=request.POST, errors=errors)
+            return _request_page(request, ir, form=form, status=422)
+    try:
+        ir = answers.input_respond(
+            input_request_id=ir.pk,
+            user=request.user,
+            action=action,
+            content=content,
+            reason=request.POST.get("reason", ""),
+        )
+    except Conflict as exc:
+        ir.refresh_from_db()
+        return _request_page(request, ir, form=_kept(ir, request), notice=exc.message, status=409)
+    except AnswerInvalid as exc:
+        form = answer_form(
+            ir.form_schema, tz=request.POST.get(TZ_FIELD, ""), data=request.POST, errors=exc.fields
+        )
+        return _request_page(request, ir, form=form, status=422)
+    except ServiceError as exc:
+        return _request_page(request, ir, form=_kept(ir, request), error=exc.message, status=exc.status)
+    messages.success(request, _sent_message(ir))
+    return redirect("approvals:queue")
+
+
+@login_required
+@require_POST
+def open_url(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """URL mode: record the consent, then send this (new) tab on to the page. Never opened otherwise."""
+    ir = _get_request_for_user(request.user, pk)
+    call = ir.round.call
+    analysis = urlsafety.analyse(ir.url, server_url=call.server.url if call.server else "")
+    if ir.mode != InputRequest.Mode.URL or not analysis.openable:
+        return _request_page(request, ir, error=analysis.refused or _("This request has no page to open."))
+    try:
+        answers.input_respond(input_request_id=ir.pk, user=request.user, action=InputRequest.Action.ACCEPT)
+    except Conflict as exc:
+        ir.refresh_from_db()
+        return _request_page(request, ir, notice=exc.message, status=409)
+    except ServiceError as exc:
+        return _request_page(request, ir, error=exc.message, status=exc.status)
+    response = HttpResponseRedirect(analysis.url, status=303)
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+@login_required
+@require_POST
+def request_presence(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """The open request page says "I am looking" every few seconds, and "I left" when it closes."""
+    ir = _get_request_for_user(request.user, pk)
+    if request.POST.get("leave"):
+        # Leaving always counts, also after the request was answered (the reviewer who answered it leaves).
+        viewers = presence.presence_leave(input_request=ir, user=request.user)
+    elif permissions.can_answer(request.user, ir) and ir.status == InputRequest.Status.PENDING:
+        viewers = presence.presence_touch(input_request=ir, user=request.user)
+    else:
+        return HttpResponse(status=204)
+    others = [name for name in viewers if name != request.user.get_username()]
+    return render(request, "approvals/_presence.html", {"viewers": others})
+
+
+@login_required
+@require_GET
+def call_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
+    call = _get_call_for_user(request.user, pk)
+    return render(request, "approvals/call.html", selectors.call_page(call))
+
+
+@login_required
+@require_GET
+def call_body(request: HttpRequest, pk: UUID) -> HttpResponse:
+    call = _get_call_for_user(request.user, pk)
+    return render(request, "approvals/_call_body.html", selectors.call_page(call))
+
+
+@login_required
+@require_GET
+def recent(request: HttpRequest) -> HttpResponse:
+    calls = selectors.recent_calls(request.user, since=timezone.now() - RECENT_WINDOW)[:500]
+    return render(request, "approvals/recent.html", {"calls": calls})
+
+
+def _kept(ir: InputRequest, request: HttpRequest) -> AnswerForm | None:
+    """What the reviewer typed, shown again (read-only) when the answer could not be recorded."""
+    if ir.mode != InputRequest.Mode.FORM:
+        return None
+    try:
+        return answer_form(ir.form_schema, tz=request.POST.get(TZ_FIELD, ""), data=request.POST)
+    except schema_forms.UnsupportedSchema:
+        return None
+
+
+def _sent_message(ir: InputRequest) -> str:
+    call = ir.round.call
+    values = {"server": call.server_name, "tool": call.tool, "key": ir.key}
+    if ir.action == InputRequest.Action.ACCEPT:
+        return _("Approved “%(key)s”: sent to %(server)s, which continues %(tool)s.") % values
+    if ir.action == InputRequest.Action.DECLINE:
+        return _("Declined “%(key)s”: %(server)s is told no.") % values
+    return _("Dismissed “%(key)s” without deciding.") % values

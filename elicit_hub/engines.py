@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -225,7 +226,9 @@ def _grant_traversal(path: Path, *, recursive: bool = False) -> None:
 
 
 def _run(args: list, run_as: pwd.struct_passwd | None, *, check: bool = True) -> None:
-    kwargs = {"user": run_as.pw_uid, "group": run_as.pw_gid, "extra_groups": []} if run_as else {}
+    kwargs: dict[str, Any] = (
+        {"user": run_as.pw_uid, "group": run_as.pw_gid, "extra_groups": []} if run_as else {}
+    )
     result = subprocess.run(
         [str(a) for a in args], capture_output=True, text=True, check=False, cwd="/", **kwargs
     )

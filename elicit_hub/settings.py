@@ -86,6 +86,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Daphne serves no static files; WhiteNoise does, from the app and project static folders.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -193,6 +195,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "var" / "static"
+WHITENOISE_USE_FINDERS = True  # no collectstatic step needed; `collectstatic` still works for a CDN
 
 # --- security: strict unless DEBUG -----------------------------------------------------------------------
 

@@ -145,3 +145,13 @@ def test_credential_fields_are_flagged_to_reviewers(hub: Hub) -> None:
     hub.agent.post("/relays", {"server": "demo", "tool": "t", "input_requests": {"key": secret}})
     (item,) = hub.reviewer.inbox()
     assert item["flags"] == ["sensitive_fields"]
+
+
+def test_form_fields_keep_the_servers_order(hub: Hub) -> None:
+    # PostgreSQL's jsonb sorts object keys; reviewers must still see the fields as the server ordered them.
+    order = ["zone", "approver_email", "a", "middle_name"]
+    schema = {"type": "object", "properties": {key: {"type": "string"} for key in order}}
+    request = {"method": "elicitation/create", "params": {"message": "Fill in", "requestedSchema": schema}}
+    hub.agent.post("/relays", {"server": "demo", "tool": "t", "input_requests": {"form": request}})
+    (item,) = hub.reviewer.inbox()
+    assert list(item["requested_schema"]["properties"]) == order

@@ -11,6 +11,12 @@ from approvals.models import AgentClient, PersonalToken
 from approvals.services import tokens
 
 
+class AgentRequest(HttpRequest):
+    """The request an ``agent_auth`` endpoint receives: django-ninja sets ``auth`` to the agent."""
+
+    auth: AgentClient
+
+
 class AgentToken(HttpBearer):
     openapi_description = "An agent token from `manage.py create_agent`."
 

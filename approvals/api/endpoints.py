@@ -14,7 +14,7 @@ from ninja.errors import Throttled as NinjaThrottled
 from ninja.throttling import AuthRateThrottle
 
 from approvals import broadcast, selectors
-from approvals.api.auth import agent_auth, reviewer_auth
+from approvals.api.auth import AgentRequest, agent_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, ErrorOut, RelayIn, RespondIn
 from approvals.models import ToolCall
 from approvals.services import answers, calls
@@ -97,7 +97,7 @@ def _created(call: ToolCall, base: str) -> Created:
 
 
 @api.post("/calls", auth=agent_auth, response={200: Created, 202: Created, **ERRORS}, tags=["agents"])
-def call_create(request: HttpRequest, payload: CallIn) -> Status:
+def call_create(request: AgentRequest, payload: CallIn) -> Status:
     """Ask the hub to call a tool. The same idempotency_key from the same agent returns the existing call."""
     call, created = calls.call_submit(
         agent=request.auth,
@@ -122,21 +122,21 @@ async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCal
 
 
 @api.get("/calls/{call_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-async def call_get(request: HttpRequest, call_id: UUID, wait: int = 0) -> dict:
+async def call_get(request: AgentRequest, call_id: UUID, wait: int = 0) -> dict:
     """The call. With ``wait`` (seconds, at most 60) it answers once the call is final, or after ``wait``."""
     call = await _long_poll(request.auth, call_id, ToolCall.Kind.CALL, wait)
     return selectors.call_detail(call)
 
 
 @api.post("/calls/{call_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-def call_cancel(request: HttpRequest, call_id: UUID) -> dict:
+def call_cancel(request: AgentRequest, call_id: UUID) -> dict:
     """Give up: pending input requests are cancelled and the call ends ``cancelled``."""
     calls.call_cancel(agent=request.auth, call_id=call_id)
     return selectors.call_detail(_own_call(request.auth, call_id, ToolCall.Kind.CALL))
 
 
 @api.post("/relays", auth=agent_auth, response={200: Created, 201: Created, **ERRORS}, tags=["agents"])
-def relay_create(request: HttpRequest, payload: RelayIn) -> Status:
+def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
     """Hand over input requests the agent received itself; the hub collects the answers for it."""
     call, created = calls.relay_submit(
         agent=request.auth,
@@ -153,14 +153,14 @@ def relay_create(request: HttpRequest, payload: RelayIn) -> Status:
 
 
 @api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-async def relay_get(request: HttpRequest, relay_id: UUID, wait: int = 0) -> dict:
+async def relay_get(request: AgentRequest, relay_id: UUID, wait: int = 0) -> dict:
     """The relay; ``input_responses`` is null until every request is answered (or the relay expired)."""
     call = await _long_poll(request.auth, relay_id, ToolCall.Kind.RELAY, wait)
     return selectors.relay_detail(call)
 
 
 @api.post("/relays/{relay_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-def relay_cancel(request: HttpRequest, relay_id: UUID) -> dict:
+def relay_cancel(request: AgentRequest, relay_id: UUID) -> dict:
     calls.call_cancel(agent=request.auth, call_id=relay_id)
     return selectors.relay_detail(_own_call(request.auth, relay_id, ToolCall.Kind.RELAY))
 

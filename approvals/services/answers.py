@@ -53,6 +53,7 @@ def validate_answer(ir: InputRequest, action: str, content: Any) -> dict[str, An
     errors = schema_forms.validate(ir.requested_schema or {}, content)
     if errors:
         raise AnswerInvalid("The answer does not match the requested schema.", fields=errors)
+    assert isinstance(content, dict)  # validate() reports anything but an object
     return content
 
 

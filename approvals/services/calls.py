@@ -17,7 +17,7 @@ from approvals.services import webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
 
-FINAL_EVENT = {
+FINAL_EVENT: dict[str, str] = {
     ToolCall.Status.COMPLETED: "call.completed",
     ToolCall.Status.FAILED: "call.failed",
     ToolCall.Status.EXPIRED: "call.expired",

@@ -4,6 +4,7 @@ team as well, and teams are told before a round expires."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import transaction
@@ -27,9 +28,13 @@ def escalate_due(*, now: datetime) -> int:
     )
     escalated = 0
     for ir in candidates:
-        if ir.created_at + timedelta(seconds=ir.policy.escalate_after) > now:
+        policy = ir.policy
+        # The query above only yields requests whose policy names both a delay and a fallback team.
+        assert policy is not None and policy.escalate_after is not None
+        assert policy.escalation_team is not None
+        if ir.created_at + timedelta(seconds=policy.escalate_after) > now:
             continue
-        fallback = ir.policy.escalation_team
+        fallback = policy.escalation_team
         with transaction.atomic():
             if not InputRequest.objects.filter(
                 pk=ir.pk, status=InputRequest.Status.PENDING, escalated_at__isnull=True
@@ -46,11 +51,11 @@ def escalate_due(*, now: datetime) -> int:
                     "key": ir.key,
                     "from": ir.team.slug if ir.team else None,
                     "to": fallback.slug,
-                    "after_seconds": ir.policy.escalate_after,
+                    "after_seconds": policy.escalate_after,
                 },
             )
             notifications.notify(ir=ir, team=fallback, event="escalated")
-            transaction.on_commit(lambda ir=ir: broadcast.input_escalated(ir))
+            transaction.on_commit(partial(broadcast.input_escalated, ir))
         escalated += 1
     return escalated
 

@@ -6,6 +6,7 @@ name as the hub knows it, the tool and the message, and a link; never arguments 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import httpx
@@ -42,7 +43,7 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
         )
         if created:
             notice_id = notice.pk
-            transaction.on_commit(lambda notice_id=notice_id: tasks.send_notification.delay(notice_id))
+            transaction.on_commit(partial(tasks.send_notification.delay, notice_id))
 
 
 def _text(notice: Notification) -> tuple[str, str]:

@@ -68,7 +68,9 @@ def url_problem(url: object) -> str:
 
 def _describe(key: str, request: dict[str, Any]) -> InputRequest:
     """An unsaved InputRequest for one entry of inputRequests, marked unsupported when it cannot be shown."""
-    params = request.get("params") if isinstance(request.get("params"), dict) else {}
+    params = request.get("params")
+    if not isinstance(params, dict):
+        params = {}
     mode = params.get("mode") or "form"
     ir = InputRequest(
         key=key,
@@ -89,6 +91,8 @@ def _describe(key: str, request: dict[str, Any]) -> InputRequest:
         schema = params.get("requestedSchema")
         problems = schema_forms.check_schema(schema)
         ir.requested_schema = schema if isinstance(schema, dict) else {}
+        if isinstance(ir.requested_schema.get("properties"), dict):
+            ir.property_order = list(ir.requested_schema["properties"])
         problem = "; ".join(problems)
         if not problem and schema_forms.sensitive_fields(schema):
             ir.flags = ["sensitive_fields"]

@@ -152,6 +152,8 @@ def call_send(*, call_id: Any) -> float | None:
                 return None
             if settings.ELICIT_FAULT_PAUSE_BEFORE_SEND:
                 time.sleep(settings.ELICIT_FAULT_PAUSE_BEFORE_SEND)
+            # _claim only yields hub-driven calls, and the database refuses one of those without a server.
+            assert send.call.server is not None
             try:
                 outcome = mcp.run(
                     mcp.call_tool(
@@ -177,7 +179,7 @@ def _transient(send: Send, exc: mcp.McpError) -> float | None:
         _fail(send, exc, note=f" (gave up after {send.attempts} attempts)")
         return None
     backoff = min(settings.ELICIT_MCP_RETRY_MAX, settings.ELICIT_MCP_RETRY_BASE * 2 ** (send.attempts - 1))
-    countdown = max(exc.retry_after or 0, backoff * random.uniform(0.5, 1.0))
+    countdown: float = max(exc.retry_after or 0, backoff * random.uniform(0.5, 1.0))
     countdown = min(countdown, settings.ELICIT_MCP_RETRY_MAX)
     logger.warning("call %s: %s; retrying in %.1f s", send.call.pk, exc.code, countdown)
     with transaction.atomic():

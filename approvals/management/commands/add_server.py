@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.core.validators import URLValidator, ValidationError
+from django.core.validators import URLValidator
 
 from approvals.models import McpServer, Team
 

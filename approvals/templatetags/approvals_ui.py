@@ -1,0 +1,179 @@
+"""Template helpers for text that comes from servers and agents: shown in full, escaped, never linked."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import escape, json_script
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+
+from approvals import schema_forms
+
+register = template.Library()
+
+# Characters that change how text reads without being visible: bidi overrides and isolates, zero-width
+# characters, the BOM. Shown as a visible code so "gpj.exe" reversed by U+202E cannot pass unnoticed.
+_CONTROLS = {
+    *range(0x200B, 0x2010),  # zero-width space/joiners, LRM, RLM
+    *range(0x202A, 0x202F),  # embeddings and overrides
+    *range(0x2060, 0x2065),  # word joiner, invisible operators
+    *range(0x2066, 0x206A),  # isolates
+    0x061C,  # Arabic letter mark
+    0xFEFF,
+    0x00AD,  # soft hyphen
+}
+
+FOLD_LINES = 12
+FOLD_CHARS = 1200
+
+
+def _reveal(text: str) -> str:
+    out = []
+    for char in text:
+        code = ord(char)
+        if code in _CONTROLS or (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
+            out.append(f'<span class="ctl" title="U+{code:04X}">U+{code:04X}</span>')
+        else:
+            out.append(escape(char))
+    return "".join(out)
+
+
+@register.filter
+def reveal(value: Any) -> SafeString:
+    """Escape the text and show invisible and direction-changing characters as visible codes."""
+    return mark_safe(_reveal("" if value is None else str(value)))  # noqa: S308  (every char escaped)
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+@register.filter
+def is_long(text: str) -> bool:
+    return text.count("\n") >= FOLD_LINES or len(text) > FOLD_CHARS
+
+
+@register.filter
+def head(text: str) -> str:
+    """The first lines of a long text, for the folded view (the full text is one click away)."""
+    return "\n".join(text.splitlines()[:FOLD_LINES])[:FOLD_CHARS]
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    return mapping.get(str(key), []) if isinstance(mapping, dict) else []
+
+
+@register.simple_tag
+def optional_url(name: str, fallback: str) -> str:
+    """reverse(name), or `fallback` while the page it names does not exist yet."""
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return fallback
+
+
+@register.filter
+def excerpt(value: Any, length: int = 140) -> str:
+    """The first line of a server's message, cut to `length` characters."""
+    text = ("" if value is None else str(value)).strip()
+    first = text.splitlines()[0] if text else ""
+    if len(first) > length or first != text:
+        return first[:length].rstrip() + "…"
+    return first
+
+
+@register.filter
+def without(names: Any, name: str) -> list[str]:
+    return [item for item in names or [] if item != name]
+
+
+@register.filter
+def suggested(field: Any) -> str:
+    """The server's default as a reviewer reads it ("" when there is none worth showing)."""
+    default = field.default
+    if default is None or default == "" or default == []:
+        return ""
+    if isinstance(default, bool):
+        return str(_("yes") if default else _("no"))
+    labels = dict(field.choices)
+    if isinstance(default, list):
+        return ", ".join(str(labels.get(item, item)) for item in default)
+    return str(labels.get(default, default))
+
+
+@register.filter
+def answer_items(ir: Any) -> list[tuple[str, Any]]:
+    """(key, value) pairs of an accepted answer, with values of credential-like fields hidden."""
+    if not isinstance(ir.content, dict):
+        return []
+    secret = set(schema_forms.sensitive_fields(ir.form_schema))
+    return [(key, _("(hidden)") if key in secret else value) for key, value in ir.content.items()]
+
+
+@register.filter
+def show_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(_("yes") if value else _("no"))
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return str(value)
+
+
+@register.filter
+def server_claims(call: Any) -> list[str]:
+    """What the server says about its tool (annotations): claims, not facts."""
+    tool = call.server.tool(call.tool) if call.server else None
+    hints = (tool or {}).get("annotations") or {}
+    claims = []
+    if hints.get("destructiveHint"):
+        claims.append(str(_("may make destructive changes")))
+    if hints.get("readOnlyHint"):
+        claims.append(str(_("only reads")))
+    if hints.get("idempotentHint"):
+        claims.append(str(_("is safe to repeat")))
+    if hints.get("openWorldHint"):
+        claims.append(str(_("reaches outside systems")))
+    return claims
+
+
+def _ui_strings() -> dict[str, str]:
+    return {
+        "live": _("Live"),
+        "reconnecting": _("Reconnecting…"),
+        "updated": _("Updated %(ago)s ago"),
+        "left": _("%(time)s left"),
+        "expired": _("Deadline passed"),
+        "waiting": _("waiting %(time)s"),
+        "newRequest": _("New request from %(server)s: %(tool)s"),
+        "decided": _("A request was answered"),
+        "problem": _("There is a problem"),
+        "required": _("This field is required"),
+        "wholeNumber": _("Enter a whole number"),
+        "number": _("Enter a number"),
+        "atLeast": _("Must be at least %(limit)s"),
+        "atMost": _("Must be at most %(limit)s"),
+        "minLength": _("Enter at least %(count)s characters"),
+        "maxLength": _("Enter at most %(count)s characters"),
+        "minItems": _("Choose at least %(count)s options"),
+        "maxItems": _("Choose at most %(count)s options"),
+        "email": _("Enter an email address like name@example.com"),
+        "url": _("Enter a full web address like https://example.com"),
+        "date": _("Enter a real date as YYYY-MM-DD"),
+        "datetime": _("Enter a date and time, like 2026-12-02 10:30"),
+        "sending": _("Sending…"),
+        "opened": _("Opened in a new tab. Waiting for the server…"),
+        "locked": _("This request was answered elsewhere; the form is locked. What you typed is kept."),
+        "newCount": _("%(count)s new"),
+    }
+
+
+@register.simple_tag
+def ui_strings() -> str:
+    """The page script's own words, translated like every other hub string."""
+    return json_script(_ui_strings(), "ui-strings")

@@ -1,0 +1,547 @@
+/* Elicit Hub dashboard: live queue, countdowns, client-side checks, keyboard shortcuts.
+   No build step. Pages work without this script; it adds live updates and comfort. */
+(function () {
+  "use strict";
+
+  const T = JSON.parse(document.getElementById("ui-strings")?.textContent || "{}");
+  const fmt = (text, values) => String(text || "").replace(/%\((\w+)\)s/g, (_, key) => values[key] ?? "");
+  const $ = (sel, root) => (root || document).querySelector(sel);
+  const $$ = (sel, root) => Array.from((root || document).querySelectorAll(sel));
+  const lang = document.documentElement.lang || navigator.language;
+  const locale = navigator.language || lang;
+
+  // The browser's time zone, for the server to show and read date-times in (see views._reviewer_tz).
+  try {
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    if (zone && /^[A-Za-z0-9_+\-/]+$/.test(zone)) document.cookie = `tz=${zone}; path=/; SameSite=Lax; max-age=31536000`;
+  } catch (e) { /* no Intl: the server's zone stays */ }
+
+  function announce(text) {
+    const region = $("#announcer");
+    if (!region) return;
+    region.textContent = "";
+    window.setTimeout(() => { region.textContent = text; }, 50);
+  }
+
+  // --- times: local format, countdowns, waiting times ------------------------------------------
+
+  function duration(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+    const nf = new Intl.NumberFormat(locale, { minimumIntegerDigits: 2 });
+    if (h) return `${new Intl.NumberFormat(locale).format(h)}:${nf.format(m)}:${nf.format(sec)}`;
+    return `${new Intl.NumberFormat(locale).format(m)}:${nf.format(sec)}`;
+  }
+
+  function localiseTimes(root) {
+    const df = new Intl.DateTimeFormat(locale, { dateStyle: "medium", timeStyle: "medium" });
+    $$("time[data-local-time]", root).forEach((el) => {
+      const when = new Date(el.getAttribute("datetime"));
+      if (!isNaN(when)) { el.textContent = df.format(when); el.title = el.getAttribute("datetime"); }
+    });
+  }
+
+  function tick() {
+    const now = Date.now();
+    if (status && status.dataset.state === "down" && live.lastMessage) {
+      status.textContent = `${T.reconnecting} ${fmt(T.updated, { ago: duration(now - live.lastMessage) })}`;
+    }
+    $$("[data-countdown]").forEach((el) => {
+      const left = new Date(el.dataset.countdown).getTime() - now;
+      el.textContent = left > 0 ? fmt(T.left, { time: duration(left) }) : T.expired;
+      el.classList.toggle("is-urgent", left > 0 && left < 5 * 60 * 1000);
+    });
+    $$("[data-since]").forEach((el) => {
+      el.textContent = fmt(T.waiting, { time: duration(now - new Date(el.dataset.since).getTime()) });
+    });
+  }
+
+  // --- live connection ------------------------------------------------------------------------------
+
+  const live = { socket: null, retry: 0, lastMessage: 0, pingTimer: null, up: false };
+  const status = $("#live-status");
+  const banner = $("#live-banner");
+
+  function setLive(up) {
+    live.up = up;
+    document.body.classList.toggle("is-offline", !up);
+    if (status) {
+      status.dataset.state = up ? "live" : "down";
+      status.textContent = up ? T.live : T.reconnecting;
+    }
+    if (banner) banner.hidden = up;
+  }
+
+  function connect() {
+    const path = document.body.dataset.liveUrl;
+    if (!path || !("WebSocket" in window)) return;
+    const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + path;
+    const socket = new WebSocket(url);
+    live.socket = socket;
+    socket.addEventListener("message", (e) => {
+      live.lastMessage = Date.now();
+      let message;
+      try { message = JSON.parse(e.data); } catch (err) { return; }
+      handle(message);
+    });
+    socket.addEventListener("close", () => {
+      if (live.socket !== socket) return;
+      setLive(false);
+      window.clearInterval(live.pingTimer);
+      const delay = Math.min(10000, 500 * 2 ** live.retry++);
+      window.setTimeout(connect, delay);
+    });
+  }
+
+  function send(message) {
+    if (live.socket && live.socket.readyState === WebSocket.OPEN) live.socket.send(JSON.stringify(message));
+  }
+
+  function handle(message) {
+    switch (message.type) {
+      case "hello":
+        live.retry = 0;
+        setLive(true);
+        live.pingTimer = window.setInterval(() => send({ type: "ping" }), 10000);
+        const callPage = $("[data-call-page]");
+        if (callPage) send({ type: "watch_call", call: callPage.dataset.callPage });
+        resync(); // whatever happened while the page had no socket
+        break;
+      case "resync": resync(); break;
+      case "card": onCard(message); break;
+      case "presence":
+        $$(`[data-presence-for="${message.input_request}"]`).forEach((el) => { el.innerHTML = message.html; });
+        break;
+      case "call": onCall(message); break;
+      default: break;
+    }
+  }
+
+  function fetchHtml(url) {
+    return fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then((r) => (r.ok ? r.text() : Promise.reject(r.status)));
+  }
+
+  function resync() {
+    const queue = $("[data-queue]");
+    if (queue) {
+      fetchHtml(queue.dataset.listUrl + location.search).then((html) => {
+        const list = $("[data-queue-list]", queue);
+        const wrapper = document.createElement("div");
+        wrapper.innerHTML = html;
+        const fresh = wrapper.firstElementChild;
+        const selected = $(".request-row.is-selected", queue)?.dataset.request;
+        list.replaceWith(fresh);
+        localiseTimes(fresh);
+        if (selected) select($(`[data-request="${selected}"]`, fresh));
+        updateCount();
+      }).catch(() => {});
+    }
+    const review = $("[data-review]");
+    if (review && review.hasAttribute("data-open-request")) {
+      fetchHtml(review.dataset.stateUrl).then((html) => {
+        if (html.trim()) lockReview(html);
+      }).catch(() => {});
+    }
+    const callPage = $("[data-call-page]");
+    if (callPage) {
+      fetchHtml(callPage.dataset.bodyUrl).then((html) => { callPage.innerHTML = html; localiseTimes(callPage); });
+    }
+  }
+
+  function matchesFilters(card) {
+    const queue = $("[data-queue]");
+    const { filterServer, filterTool, filterMode } = queue.dataset;
+    if (filterServer && card.dataset.server !== filterServer) return false;
+    if (filterTool && card.dataset.tool !== filterTool) return false;
+    if (filterMode && !card.dataset.modes.split(" ").includes(filterMode)) return false;
+    return true;
+  }
+
+  function onCard(message) {
+    const queue = $("[data-queue]");
+    if (queue) {
+      const wrapper = document.createElement("div");
+      wrapper.innerHTML = message.html;
+      const card = wrapper.firstElementChild;
+      const existing = $(`#round-${message.round}`, queue);
+      localiseTimes(card);
+      if (existing) {
+        const selected = $(".request-row.is-selected", existing)?.dataset.request;
+        existing.replaceWith(card);
+        if (selected) select($(`[data-request="${selected}"]`, card));
+        if (!message.pending) fold(card);
+        if (message.event !== "round.opened") announce(T.decided);
+      } else if (message.pending && matchesFilters(card)) {
+        // Oldest first: a new round goes to the end, so nothing moves under the pointer or the focus.
+        const list = $("[data-queue-list]", queue);
+        $("[data-empty]", list)?.remove();
+        card.classList.add("is-new");
+        list.appendChild(card);
+        const server = $(".server-name", card)?.textContent || "";
+        const tool = $(".tool", card)?.textContent || "";
+        announce(fmt(T.newRequest, { server, tool }));
+        showNewPill(card);
+      }
+      updateCount();
+    }
+    const review = $("[data-review]");
+    if (review && message.decided && message.decided[review.dataset.request]) {
+      lockReview(message.decided[review.dataset.request]);
+    }
+    const callPage = $("[data-call-page]");
+    if (callPage && callPage.dataset.callPage === message.call) {
+      fetchHtml(callPage.dataset.bodyUrl).then((html) => { callPage.innerHTML = html; localiseTimes(callPage); });
+    }
+  }
+
+  function showNewPill(card) {
+    const pill = $("[data-new-pill]");
+    if (!pill) return;
+    const rect = card.getBoundingClientRect();
+    if (rect.top < window.innerHeight) return; // visible already
+    const count = (Number(pill.dataset.count) || 0) + 1;
+    pill.dataset.count = count;
+    pill.textContent = fmt(T.newCount, { count });
+    pill.hidden = false;
+    pill.onclick = () => { pill.hidden = true; pill.dataset.count = 0; card.scrollIntoView({ behavior: "smooth" }); };
+  }
+
+  function fold(card) {
+    // Decided elsewhere: stays greyed with who decided, then folds away.
+    window.setTimeout(() => {
+      if (Number(card.dataset.pending)) return;
+      if (card.contains(document.activeElement)) return; // never pull content from under the focus
+      card.classList.add("is-folding");
+      window.setTimeout(() => { card.remove(); updateCount(); ensureEmpty(); }, 450);
+    }, 4000);
+  }
+
+  function ensureEmpty() {
+    const list = $("[data-queue-list]");
+    if (list && !$(".card", list) && !$("[data-empty]", list)) {
+      fetchHtml($("[data-queue]").dataset.listUrl + location.search).then((html) => {
+        const wrapper = document.createElement("div");
+        wrapper.innerHTML = html;
+        list.replaceWith(wrapper.firstElementChild);
+      }).catch(() => {});
+    }
+  }
+
+  function updateCount() {
+    const queue = $("[data-queue]");
+    if (!queue) return;
+    const count = $$("[data-pending-request]", queue).length;
+    const badge = $("[data-pending-count]");
+    if (badge) badge.textContent = String(count);
+    document.title = (count ? `(${count}) ` : "") + queue.dataset.title + " · Elicit Hub";
+  }
+
+  function onCall(message) {
+    const callPage = $("[data-call-page]");
+    if (callPage && callPage.dataset.callPage === message.call && message.html) {
+      callPage.innerHTML = message.html;
+      localiseTimes(callPage);
+    }
+  }
+
+  // --- the request page --------------------------------------------------------------------------
+
+  function lockReview(decidedHtml) {
+    const review = $("[data-review]");
+    if (!review || !review.hasAttribute("data-open-request")) return;
+    review.removeAttribute("data-open-request");
+    review.classList.add("is-locked");
+    const slot = $("[data-decided-slot]", review);
+    slot.innerHTML = decidedHtml;
+    localiseTimes(slot);
+    const body = $("[data-form-body]", review);
+    if (body) body.disabled = true; // keeps what was typed, visible
+    $$("[data-decision] button, [data-decision] fieldset", review).forEach((el) => { el.disabled = true; });
+    const decline = $("[data-decline]", review);
+    if (decline) { decline.open = false; decline.inert = true; }
+    $$("[data-presence-for]", review).forEach((el) => { el.innerHTML = ""; });
+    $$(".status-line", review).forEach((el) => { el.hidden = true; });
+    const note = document.createElement("p");
+    note.className = "notice";
+    note.setAttribute("role", "status");
+    note.textContent = T.locked;
+    slot.appendChild(note);
+    announce(slot.textContent.trim());
+    $("[data-presence-beat]")?.remove();
+    sendPresence(true);
+  }
+
+  // Approving never happens within a second of the request appearing or changing.
+  function armApprove() {
+    const review = $("[data-review]");
+    if (!review || !review.hasAttribute("data-open-request")) return;
+    $$("[data-approve]").forEach((button) => {
+      if (button.disabled) return;
+      button.disabled = true;
+      window.setTimeout(() => {
+        if (review.hasAttribute("data-open-request")) button.disabled = false;
+      }, 1000);
+    });
+  }
+
+  function sendingState(form) {
+    const decision = $("[data-decision]");
+    // After the browser has read the form: disabling first would drop the submitter from the data.
+    window.setTimeout(() => {
+      if (!decision) return;
+      decision.classList.add("is-sending");
+      $$("button", decision).forEach((b) => { b.disabled = true; });
+      const approve = $("[data-approve]", decision);
+      if (approve && form.id === "answer-form") approve.textContent = T.sending;
+    }, 0);
+  }
+
+  function presenceUrl() {
+    const review = $("[data-review]");
+    return review ? review.dataset.presenceUrl : null;
+  }
+
+  function sendPresence(leave) {
+    const url = presenceUrl();
+    const token = $("input[name=csrfmiddlewaretoken]")?.value;
+    if (!url || !token || !leave) return;
+    const data = new FormData();
+    data.append("csrfmiddlewaretoken", token);
+    data.append("leave", "1");
+    navigator.sendBeacon?.(url, data);
+  }
+
+  function startPresence() {
+    // The heartbeat itself is declarative (hx-post every 10 s on [data-presence-beat]); leaving is not.
+    const review = $("[data-review]");
+    if (!review || !review.hasAttribute("data-open-request")) return;
+    window.addEventListener("pagehide", () => sendPresence(true));
+  }
+
+  // --- client-side checks: the same rules the server applies (schema_forms.clean) --------------------
+
+  const INTEGER = /^[+-]?\d+$/;
+  const DECIMAL = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,4})?$/;
+
+  function checkField(field) {
+    const d = field.dataset;
+    const kind = d.kind;
+    const inputs = $$(`[name="${CSS.escape(d.name)}"]`, field);
+    if (kind === "boolean") return "";
+    if (kind === "multi_select") {
+      const count = inputs.filter((i) => i.checked).length;
+      if (d.minItems && count < Number(d.minItems) && (count > 0 || "required" in d)) return fmt(T.minItems, { count: d.minItems });
+      if (d.maxItems && count > Number(d.maxItems)) return fmt(T.maxItems, { count: d.maxItems });
+      return "";
+    }
+    if (kind === "single_select") {
+      const value = inputs.length === 1 && inputs[0].tagName === "SELECT" ? inputs[0].value : (inputs.find((i) => i.checked)?.value || "");
+      return value === "" && "required" in d ? T.required : "";
+    }
+    const input = inputs[0];
+    const value = input.value.replace(/\r\n?/g, "\n").trim();
+    if (value === "") return "required" in d ? T.required : "";
+    if (kind === "integer" || kind === "number") {
+      if (kind === "integer" ? !INTEGER.test(value) : !DECIMAL.test(value)) return kind === "integer" ? T.wholeNumber : T.number;
+      const n = Number(value);
+      if (d.minimum !== undefined && n < Number(d.minimum)) return fmt(T.atLeast, { limit: d.minimum });
+      if (d.maximum !== undefined && n > Number(d.maximum)) return fmt(T.atMost, { limit: d.maximum });
+      return "";
+    }
+    const length = Array.from(value).length;
+    if (d.minLength && length < Number(d.minLength)) return fmt(T.minLength, { count: d.minLength });
+    if (d.maxLength && length > Number(d.maxLength)) return fmt(T.maxLength, { count: d.maxLength });
+    if (!input.checkValidity()) return T[kind] || T.required; // email, url, date, datetime-local
+    return "";
+  }
+
+  function showErrors(form, problems) {
+    const slot = $("[data-error-summary-slot]", form);
+    $$("[data-field]", form).forEach((field) => {
+      const message = problems.get(field) || "";
+      field.classList.toggle("has-error", !!message);
+      const error = $("[data-field-error]", field);
+      error.textContent = message;
+      error.hidden = !message;
+      const target = $(`#${CSS.escape(field.dataset.inputId)}`, field);
+      if (target) {
+        const hint = `${field.dataset.inputId}-hint`;
+        target.setAttribute("aria-describedby", message ? `${hint} ${error.id}` : hint);
+        if (message) target.setAttribute("aria-invalid", "true"); else target.removeAttribute("aria-invalid");
+      }
+    });
+    if (!problems.size) { slot.innerHTML = ""; return; }
+    const box = document.createElement("div");
+    box.className = "error-summary";
+    box.setAttribute("role", "alert");
+    box.tabIndex = -1;
+    const title = document.createElement("h2");
+    title.textContent = T.problem;
+    const list = document.createElement("ul");
+    problems.forEach((message, field) => {
+      const item = document.createElement("li");
+      const link = document.createElement("a");
+      link.href = "#" + field.dataset.inputId;
+      const label = $("label, legend", field)?.textContent.trim() || field.dataset.name;
+      link.textContent = `${label}: ${message}`;
+      item.appendChild(link);
+      list.appendChild(item);
+    });
+    box.append(title, list);
+    slot.replaceChildren(box);
+    box.focus();
+  }
+
+  function setUpAnswerForm(form) {
+    form.addEventListener("submit", (event) => {
+      if (form.dataset.clientChecks !== "off") {
+        const problems = new Map();
+        $$("[data-field]", form).forEach((field) => {
+          const message = checkField(field);
+          if (message) problems.set(field, message);
+        });
+        showErrors(form, problems);
+        if (problems.size) { event.preventDefault(); return; }
+      }
+      sendingState(form);
+    });
+    // Enter in a field never submits (the hidden default button already blocks it without this script).
+    form.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !(event.ctrlKey || event.metaKey) && event.target.tagName === "INPUT") event.preventDefault();
+    });
+    const tz = $("[data-tz-input]", form);
+    if (tz && !tz.value) {
+      try { tz.value = Intl.DateTimeFormat().resolvedOptions().timeZone; } catch (e) { /* keep empty */ }
+    }
+  }
+
+  function setUpReview() {
+    const review = $("[data-review]");
+    if (!review) return;
+    const form = $("[data-answer-form]", review);
+    if (form) setUpAnswerForm(form);
+    $$("[data-decision-form]", review).forEach((f) => f.addEventListener("submit", () => sendingState(f)));
+    $$("[data-reason]", review).forEach((chip) => chip.addEventListener("click", () => {
+      const area = $("#decline-reason");
+      area.value = chip.textContent.trim();
+      area.focus();
+    }));
+    const openForm = $("[data-open-form]");
+    if (openForm) {
+      openForm.addEventListener("submit", () => {
+        const after = $("[data-url-after]");
+        if (after) after.hidden = false;
+        window.setTimeout(() => $$("[data-decision] button").forEach((b) => { b.disabled = true; }), 0);
+      });
+    }
+    const focusTarget = $("[data-autofocus]", review);
+    if (focusTarget) focusTarget.focus();
+    armApprove();
+    startPresence();
+  }
+
+  // --- keyboard ----------------------------------------------------------------------------------------
+
+  const toggle = $("#shortcuts-toggle");
+  const singleKeysOn = () => localStorage.getItem("elicit.singleKeys") !== "off";
+  if (toggle) {
+    toggle.checked = singleKeysOn();
+    toggle.addEventListener("change", () => localStorage.setItem("elicit.singleKeys", toggle.checked ? "on" : "off"));
+  }
+
+  function rows() { return $$(".request-row[data-pending-request]"); }
+
+  function select(row) {
+    $$(".request-row.is-selected").forEach((r) => r.classList.remove("is-selected"));
+    if (!row) return;
+    row.classList.add("is-selected");
+    const link = $("[data-open]", row);
+    if (link) link.focus({ preventScroll: false });
+  }
+
+  function move(step) {
+    const list = rows();
+    if (!list.length) return;
+    const current = list.findIndex((r) => r.classList.contains("is-selected"));
+    const next = current === -1 ? (step > 0 ? 0 : list.length - 1) : Math.min(list.length - 1, Math.max(0, current + step));
+    select(list[next]);
+  }
+
+  function typing(target) {
+    return target.closest("input, textarea, select, [contenteditable]") !== null;
+  }
+
+  document.addEventListener("keydown", (event) => {
+    const review = $("[data-review]");
+    if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+      const approve = $("[data-approve]");
+      if (review && approve && !approve.disabled) {
+        event.preventDefault();
+        approve.click();
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      const help = $("#shortcuts-help");
+      if (help?.open) return; // the dialog closes itself
+      const decline = $("[data-decline]");
+      if (decline?.open) { decline.open = false; $("[data-decline-toggle]")?.focus(); return; }
+      if (typing(event.target)) { event.target.blur(); return; }
+      const back = $("[data-back]");
+      if (back) { location.href = back.href; }
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target) || !singleKeysOn()) return;
+    const queue = $("[data-queue]");
+    switch (event.key) {
+      case "j": if (queue) { event.preventDefault(); move(1); } break;
+      case "k": if (queue) { event.preventDefault(); move(-1); } break;
+      case "o": {
+        const row = $(".request-row.is-selected");
+        if (row) { event.preventDefault(); location.href = $("[data-open]", row).href; }
+        break;
+      }
+      case "d": {
+        if (review) {
+          const decline = $("[data-decline]");
+          if (decline && !$("[data-decline-toggle]").closest("fieldset:disabled")) {
+            event.preventDefault();
+            decline.open = true;
+            $("#decline-reason")?.focus();
+          }
+        } else if (queue) {
+          const row = $(".request-row.is-selected");
+          if (row) { event.preventDefault(); location.href = $("[data-open]", row).href + "#decline"; }
+        }
+        break;
+      }
+      case "?": { event.preventDefault(); $("#shortcuts-help")?.showModal(); break; }
+      default: break;
+    }
+  });
+
+  $$("[data-show-help]").forEach((b) => b.addEventListener("click", () => $("#shortcuts-help")?.showModal()));
+
+  // --- filters: apply on change --------------------------------------------------------------------
+
+  const filters = $("[data-filters]");
+  if (filters) {
+    $$("select", filters).forEach((s) => s.addEventListener("change", () => filters.requestSubmit()));
+  }
+
+  // --- start -------------------------------------------------------------------------------------------
+
+  localiseTimes(document);
+  tick();
+  window.setInterval(tick, 1000);
+  setUpReview();
+  if (location.hash === "#decline") {
+    const decline = $("[data-decline]");
+    if (decline) { decline.open = true; $("#decline-reason")?.focus(); }
+  }
+  const summary = $(".error-summary[data-autofocus]");
+  if (summary) summary.focus();
+  if (document.body.dataset.liveUrl) connect();
+  updateCount();
+})();

@@ -1,0 +1,93 @@
+"""Browser fixtures: the system Chromium driven by Playwright against the real stack (Daphne, a Celery
+worker, the demo MCP server, PostgreSQL and Redis)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import demo_support
+from tests.hub import Hub, set_up_hub
+
+CHROMIUM = os.environ.get("ELICIT_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread while it lives, which
+    later async_to_sync callers (the consumer tests) must not find."""
+    from playwright.sync_api import sync_playwright
+
+    # With that loop running, the ORM calls the tests make between browser steps look async to Django;
+    # they are ordinary blocking calls, so its async-safety guard stands aside for these tests only.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def hub(worker: Any, web: Any, demo_server: Any) -> Hub:
+    demo_support.reset(demo_server.url)
+    return set_up_hub(demo_server.url)
+
+
+@pytest.fixture
+def new_page(browser: Any, web: Any) -> Iterator[Any]:
+    """new_page(username) -> a signed-in page in its own browser context (Paris time, English)."""
+    contexts = []
+
+    def make(username: str, **options: Any) -> Any:
+        context = browser.new_context(
+            base_url=web.url,
+            locale=options.pop("locale", "en-GB"),
+            timezone_id=options.pop("timezone_id", "Europe/Paris"),
+            viewport=options.pop("viewport", {"width": 1200, "height": 900}),
+            **options,
+        )
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto("/accounts/login/")
+        page.get_by_label("User name").fill(username)
+        page.get_by_label("Password").fill(f"pw-{username}")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{web.url}/")
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def screenshot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.evaluate("Promise.all(document.getAnimations().map((a) => a.finished))")
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def wait_live(page: Any) -> None:
+    page.wait_for_selector("#live-status[data-state='live']")

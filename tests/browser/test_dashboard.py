@@ -1,0 +1,296 @@
+"""The reviewer dashboard in a real browser, on the whole stack: what a reviewer sees and what the MCP
+server then receives."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from approvals.models import InputRequest, Membership, Round, Team, ToolCall
+from approvals.services import presence
+from tests import demo_support, factories
+from tests.browser.conftest import screenshot, wait_live
+from tests.hub import Hub
+from tests.live import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+QUEUE_URL = re.compile(r"^http://127\.0\.0\.1:\d+/$")
+
+
+def retries(demo_url: str) -> list[dict[str, Any]]:
+    return [
+        r["body"]["params"]["inputResponses"]
+        for r in demo_support.recorded_requests(demo_url)
+        if r["body"].get("method") == "tools/call" and r["body"]["params"].get("inputResponses")
+    ]
+
+
+def pending_request(call_id: str, key: str) -> InputRequest:
+    return wait_until(  # type: ignore[return-value]
+        lambda: InputRequest.objects.filter(round__call_id=call_id, key=key, status="pending").first(),
+        30,
+        what=f"input request {key} of {call_id}",
+    )
+
+
+SEEN_CARDS = """() => {
+  window.__seen = {};
+  new MutationObserver((changes) => changes.forEach((change) => change.addedNodes.forEach((node) => {
+    const call = node.dataset && node.dataset.call;
+    if (call && !(call in window.__seen)) window.__seen[call] = Date.now();
+  }))).observe(document.body, {childList: true, subtree: true});
+}"""
+
+
+def finished(call_id: str) -> ToolCall:
+    # Not hub.agent.wait(): the long-poll view is async, and Playwright's loop already runs in this thread.
+    return wait_until(  # type: ignore[return-value]
+        lambda: ToolCall.objects.filter(pk=call_id, status="completed").first(), 30, what=f"call {call_id}"
+    )
+
+
+def field_error(page: Any, name: str) -> str:
+    return page.locator(f"[data-field][data-name='f-{name}'] [data-field-error]").inner_text()
+
+
+def test_a_new_call_appears_live_and_the_meeting_form_sends_typed_values(
+    hub: Hub, new_page, demo_server
+) -> None:
+    page = new_page("alice")
+    wait_live(page)
+    page.evaluate("window.__notReloaded = true")
+    page.evaluate(SEEN_CARDS)
+
+    call_id = hub.agent.call("schedule_meeting")
+    card = page.locator(f"article.card[data-call='{call_id}']")
+    card.wait_for(timeout=30_000)
+    assert page.evaluate("window.__notReloaded") is True
+    # From the moment the round was committed to the card on screen: a fraction of a second.
+    seen_at = page.evaluate(f"window.__seen['{call_id}']") / 1000
+    visible_at = Round.objects.get(call_id=call_id).visible_at.timestamp()
+    assert 0 <= seen_at - visible_at < 1.0, seen_at - visible_at
+    assert card.locator(".server-name").inner_text() == "Deploy bot"  # the hub's name, not serverInfo
+    assert card.locator(".tool").inner_text() == "schedule_meeting"
+    assert re.match(r"\(1\) Queue", page.title())
+    assert page.get_by_text("Plan the meeting.").is_visible()
+    screenshot(page, "queue")
+
+    # Keyboard: j selects the first pending request, o opens it.
+    page.keyboard.press("j")
+    page.keyboard.press("o")
+    page.wait_for_url(re.compile(r"/requests/"))
+    form = page.locator("form[data-answer-form]")
+    assert page.get_by_label("Title").input_value() == "Release review"  # default prefilled
+    assert page.get_by_label("Expected attendees").input_value() == "4"
+    assert page.locator("[data-field][data-name='f-room'] legend").inner_text() == "Room"
+    assert page.locator("label", has_text="Agenda").inner_text() == "Agenda (optional)"
+    assert page.locator("label", has_text="Organizer email").inner_text() == "Organizer email"
+    assert page.get_by_label("Organizer email").get_attribute("type") == "email"
+    assert page.get_by_label("Agenda").get_attribute("type") == "url"
+    assert page.get_by_label("Date", exact=True).get_attribute("type") == "date"
+    assert page.get_by_label("Starts at").get_attribute("type") == "datetime-local"
+    assert page.get_by_label("Expected attendees").get_attribute("inputmode") == "numeric"
+    assert page.get_by_label("Time zone for dates and times").input_value() == "Europe/Paris"
+    assert page.get_by_label("roadmap", exact=True).is_checked()
+
+    page.get_by_label("Title").fill("Release review 2.3")
+    page.get_by_label("Organizer email").fill("ana@example.com")
+    page.get_by_label("Agenda").fill("https://example.com/agenda")
+    page.get_by_label("Date", exact=True).fill("2026-12-03")
+    page.get_by_label("Starts at").fill("2026-12-03T10:30")
+    page.get_by_label("Duration (hours)").fill("1.5")
+    page.get_by_label("Expected attendees").fill("2o")
+    page.get_by_label("Record the meeting").check()
+    page.get_by_label("borealis").check()
+    page.get_by_label("High").check()
+    page.get_by_label("Paris (CET)").check()
+    page.get_by_label("budget").check()
+    page.get_by_label("Projector").check()
+    page.get_by_label("Video conferencing").check()
+    screenshot(page, "form")
+
+    # The browser checks first: the error sits beside the field, the summary takes the focus.
+    page.get_by_role("button", name=re.compile("Approve and send")).click()
+    attendees = page.locator("[data-field][data-name='f-attendees']")
+    assert attendees.locator("[data-field-error]").inner_text() == "Enter a whole number"
+    assert page.evaluate("document.activeElement.classList.contains('error-summary')")
+    assert "/requests/" in page.url  # nothing was sent
+
+    # The server checks again with the same rules (client checks off): errors beside the fields, values kept.
+    form.evaluate("f => { f.dataset.clientChecks = 'off' }")
+    page.get_by_label("Title").fill("ab")
+    page.get_by_role("button", name=re.compile("Approve and send")).click()
+    page.wait_for_selector(".error-summary h2:text('There is a problem')")
+    assert (
+        page.locator("[data-field][data-name='f-attendees'] .field-error").inner_text()
+        == "Enter a whole number"
+    )
+    assert page.locator("[data-field][data-name='f-title'] .field-error").inner_text() == (
+        "Enter at least 3 characters"
+    )
+    assert page.get_by_label("Expected attendees").input_value() == "2o"
+    assert page.get_by_label("Title").input_value() == "ab"
+    assert page.get_by_label("Agenda").input_value() == "https://example.com/agenda"
+    assert page.get_by_label("Projector").is_checked() and page.get_by_label("High").is_checked()
+    assert page.evaluate("document.activeElement.classList.contains('error-summary')")
+    assert retries(demo_server.url) == []
+
+    page.get_by_label("Title").fill("Release review 2.3")
+    page.get_by_label("Expected attendees").fill("6")
+    expect(page.get_by_role("button", name=re.compile("Approve and send"))).to_be_enabled()
+    page.keyboard.press("Control+Enter")  # approving needs the modifier: Enter alone never sends
+    page.wait_for_url(QUEUE_URL)
+    assert "Approved “meeting”" in page.locator(".messages").inner_text()
+
+    finished(call_id)
+    sent = retries(demo_server.url)
+    assert len(sent) == 1
+    content = sent[0]["meeting"]["content"]
+    assert sent[0]["meeting"]["action"] == "accept"
+    assert content == {
+        "title": "Release review 2.3",
+        "organizer_email": "ana@example.com",
+        "agenda_url": "https://example.com/agenda",
+        "date": "2026-12-03",
+        "starts_at": "2026-12-03T10:30:00+01:00",
+        "duration_hours": 1.5,
+        "attendees": 6,
+        "recorded": True,
+        "room": "borealis",
+        "priority": "high",
+        "timezone": "Europe/Paris",
+        "topics": ["roadmap", "budget"],
+        "equipment": ["projector", "video"],
+    }
+    assert type(content["attendees"]) is int and type(content["duration_hours"]) is float
+
+    page.goto(f"/calls/{call_id}/")
+    page.wait_for_selector("[data-call-status='completed']")
+    assert page.get_by_role("heading", name="Audit trail").is_visible()
+    assert page.locator(".audit-trail li code", has_text="input.answered").count() == 1
+    assert "Release review 2.3" in page.locator(".result").inner_text()
+    screenshot(page, "call")
+
+
+def test_url_mode_shows_the_domain_and_opens_only_after_a_click(hub: Hub, new_page) -> None:
+    page = new_page("alice")
+    external: list[Any] = []
+    page.context.on(
+        "request", lambda request: external.append(request) if "example.com" in request.url else None
+    )
+    call_id = hub.agent.call("connect_account", {"service": "github"})
+    ir = pending_request(call_id, "sign_in")
+    page.goto(f"/requests/{ir.pk}/")
+
+    assert page.locator("h1").inner_text() == "Deploy bot wants you to open an external page"
+    assert page.locator("[data-domain] .domain-name").inner_text() == "example.com"
+    assert page.locator("[data-full-url]").inner_text() == ir.url
+    assert page.locator("[data-warning='other_domain']").is_visible()  # not the server's own host
+    assert page.locator(f"a[href='{ir.url}']").count() == 0  # never a plain link, so never prefetched
+    page.wait_for_timeout(300)  # give a prefetch the chance to happen, if anything were to do one
+    assert external == []
+    screenshot(page, "url")
+
+    with page.context.expect_page() as popup_info:
+        page.get_by_role("button", name="Open example.com").click()
+    popup = popup_info.value
+    wait_until(lambda: any(request.url == ir.url for request in external), 10, what="the external page")
+    opened = next(request for request in external if request.url == ir.url)
+    assert opened.is_navigation_request() and opened.frame.page is popup
+    assert "referer" not in opened.all_headers()
+    assert popup.evaluate("window.opener") is None
+    ir.refresh_from_db()
+    assert (ir.status, ir.action, ir.content) == ("answered", "accept", None)
+    assert page.locator("[data-url-after]").is_visible()
+    finished(call_id)
+
+
+def test_two_reviewers_answer_the_same_request_and_the_loser_sees_who_won(hub: Hub, new_page) -> None:
+    bob = factories.user("bob")
+    Membership.objects.create(team=Team.objects.get(slug="release"), user=bob, role="reviewer")
+    call_id = hub.agent.call("create_deployment", {"branch": "main"})
+    ir = pending_request(call_id, "environment")
+    alice_page, bob_page = new_page("alice"), new_page("bob")
+    alice_page.goto(f"/requests/{ir.pk}/")
+    wait_live(alice_page)
+    wait_until(lambda: presence.viewers([ir.pk]), 10, what="alice's presence")
+    bob_page.goto(f"/requests/{ir.pk}/")
+    wait_live(bob_page)
+    # Presence: each sees the other looking.
+    bob_page.wait_for_selector(f"[data-presence-for='{ir.pk}'] .presence:has-text('alice')")
+    bob_page.get_by_label("Production").check()
+
+    alice_page.get_by_label("Staging").check()
+    alice_page.get_by_role("button", name=re.compile("Approve and send")).click()
+    alice_page.wait_for_url(QUEUE_URL)
+
+    # Bob's open form locks without a reload, keeping what he chose, and says who answered.
+    bob_page.wait_for_selector("[data-decided-slot] .decided:has-text('Approved by alice')")
+    assert bob_page.get_by_label("Production").is_checked()
+    assert bob_page.get_by_role("button", name=re.compile("Approve and send")).is_disabled()
+    screenshot(bob_page, "race")
+
+    # Had his click gone out anyway, the server says the same, calmly.
+    bob_page.evaluate(
+        "() => { const f = document.querySelector('[data-answer-form]');"
+        " f.querySelector('[data-form-body]').disabled = false; f.dataset.clientChecks = 'off'; f.submit(); }"
+    )
+    bob_page.wait_for_selector(".notice:has-text('already accepted by alice')")
+    ir.refresh_from_db()
+    assert (ir.answered_by.username, ir.content) == ("alice", {"environment": "staging"})
+
+
+def test_persian_text_from_a_server_reads_right_to_left(hub: Hub, new_page) -> None:
+    message = "لطفاً اتاق جلسه را برای بازبینی نسخه انتخاب کنید."
+    schema = {
+        "type": "object",
+        "properties": {
+            "room": {
+                "type": "string",
+                "title": "اتاق جلسه",
+                "description": "جایی که جلسه برگزار می‌شود.",
+                "oneOf": [{"const": "atlas", "title": "اطلس"}, {"const": "borealis", "title": "شفق قطبی"}],
+            }
+        },
+        "required": ["room"],
+    }
+    response = hub.agent.post(
+        "/relays",
+        {
+            "server": "demo",
+            "tool": "book_room",
+            "arguments": {"team": "release"},
+            "input_requests": {
+                "room": {
+                    "method": "elicitation/create",
+                    "params": {"message": message, "requestedSchema": schema},
+                }
+            },
+        },
+    )
+    assert response.status_code == 201, response.content
+    ir = pending_request(response.json()["id"], "room")
+    page = new_page("alice")
+    assert page.locator(f"[data-request='{ir.pk}'] .message-excerpt").inner_text() == message
+    assert page.locator(f"[data-request='{ir.pk}'] .message-excerpt").evaluate("e => e.matches(':dir(rtl)')")
+    page.goto(f"/requests/{ir.pk}/")
+    quote = page.locator("[data-server-message]")
+    assert quote.inner_text() == message
+    assert quote.evaluate("e => e.matches(':dir(rtl)')")
+    for text in ("اتاق جلسه", "اطلس", "شفق قطبی", "جایی که جلسه برگزار می‌شود."):
+        element = page.get_by_text(text, exact=True)
+        assert element.evaluate("e => e.matches(':dir(rtl)')"), text
+    # The hub's own page stays left to right around them.
+    assert page.evaluate("document.documentElement.dir") == "ltr"
+    assert page.locator("h1").evaluate("e => e.matches(':dir(ltr)')")
+    screenshot(page, "persian")
+
+    page.get_by_label("شفق قطبی").check()
+    page.get_by_role("button", name=re.compile("Approve and send")).click()
+    page.wait_for_url(QUEUE_URL)
+    ir.refresh_from_db()
+    assert ir.content == {"room": "borealis"}

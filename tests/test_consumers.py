@@ -1,0 +1,253 @@
+"""The queue websocket, driven through the real ASGI app (origin check, session auth) and the real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.core.cache import cache
+from django.test import Client
+
+from approvals import broadcast
+from approvals.models import Membership
+from approvals.services import presence
+from elicit_hub.asgi import application
+from tests import factories
+
+pytestmark = [pytest.mark.usefixtures("live_db"), pytest.mark.timeout(60)]
+
+HOST = "127.0.0.1:8000"
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    async_to_sync(test)()
+
+
+def session_cookie(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def socket(session: str | None = None, origin: str = f"http://{HOST}") -> WebsocketCommunicator:
+    headers = [(b"host", HOST.encode())]
+    if origin:
+        headers.append((b"origin", origin.encode()))
+    if session is not None:
+        headers.append((b"cookie", f"sessionid={session}".encode()))
+    return WebsocketCommunicator(application, "/ws/queue/", headers=headers)
+
+
+def unique(prefix: str) -> str:
+    # Group names live in the shared Redis: unique slugs keep parallel test runs out of each other's way.
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings) -> None:
+    # Every persona gets a password; the default PBKDF2 work factor would dominate these tests' time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def world() -> dict[str, Any]:
+    alice, bob, carol = factories.user("alice"), factories.user("bob"), factories.user("carol")
+    reviewer = Membership.Role.REVIEWER
+    release = factories.team(unique("release"), (alice, reviewer), (bob, reviewer))
+    ops = factories.team(unique("ops"), (carol, Membership.Role.REVIEWER))
+    deploy = factories.server("deploy", name="Deploy bot", default_team=release)
+    pager = factories.server("pager", name="Pager", default_team=ops)
+    return {
+        **{"alice": alice, "bob": bob, "carol": carol, "release": release, "ops": ops},
+        **{"deploy": deploy, "pager": pager},
+        "as": {user.username: session_cookie(user) for user in (alice, bob, carol)},
+    }
+
+
+def open_request(server: Any, team: Any, tool: str = "create_deployment") -> Any:
+    rnd = factories.open_round(factories.call(server, tool=tool), team_=team)
+    return rnd.input_requests.select_related("round__call", "team").get()
+
+
+async def connected(communicator: WebsocketCommunicator) -> dict[str, Any]:
+    ok, _ = await communicator.connect()
+    assert ok
+    hello = await communicator.receive_json_from(timeout=10)
+    assert hello["type"] == "hello"
+    return hello
+
+
+def test_an_anonymous_socket_is_refused() -> None:
+    async def scenario() -> None:
+        ok, _ = await socket(None).connect()
+        assert not ok
+
+    run(scenario)
+
+
+def test_a_foreign_origin_is_refused(world) -> None:
+    async def scenario() -> None:
+        ok, _ = await socket(world["as"]["alice"], origin="https://evil.example").connect()
+        assert not ok
+        # Same host name, another port: the host validator lets it through, the consumer does not.
+        ok, _ = await socket(world["as"]["alice"], origin="http://127.0.0.1:9999").connect()
+        assert not ok
+        ok, _ = await socket(world["as"]["alice"], origin="").connect()
+        assert not ok
+
+    run(scenario)
+
+
+def test_a_reviewer_joins_only_their_teams_and_gets_their_rounds_as_rendered_cards(world) -> None:
+    async def scenario() -> None:
+        alice, carol = socket(world["as"]["alice"]), socket(world["as"]["carol"])
+        assert (await connected(alice))["groups"] == [broadcast.team_group(world["release"].slug)]
+        assert (await connected(carol))["groups"] == [broadcast.team_group(world["ops"].slug)]
+
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+
+        card = await alice.receive_json_from(timeout=10)
+        assert card["type"] == "card"
+        assert card["event"] == "round.opened"
+        assert card["input_requests"] == [str(ir.pk)]
+        assert card["pending"] == 1
+        assert card["decided"] == {}
+        assert f'id="round-{ir.round_id}"' in card["html"]
+        assert "Deploy bot" in card["html"] and "create_deployment" in card["html"]
+        assert "opaque-state" not in card["html"]  # requestState never reaches a browser
+        assert await carol.receive_nothing(timeout=0.3)
+        await alice.disconnect()
+        await carol.disconnect()
+
+    run(scenario)
+
+
+def test_permission_is_checked_again_for_every_event(world) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        foreign = await sync_to_async(open_request)(world["pager"], world["ops"])
+        # A (mis)routed event naming another team's request, sent to alice's group: she learns nothing.
+        group = broadcast.team_group(world["release"].slug)
+        seq = await sync_to_async(broadcast.next_seq)(group)
+        await get_channel_layer().group_send(
+            group,
+            {
+                "type": "queue.changed",
+                "event": "round.opened",
+                "call": str(foreign.round.call_id),
+                "input_requests": [str(foreign.pk)],
+                "group": group,
+                "seq": seq,
+            },
+        )
+        assert await alice.receive_nothing(timeout=0.5)
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_an_answer_elsewhere_sends_the_decision_as_a_fragment(world) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        from approvals.services.answers import input_respond
+
+        await sync_to_async(input_respond)(
+            input_request_id=ir.pk, user=world["bob"], action="decline", reason="not today"
+        )
+        message = await alice.receive_json_from(timeout=10)
+        assert message["type"] == "card" and message["event"] == "input.answered"
+        assert message["pending"] == 0
+        assert "Declined by <bdi>bob</bdi>" in message["decided"][str(ir.pk)]
+        assert "not today" in message["decided"][str(ir.pk)]
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_a_sequence_gap_triggers_a_resync(world) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        group = broadcast.team_group(world["release"].slug)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(broadcast.next_seq)(group)  # a message that never arrived
+        await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+        first = await alice.receive_json_from(timeout=10)
+        assert first == {"type": "resync", "reason": "gap", "groups": [group]}
+        assert (await alice.receive_json_from(timeout=10))["type"] == "card"  # the event itself still arrives
+        # Back in step: the next event is plain.
+        await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+        assert (await alice.receive_json_from(timeout=10))["type"] == "card"
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_a_ping_finds_a_counter_that_moved_while_nothing_arrived(world) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        await alice.send_json_to({"type": "ping"})
+        assert await alice.receive_json_from(timeout=10) == {"type": "pong"}
+        group = broadcast.team_group(world["release"].slug)
+        # Redis restarted: the counter (and the group membership) are gone.
+        await sync_to_async(cache.delete)(f"broadcast-seq:{group}")
+        await sync_to_async(broadcast.next_seq)(group)
+        await alice.send_json_to({"type": "ping"})
+        assert await alice.receive_json_from(timeout=10) == {
+            "type": "resync",
+            "reason": "counter",
+            "groups": [group],
+        }
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_presence_reaches_teammates_but_not_other_teams(world) -> None:
+    async def scenario() -> None:
+        alice, carol = socket(world["as"]["alice"]), socket(world["as"]["carol"])
+        await connected(alice)
+        await connected(carol)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(presence.presence_touch)(input_request=ir, user=world["bob"])
+        message = await alice.receive_json_from(timeout=10)
+        assert message["type"] == "presence" and message["input_request"] == str(ir.pk)
+        assert "bob" in message["html"]
+        assert await carol.receive_nothing(timeout=0.3)
+        await alice.disconnect()
+        await carol.disconnect()
+
+    run(scenario)
+
+
+def test_a_call_page_is_watched_only_when_the_user_may_see_the_call(world) -> None:
+    async def scenario() -> None:
+        carol = socket(world["as"]["carol"])
+        await connected(carol)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        call_id = str(ir.round.call_id)
+        await carol.send_json_to({"type": "watch_call", "call": call_id})
+        assert await carol.receive_json_from(timeout=10) == {"type": "refused", "call": call_id}
+
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        await alice.send_json_to({"type": "watch_call", "call": call_id})
+        assert await alice.receive_json_from(timeout=10) == {"type": "watching", "call": call_id}
+        await sync_to_async(broadcast.call_changed)(ir.round.call)
+        message = await alice.receive_json_from(timeout=10)
+        assert message["type"] == "call" and message["call"] == call_id
+        assert "Rounds and answers" in message["html"]
+        await alice.disconnect()
+        await carol.disconnect()
+
+    run(scenario)

@@ -1,0 +1,71 @@
+"""URL-mode analysis: what must be refused, and what deserves a warning before a reviewer opens it."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals.urlsafety import analyse, registrable_domain
+
+SERVER = "https://mcp.example.com/mcp"
+
+
+@pytest.mark.parametrize(
+    ("url", "domain", "codes"),
+    [
+        ("https://login.example.com/authorize?x=1", "example.com", []),
+        ("https://accounts.example.co.uk/a", "example.co.uk", ["other_domain"]),
+        ("https://example.github.io/page", "example.github.io", ["other_domain"]),
+        ("http://login.example.com/", "example.com", ["http"]),
+        ("https://10.0.0.7/login", "10.0.0.7", ["ip_address", "other_domain"]),
+        ("https://[::1]:8443/x", "::1", ["ip_address", "other_domain"]),
+        # A Cyrillic a in front of Latin "pple": punycode and mixed scripts, in either spelling.
+        ("https://\u0430pple.com/", "xn--pple-43d.com", ["punycode", "mixed_script", "other_domain"]),
+        ("https://xn--pple-43d.com/", "xn--pple-43d.com", ["punycode", "mixed_script", "other_domain"]),
+        # One script throughout (Japanese Han + Hiragana) is international, not mixed.
+        ("https://\u4f8b\u3048.jp/", "xn--r8jz45g.jp", ["punycode", "other_domain"]),
+        ("https://LOGIN.Example.COM./x", "example.com", []),
+    ],
+)
+def test_domain_and_warnings(url: str, domain: str, codes: list[str]) -> None:
+    result = analyse(url, server_url=SERVER)
+    assert result.openable
+    assert result.domain == domain
+    assert result.codes == codes
+
+
+def test_the_unicode_form_is_shown_second() -> None:
+    result = analyse("https://xn--pple-43d.com/", server_url=SERVER)
+    assert (result.host, result.host_unicode, result.domain_unicode) == (
+        "xn--pple-43d.com",
+        "\u0430pple.com",
+        "\u0430pple.com",
+    )
+    assert "xn--pple-43d.com" in result.warnings[0].message
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("https://user:secret@example.com/", "user name or password"),
+        ("https://user@example.com/", "user name or password"),
+        ("javascript:alert(1)", "javascript"),
+        ("data:text/html,hi", "data"),
+        ("ftp://example.com/file", "ftp"),
+        ("https:///nohost", "no host"),
+        ("https://example.com:99999/", "cannot be read"),
+    ],
+)
+def test_addresses_that_are_never_opened(url: str, reason: str) -> None:
+    result = analyse(url, server_url=SERVER)
+    assert not result.openable
+    assert reason in result.refused
+
+
+def test_a_server_the_hub_has_no_address_for_is_said_so() -> None:
+    assert analyse("https://example.com/", server_url="").codes == ["unknown_server"]
+
+
+def test_registrable_domain_uses_the_public_suffix_list_offline() -> None:
+    assert registrable_domain("a.b.c.example.co.uk") == "example.co.uk"
+    assert registrable_domain("foo.s3.amazonaws.com") == "foo.s3.amazonaws.com"
+    assert registrable_domain("127.0.0.1") == "127.0.0.1"

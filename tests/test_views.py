@@ -1,0 +1,281 @@
+"""The dashboard's pages and actions through Django's test client: who sees what, and what each POST does."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from approvals.models import AuditEvent, InputRequest, Membership, Round, ToolCall
+from approvals.services import presence
+from approvals.services.answers import input_respond
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings) -> None:
+    # Every persona gets a password; the default PBKDF2 work factor would dominate these tests' time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def world(client) -> Any:
+    alice, bob, vera, olga = (factories.user(name) for name in ("alice", "bob", "vera", "olga"))
+    release = factories.team(
+        "release",
+        (alice, Membership.Role.REVIEWER),
+        (bob, Membership.Role.REVIEWER),
+        (vera, Membership.Role.VIEWER),
+    )
+    ops = factories.team("ops", (olga, Membership.Role.REVIEWER))
+    deploy = factories.server("deploy", name="Deploy bot", default_team=release)
+    pager = factories.server("pager", name="Pager", default_team=ops)
+    agent, _ = factories.agent("ci-bot", servers=[deploy, pager])
+    return SimpleNamespace(**locals())
+
+
+def ask(world: Any, server: Any = None, tool: str = "create_deployment", **round_args: Any) -> InputRequest:
+    server = server or world.deploy
+    team = server.default_team
+    rnd = factories.open_round(factories.call(server, world.agent, tool=tool), team_=team, **round_args)
+    return rnd.input_requests.order_by("key").first()
+
+
+def test_pages_need_a_signed_in_user(client, world) -> None:
+    ir = ask(world)
+    for url in ("/", "/recent/", f"/requests/{ir.pk}/", f"/calls/{ir.round.call_id}/"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_queue_shows_one_card_per_round_of_the_users_teams(client, world) -> None:
+    mine = ask(world, keys=("environment", "confirm"))
+    ask(world, server=world.pager, tool="page_oncall")
+    client.force_login(world.alice)
+    html = client.get("/").content.decode()
+    assert "<title>(2) Queue · Elicit Hub</title>" in html
+    assert html.count('<article class="card') == 1
+    assert f'data-call="{mine.round.call_id}"' in html
+    assert "Deploy bot" in html and "page_oncall" not in html
+    assert html.count("data-pending-request") == 2
+    assert "opaque-state" not in html  # requestState never reaches a page
+
+
+def test_the_queue_filters_by_server_tool_and_mode(client, world) -> None:
+    world.alice.is_superuser = True
+    world.alice.save()
+    ask(world, tool="create_deployment")
+    ask(world, server=world.pager, tool="page_oncall")
+    client.force_login(world.alice)
+    assert client.get("/?server=pager").content.decode().count('<article class="card') == 1
+    assert "page_oncall" in client.get("/?tool=page_oncall").content.decode()
+    assert 'data-tool="create_deployment"' not in client.get("/?tool=page_oncall").content.decode()
+    assert client.get("/?mode=url").content.decode().count('<article class="card') == 0
+    fragment = client.get("/queue/list/?server=deploy").content.decode()
+    assert fragment.startswith('<div class="queue-list"') and fragment.count('<article class="card') == 1
+
+
+def test_server_text_is_escaped_direction_neutral_and_never_linked(client, world) -> None:
+    ir = ask(world)
+    InputRequest.objects.filter(pk=ir.pk).update(
+        message="سلام <b>bold</b> https://evil.example/x \u202ereversed"
+    )
+    client.force_login(world.alice)
+    html = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert '<blockquote dir="auto" data-server-message>سلام &lt;b&gt;bold&lt;/b&gt;' in html
+    assert 'href="https://evil.example' not in html
+    assert '<span class="ctl" title="U+202E">U+202E</span>reversed' in html
+
+
+def test_someone_outside_the_team_learns_nothing(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.olga)
+    assert client.get(f"/requests/{ir.pk}/").status_code == 404
+    assert client.get(f"/calls/{ir.round.call_id}/").status_code == 404
+    response = client.post(f"/requests/{ir.pk}/respond/", {"action": "decline"})
+    assert response.status_code == 404
+    assert "Not found" in response.content.decode()
+    ir.refresh_from_db()
+    assert ir.status == "pending"
+
+
+def test_a_team_viewer_sees_the_request_but_cannot_answer(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.vera)
+    html = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "You can see this request but not answer it." in html
+    assert "data-approve" not in html and "data-decision" not in html
+    response = client.post(f"/requests/{ir.pk}/respond/", {"action": "cancel"})
+    assert response.status_code == 403
+    assert (
+        '<div class="error-box" role="alert"' in response.content.decode()
+    )  # the service's reason, readable
+
+
+def test_accepting_sends_the_cleaned_values_and_returns_to_the_queue(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.alice)
+    response = client.post(f"/requests/{ir.pk}/respond/", {"action": "accept", "f-environment": "staging"})
+    assert response.status_code == 302 and response["Location"] == "/"
+    ir.refresh_from_db()
+    assert (ir.status, ir.action, ir.content, ir.answered_by) == (
+        "answered",
+        "accept",
+        {"environment": "staging"},
+        world.alice,
+    )
+    assert AuditEvent.objects.filter(input_request_id=ir.pk, verb="input.answered").count() == 1
+    assert "Approved “environment”: sent to Deploy bot" in client.get("/").content.decode()
+
+
+def test_declining_carries_the_reason(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.alice)
+    client.post(f"/requests/{ir.pk}/respond/", {"action": "decline", "reason": "I did not start this"})
+    ir.refresh_from_db()
+    assert (ir.action, ir.reason, ir.content) == ("decline", "I did not start this", None)
+
+
+def test_cancel_is_dismiss_without_deciding(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.alice)
+    assert client.post(f"/requests/{ir.pk}/respond/", {"action": "cancel"}).status_code == 302
+    ir.refresh_from_db()
+    assert ir.action == "cancel"
+
+
+def test_the_second_reviewer_is_told_who_answered_and_keeps_what_they_typed(client, world) -> None:
+    ir = ask(world)
+    input_respond(
+        input_request_id=ir.pk, user=world.alice, action="accept", content={"environment": "staging"}
+    )
+    client.force_login(world.bob)
+    response = client.post(f"/requests/{ir.pk}/respond/", {"action": "accept", "f-environment": "production"})
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "This request was already accepted by alice at" in html
+    assert "Approved by <bdi>alice</bdi>" in html
+    assert 'value="production" checked' in html  # bob's choice, shown locked
+    assert '<fieldset class="form-body" data-form-body disabled>' in html
+    ir.refresh_from_db()
+    assert ir.content == {"environment": "staging"}
+
+
+def test_an_unknown_action_is_a_readable_message(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.alice)
+    response = client.post(f"/requests/{ir.pk}/respond/", {"action": "approve-everything"})
+    assert response.status_code == 400
+    assert "action must be accept, decline or cancel." in response.content.decode()
+    assert response["Content-Type"].startswith("text/html")
+
+
+def url_request(world: Any, url: str) -> InputRequest:
+    ir = ask(world)
+    InputRequest.objects.filter(pk=ir.pk).update(
+        mode="url", url=url, requested_schema=None, message="Sign in"
+    )
+    ir.refresh_from_db()
+    return ir
+
+
+def test_url_mode_records_consent_then_redirects_without_a_referrer(client, world) -> None:
+    ir = url_request(world, "https://accounts.example.com/connect?attempt=1")
+    client.force_login(world.alice)
+    html = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "Deploy bot</bdi> wants you to open an external page" in html
+    assert '<span class="domain-name">example.com</span>' in html
+    assert 'href="https://accounts.example.com' not in html  # consent is a POST, never a link
+    assert 'target="_blank" rel="noopener"' in html
+    response = client.post(f"/requests/{ir.pk}/open/")
+    assert response.status_code == 303
+    assert response["Location"] == "https://accounts.example.com/connect?attempt=1"
+    assert response["Referrer-Policy"] == "no-referrer"
+    ir.refresh_from_db()
+    assert (ir.action, ir.content) == ("accept", None)
+    # A second click opens nothing: it tells who answered.
+    again = client.post(f"/requests/{ir.pk}/open/")
+    assert again.status_code == 409 and "already accepted by alice" in again.content.decode()
+
+
+def test_url_mode_refuses_addresses_it_must_not_open(client, world) -> None:
+    ir = url_request(world, "javascript:alert(1)")
+    client.force_login(world.alice)
+    response = client.post(f"/requests/{ir.pk}/open/")
+    assert response.status_code == 200
+    assert "The hub will not open this address" in response.content.decode()
+    ir.refresh_from_db()
+    assert ir.status == "pending"
+
+
+def test_presence_shows_who_else_is_looking(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.bob)
+    assert client.post(f"/requests/{ir.pk}/presence/").status_code == 200
+    client.force_login(world.alice)
+    assert "Being answered by <bdi>bob</bdi>" in client.get("/").content.decode()
+    assert "Being answered by <bdi>bob</bdi>" in client.get(f"/requests/{ir.pk}/").content.decode()
+    client.force_login(world.bob)
+    client.post(f"/requests/{ir.pk}/presence/", {"leave": "1"})
+    assert presence.viewers([ir.pk]) == {}
+
+
+def test_the_call_page_shows_rounds_answers_audit_and_result(client, world) -> None:
+    ir = ask(world)
+    input_respond(input_request_id=ir.pk, user=world.alice, action="decline", reason="not today")
+    call = ToolCall.objects.get(pk=ir.round.call_id)
+    ToolCall.objects.filter(pk=call.pk).update(
+        status="completed",
+        finished_at=timezone.now(),
+        result={"content": [{"type": "text", "text": "Declined by the reviewer"}], "isError": True},
+    )
+    client.force_login(world.bob)
+    html = client.get(f"/calls/{call.pk}/").content.decode()
+    assert "Round 1" in html
+    assert "Declined by <bdi>alice</bdi>" in html and "not today" in html
+    assert "<code>input.answered</code>" in html
+    assert "Declined by the reviewer" in html and "The server reported an error" in html
+    assert "opaque-state" not in html
+    assert client.get(f"/calls/{call.pk}/body/").content.decode().startswith('<header class="call-head">')
+
+
+def test_recent_activity_lists_calls_finished_in_the_last_day(client, world) -> None:
+    today = factories.call(world.deploy, world.agent, tool="fresh_tool")
+    old = factories.call(world.deploy, world.agent, tool="old_tool")
+    open_call = factories.call(world.deploy, world.agent, tool="open_tool")
+    ToolCall.objects.filter(pk=today.pk).update(
+        status="completed", result={"content": []}, finished_at=timezone.now()
+    )
+    ToolCall.objects.filter(pk=old.pk).update(
+        status="completed", result={"content": []}, finished_at=timezone.now() - timedelta(days=2)
+    )
+    Round.objects.create(call=open_call, number=1, deadline=timezone.now())
+    client.force_login(world.alice)
+    html = client.get("/recent/").content.decode()
+    assert "fresh_tool" in html and "old_tool" not in html and "open_tool" not in html
+
+
+def test_the_layout_has_the_navigation_other_pages_build_on(client, world) -> None:
+    client.force_login(world.alice)
+    html = client.get("/").content.decode()
+    assert 'href="/recent/"' in html and 'href="/audit/"' in html
+    assert 'href="/admin/"' not in html  # staff only
+    assert '<form method="post" action="/accounts/logout/">' in html
+    assert 'href="/accounts/password_change/"' in html
+    assert 'aria-live="polite"' in html and 'data-live-url="/ws/queue/"' in html
+    world.alice.is_staff = True
+    world.alice.save()
+    assert 'href="/admin/"' in client.get("/").content.decode()
+
+
+def test_login_page_and_failed_login(client, world) -> None:
+    assert client.get("/accounts/login/").status_code == 200
+    response = client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
+    assert "The user name and password do not match" in response.content.decode()
+    response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice"})
+    assert response.status_code == 302 and response["Location"] == "/"
