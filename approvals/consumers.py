@@ -8,7 +8,12 @@ the socket was not listening, becomes a ``resync`` notice: the page then reloads
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -23,6 +28,8 @@ from approvals.models import InputRequest, Team, ToolCall
 from approvals.services import presence
 
 MAX_WATCHED_CALLS = 20
+SCOPE_TTL = 2.0
+T = TypeVar("T")
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -68,6 +75,8 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = []
         self.seqs = {}
         self.watched = set()
+        self._scope_value: permissions.Scope | None = None
+        self._scope_read_at = 0.0
         await self._join()
         await self.accept()
         await self.send_json({"type": "hello", "groups": self.groups_joined})
@@ -179,22 +188,42 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         with translation.override(self.language):
             return render_to_string(template, context)
 
+    def _scope(self) -> permissions.Scope:
+        """The user's permission scope, read again every SCOPE_TTL seconds: a removed member stops
+        receiving within seconds, without a query per socket per event."""
+        now = time.monotonic()
+        if self._scope_value is None or now - self._scope_read_at > SCOPE_TTL:
+            self._scope_value, self._scope_read_at = permissions.scope_of(self.user), now
+        return self._scope_value
+
     def _card_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        ids = [pk for pk in event.get("input_requests", []) if _is_uuid(pk)]
-        mine = list(
-            permissions.answerable_input_requests(self.user)
-            .filter(pk__in=ids)
-            .select_related("answered_by")
-            .defer("params")
-        )
+        ids = sorted(pk for pk in event.get("input_requests", []) if _is_uuid(pk))
+        event_key = (event.get("group"), event.get("seq"), tuple(ids))
+        # Every socket in this process gets the same event: the round is read (and the card rendered) once.
+        shared = _memo(("card", *event_key), lambda: _load_card(ids), cache=event.get("seq") is not None)
+        if shared is None:
+            return None
+        card, viewers = shared
+        scope = self._scope()
+        items = [ir for ir in card.items if permissions.may_answer(scope, ir)]
+        mine = [ir for ir in items if str(ir.pk) in ids]
         if not mine:
             return None
-        card = selectors.round_card(self.user, mine[0].round_id)
-        if card is None:
-            return None
-        viewers = presence.viewers([ir.pk for ir in card.items])
+        visible = replace(card, items=items)
+        me = self.user.get_username()
+        seen_by_me = me if any(me in names for names in viewers.values()) else ""
+        html_key = ("html", *event_key, self.language, tuple(str(ir.pk) for ir in items), seen_by_me)
+        html = _memo(
+            html_key,
+            lambda: self._render(
+                "approvals/_round_card.html", {"card": visible, "viewers": viewers, "me": me}
+            ),
+        )
         decided = {
-            str(ir.pk): self._render("approvals/_decided.html", {"ir": ir})
+            str(ir.pk): _memo(
+                ("decided", *event_key, str(ir.pk), self.language),
+                functools.partial(self._render, "approvals/_decided.html", {"ir": ir}),
+            )
             for ir in mine
             if ir.status != InputRequest.Status.PENDING
         }
@@ -205,13 +234,10 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             "seq": event.get("seq"),
             "call": str(card.call.pk),
             "round": card.round_id,
-            "pending": len(card.pending),
+            "pending": len(visible.pending),
             "input_requests": [str(ir.pk) for ir in mine],
             "decided": decided,
-            "html": self._render(
-                "approvals/_round_card.html",
-                {"card": card, "viewers": viewers, "me": self.user.get_username()},
-            ),
+            "html": html,
         }
 
     def _presence_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
@@ -237,6 +263,35 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             "status": call.status,
             "html": self._render("approvals/_call_body.html", selectors.call_page(call)),
         }
+
+
+def _load_card(ids: list[str]) -> tuple[selectors.RoundCard, dict[str, list[str]]] | None:
+    card = selectors.round_card_for_everyone(ids)
+    if card is None:
+        return None
+    return card, presence.viewers([ir.pk for ir in card.items])
+
+
+_MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_MEMO_SIZE = 512
+
+
+def _memo(key: tuple[Any, ...], build: Callable[[], T], *, cache: bool = True) -> T:
+    """A small per-process memo for work every socket would otherwise repeat for the same event.
+
+    Consumers run their sync parts on one thread (database_sync_to_async), so no lock is needed. Keys hold
+    the group's sequence number, so a later event never reuses an earlier result.
+    """
+    if not cache:
+        return build()
+    if key in _MEMO:
+        _MEMO.move_to_end(key)
+        return cast(T, _MEMO[key])
+    value = build()
+    _MEMO[key] = value
+    if len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return value
 
 
 def _is_uuid(value: object) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -36,6 +37,37 @@ def answerable_input_requests(user: Any) -> InputRequestQuerySet:
     if user.is_staff:
         scope |= Q(team__isnull=True)
     return qs.filter(mine | (unassigned & scope))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What ``answerable_input_requests`` needs to know about a user, read once, to decide in Python.
+
+    The websocket consumer decides for each event with it (fetched again every few seconds) instead of a
+    query per socket per event; ``may_answer`` and the queryset above apply the same rule.
+    """
+
+    user_id: Any
+    superuser: bool
+    staff: bool
+    teams: frozenset[int]
+
+
+def scope_of(user: Any) -> Scope:
+    teams = (
+        frozenset(reviewer_teams(user).values_list("pk", flat=True)) if user.is_authenticated else frozenset()
+    )
+    return Scope(user.pk, bool(user.is_superuser), bool(user.is_staff), teams)
+
+
+def may_answer(scope: Scope, ir: InputRequest) -> bool:
+    if ir.assignee_id is not None:
+        return bool(ir.assignee_id == scope.user_id)
+    if scope.superuser:
+        return True
+    if ir.team_id in scope.teams or ir.escalation_team_id in scope.teams:
+        return True
+    return scope.staff and ir.team_id is None
 
 
 def can_answer(user: Any, input_request: InputRequest) -> bool:

@@ -197,6 +197,26 @@ def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "") 
     return sorted(_cards(list(requests)), key=lambda card: (card.items[0].created_at, card.round_id))
 
 
+def round_card_for_everyone(input_request_ids: Any) -> RoundCard | None:
+    """The card of the round holding these requests, with all its requests, before any permission filter
+    (the websocket consumer loads it once per event and filters it per user with permissions.may_answer)."""
+    round_id = (
+        InputRequest.objects.filter(pk__in=input_request_ids).values_list("round_id", flat=True).first()
+    )
+    if round_id is None:
+        return None
+    requests = (
+        InputRequest.objects.select_related(
+            "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
+        )
+        .defer(*_DASHBOARD_DEFER)
+        .filter(round_id=round_id)
+        .order_by("created_at", "key")
+    )
+    cards = _cards(list(requests))
+    return cards[0] if cards else None
+
+
 def round_card(user: Any, round_id: int) -> RoundCard | None:
     """The queue card of one round for this user (answered requests included), or None if none is theirs."""
     cards = _cards(list(_dashboard_requests(user).filter(round_id=round_id)))

@@ -66,7 +66,10 @@ class Command(BaseCommand):
         agent, token = tokens.agent_create(name=f"bench-live-{stamp}", servers=[server])
         cookies = self._sessions(server.default_team, o["sockets"], stamp)
         self._park(agent, o["pending"])
-        samples = asyncio.run(self._measure(o["hub"], token, o["server"], cookies, o["calls"]))
+        ids, arrivals = asyncio.run(self._measure(o["hub"], token, o["server"], cookies, o["calls"]))
+        rounds = Round.objects.filter(call_id__in=ids, number=1).values_list("call_id", "opened_at")
+        opened = {str(call_id): at.timestamp() for call_id, at in rounds}
+        samples = [(t - opened[c]) * 1000 for c, times in arrivals.items() if c in opened for t in times]
         self.stdout.write(
             f"sockets={o['sockets']} pending={o['pending']} calls={o['calls']} frames={len(samples)}"
         )
@@ -134,15 +137,7 @@ class Command(BaseCommand):
                 await asyncio.sleep(0.1)
         for task in listeners:
             task.cancel()
-        opened = {
-            str(call_id): at.timestamp()
-            for call_id, at in Round.objects.filter(call_id__in=ids, number=1).values_list(
-                "call_id", "opened_at"
-            )
-        }
-        return [
-            (t - opened[call]) * 1000 for call, times in arrivals.items() if call in opened for t in times
-        ]
+        return ids, arrivals
 
     def _floor(self, script: str) -> None:
         if not Path(script).exists():
