@@ -5,6 +5,7 @@ Shared by hub-driven calls and relays: both create the same Round and InputReque
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from datetime import datetime, timedelta
@@ -180,10 +181,15 @@ def round_open(
     if not pending:
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     else:
-        round_id = rnd.pk
-        transaction.on_commit(lambda: Round.objects.filter(pk=round_id).update(visible_at=timezone.now()))
-        transaction.on_commit(lambda: broadcast.queue_changed("round.opened", call.pk, pending))
+        transaction.on_commit(functools.partial(_announce, rnd.pk, call.pk, pending))
     return rnd
+
+
+def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
+    """After commit: the round is in the inbox now; tell the queues first, then note the hop's time."""
+    visible_at = timezone.now()
+    broadcast.queue_changed("round.opened", call_id, pending)
+    Round.objects.filter(pk=round_id).update(visible_at=visible_at)
 
 
 def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
