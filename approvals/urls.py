@@ -14,5 +14,6 @@ urlpatterns = [
     path("requests/<uuid:pk>/presence/", views.request_presence, name="presence"),
     path("calls/<uuid:pk>/", views.call_detail, name="call"),
     path("calls/<uuid:pk>/body/", views.call_body, name="call_body"),
+    path("calls/<uuid:pk>/routing/", views.call_routing, name="call_routing"),
     path("recent/", views.recent, name="recent"),
 ]

@@ -240,6 +240,19 @@ def call_body(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 @login_required
 @require_GET
+def call_routing(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """Read-only: for each input request of the call, which routing rule matched and why others did not."""
+    call = _get_call_for_user(request.user, pk)
+    requests = (
+        InputRequest.objects.filter(round__call=call)
+        .select_related("round", "team", "policy", "escalation_team", "assignee")
+        .order_by("round__number", "created_at", "key")
+    )
+    return render(request, "approvals/routing.html", {"call": call, "requests": requests})
+
+
+@login_required
+@require_GET
 def recent(request: HttpRequest) -> HttpResponse:
     calls = selectors.recent_calls(request.user, since=timezone.now() - RECENT_WINDOW)[:500]
     return render(request, "approvals/recent.html", {"calls": calls})

@@ -229,3 +229,18 @@ def test_a_high_risk_policy_wants_a_recent_sign_in(hub: Hub) -> None:
     alice.last_login = timezone.now()
     alice.save(update_fields=["last_login"])
     assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
+
+
+def test_the_call_page_explains_which_rule_matched_and_why(hub: Hub, release_policy: Policy) -> None:
+    from django.test import Client
+
+    call_id = hub.agent.call("create_deployment", {"branch": "main", "environment": "production"})
+    hub.reviewer.wait_for_request(call_id, "confirm")
+    browser = Client()
+    browser.force_login(hub.reviewer_user)
+    page = browser.get(f"/calls/{call_id}/routing/").content.decode()
+    assert "production deploys" in page and "two approvals" in page
+    assert "environment is &#x27;production&#x27;" in page
+    outsider = Client()
+    outsider.force_login(factories.user("zed"))
+    assert outsider.get(f"/calls/{call_id}/routing/").status_code == 404
