@@ -194,8 +194,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
-WHITENOISE_USE_FINDERS = True  # no collectstatic step needed; `collectstatic` still works for a CDN
+# WhiteNoise serves straight from the static folders; set DJANGO_STATIC_ROOT to `collectstatic` for a CDN.
+STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or None
+WHITENOISE_USE_FINDERS = True
 
 # --- security: strict unless DEBUG -----------------------------------------------------------------------
 
