@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from approvals import tasks
-from approvals.models import InputRequest, Round, ToolCall
+from approvals.models import AuditEvent, InputRequest, Round, ToolCall
 from tests.hub import Hub, WebhookReceiver, set_up_hub
 
 pytestmark = pytest.mark.timeout(120)
@@ -100,6 +100,8 @@ def test_the_agent_can_cancel_a_relay(hub: Hub) -> None:
     assert response.status_code == 200
     assert response.json()["status"] == "cancelled"
     assert hub.reviewer.inbox() == []
+    cancelled = AuditEvent.objects.get(call_id=relay_id, verb="call.cancelled")
+    assert (cancelled.actor_type, cancelled.actor_label) == ("agent", "ci-agent")
     again = hub.agent.post(f"/relays/{relay_id}/cancel", {})
     assert again.status_code == 409
 

@@ -202,12 +202,12 @@ def call_finish(
     result: Any = None,
     error: dict | None = None,
     verb: str | None = None,
-    expected: list[str] | None = None,
+    actor: Actor | None = None,
 ) -> bool:
     """Move a call to a final status (conditional on it still being open), audit it, tell the agent."""
     now = timezone.now()
     updated = (
-        ToolCall.objects.filter(pk=call.pk, status__in=expected or ToolCall.Status.values)
+        ToolCall.objects.filter(pk=call.pk)
         .exclude(status__in=ToolCall.Status.finals())
         .update(status=status, result=result, error=error, finished_at=now, updated_at=now)
     )
@@ -215,7 +215,7 @@ def call_finish(
         return False
     call.refresh_from_db()
     audit.record(
-        actor=Actor.system(),
+        actor=actor or Actor.system(),
         verb=verb or FINAL_EVENT[status],
         call=call,
         data={"error": error} if error else {"is_error": bool((result or {}).get("isError"))},
@@ -244,7 +244,9 @@ def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
             Round.objects.filter(pk=open_round.pk).update(
                 status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.CANCELLED
             )
-        call_finish(call=call, status=ToolCall.Status.CANCELLED, verb="call.cancelled")
+        call_finish(
+            call=call, status=ToolCall.Status.CANCELLED, verb="call.cancelled", actor=Actor.agent(agent)
+        )
         call_id_ = call.pk
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id_, cancelled))
     call.refresh_from_db()
