@@ -251,3 +251,42 @@ def test_a_call_page_is_watched_only_when_the_user_may_see_the_call(world) -> No
         await carol.disconnect()
 
     run(scenario)
+
+
+def test_a_removed_member_stops_receiving_on_an_open_socket(world, monkeypatch) -> None:
+    from approvals import consumers
+
+    # Time travel: the socket's permission scope (normally re-read every SCOPE_TTL seconds) is stale at once.
+    monkeypatch.setattr(consumers, "SCOPE_TTL", 0.0)
+
+    async def scenario() -> None:
+        bob = socket(world["as"]["bob"])
+        await connected(bob)
+        first = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(broadcast.queue_changed)("round.opened", first.round.call_id, [first])
+        assert (await bob.receive_json_from(timeout=10))["input_requests"] == [str(first.pk)]
+
+        await sync_to_async(Membership.objects.filter(user=world["bob"]).delete)()
+        second = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(broadcast.queue_changed)("round.opened", second.round.call_id, [second])
+        assert await bob.receive_nothing(timeout=0.5)
+        await bob.disconnect()
+
+    run(scenario)
+
+
+def test_an_escalated_request_reaches_the_fallback_teams_socket(world) -> None:
+    async def scenario() -> None:
+        carol = socket(world["as"]["carol"])
+        await connected(carol)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(type(ir).objects.filter(pk=ir.pk).update)(escalation_team=world["ops"])
+        escalated = await sync_to_async(
+            type(ir).objects.select_related("round", "team", "escalation_team").get
+        )(pk=ir.pk)
+        await sync_to_async(broadcast.input_escalated)(escalated)
+        card = await carol.receive_json_from(timeout=10)
+        assert card["type"] == "card" and card["input_requests"] == [str(ir.pk)]
+        await carol.disconnect()
+
+    run(scenario)
