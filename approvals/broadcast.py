@@ -192,14 +192,20 @@ async def unsubscribe(channel: str, groups: Iterable[str]) -> None:
 async def wait_until_final(call_id: object, seconds: float, load: Callable[[], Awaitable[ToolCall]]) -> None:
     """Return once the call is final or ``seconds`` have passed, woken by ``call.changed`` notices.
 
-    The call is re-read every few seconds as well, so a notice lost in transit costs latency, not correctness.
+    The call is re-read every few seconds as well, so a notice lost in transit costs latency, not correctness;
+    if the channel layer fails (a Redis hiccup) the wait goes on by polling instead of failing the request.
     """
     layer = get_channel_layer()
-    channel = await layer.new_channel()
-    group = call_group(call_id)
-    await layer.group_add(group, channel)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
+    group = call_group(call_id)
+    channel: str | None = None
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+    except Exception:
+        logger.warning("long-poll for %s falls back to polling: channel layer unavailable", call_id)
+        channel = None
     try:
         while True:
             if (await load()).is_final:
@@ -207,7 +213,17 @@ async def wait_until_final(call_id: object, seconds: float, load: Callable[[], A
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            with contextlib.suppress(TimeoutError):
+            if channel is None:
+                await asyncio.sleep(min(remaining, 1.0))
+                continue
+            try:
                 await asyncio.wait_for(layer.receive(channel), timeout=min(remaining, 5.0))
+            except TimeoutError:
+                pass
+            except Exception:
+                logger.warning("long-poll for %s: channel layer error, polling instead", call_id)
+                channel = None
     finally:
-        await layer.group_discard(group, channel)
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(group, channel)

@@ -8,6 +8,7 @@ transaction.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +17,29 @@ from django.db import connection
 from tests.live import CeleryWorker, Daphne, child_env
 
 
+def _flush_retrying_deadlocks() -> None:
+    """pytest-django empties the test database with one TRUNCATE over every table after each live test.
+    A worker still finishing the previous test's task can hold a lock on one of them: PostgreSQL then
+    reports a deadlock and the flush loses. Retrying it is the usual answer to a deadlock."""
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    handle = flush.Command.handle
+
+    def handle_with_retry(self: flush.Command, **options: object) -> None:
+        for attempt in range(6):
+            try:
+                return handle(self, **options)
+            except CommandError as exc:
+                if attempt == 5 or "deadlock" not in str(exc.__cause__):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    flush.Command.handle = handle_with_retry  # type: ignore[method-assign]
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _flush_retrying_deadlocks()
     if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         from elicit_hub import engines
 
