@@ -91,6 +91,7 @@ class Command(BaseCommand):
             session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
             session[HASH_SESSION_KEY] = user.get_session_auth_hash()
             session.create()
+            assert session.session_key is not None  # create() just saved it
             cookies.append(session.session_key)
         return cookies
 
@@ -102,7 +103,7 @@ class Command(BaseCommand):
 
     async def _measure(
         self, hub: str, token: str, server: str, cookies: list[str], count: int
-    ) -> list[float]:
+    ) -> tuple[list[str], dict[str, list[float]]]:
         ws_url = hub.replace("http", "ws", 1) + "/ws/queue/"
         arrivals: dict[str, list[float]] = {}
 
