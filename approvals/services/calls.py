@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -251,7 +250,3 @@ def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id_, cancelled))
     call.refresh_from_db()
     return call
-
-
-def deadline_from(seconds: int) -> Any:
-    return timezone.now() + timedelta(seconds=seconds)

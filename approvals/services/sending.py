@@ -217,13 +217,9 @@ def _apply(send: Send, outcome: mcp.Outcome, *, received_at: Any) -> bool:
     """Record the server's answer. True when the next send is due at once (a state-only round)."""
     call = send.call
     with transaction.atomic():
-        expected = ToolCall.Status.RESUMING if send.round else ToolCall.Status.RUNNING
+        # Cancelled (or deleted) while the send was in flight: the server's answer is recorded, not applied.
         locked = ToolCall.objects.select_for_update().filter(pk=call.pk).first()
-        if locked is None or locked.status not in (
-            expected,
-            ToolCall.Status.RUNNING,
-            ToolCall.Status.RESUMING,
-        ):
+        if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
             audit.record(
                 actor=SYSTEM,
                 verb="call.outcome_discarded",
