@@ -12,7 +12,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+from channels_redis.core import RedisChannelLayer
 from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from elicit_hub import engines
 
@@ -152,11 +155,27 @@ def _db_of(query: str) -> str:
     return "0"
 
 
+# Redis timeouts, in seconds. Every client gets explicit ones, so nothing hangs while Redis is away: a
+# command or a connect gives up after ELICIT_REDIS_TIMEOUT. A blocking read waits longer than the pop it
+# blocks on (channels-redis blocks BRPOP_WAIT s per receive, Celery's broker 1 s); redis-py's default read
+# timeout (5 s, as long as channels-redis's pop) closed every idle websocket within seconds.
+ELICIT_REDIS_TIMEOUT = env_int("ELICIT_REDIS_TIMEOUT", 3, minimum=1)
+CHANNEL_LAYER_BRPOP_WAIT = RedisChannelLayer.brpop_timeout
+CELERY_BROKER_BRPOP_WAIT = 1  # kombu's redis transport: Channel.brpop_timeout
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # A host dict: channels-redis hands everything but `address` to redis-py's from_url, for
+            # redis://, rediss:// and unix:// alike.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": CHANNEL_LAYER_BRPOP_WAIT + ELICIT_REDIS_TIMEOUT,
+                    "socket_connect_timeout": ELICIT_REDIS_TIMEOUT,
+                }
+            ],
             "prefix": ELICIT_NAMESPACE,
             "capacity": 1000,
             "expiry": 30,
@@ -169,6 +188,13 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": ELICIT_NAMESPACE,
+        "OPTIONS": {
+            "socket_timeout": ELICIT_REDIS_TIMEOUT,
+            "socket_connect_timeout": ELICIT_REDIS_TIMEOUT,
+            # One immediate retry on a fresh connection: the first command after a Redis restart finds
+            # its pooled connection dead.
+            "retry": Retry(NoBackoff(), 1),
+        },
     }
 }
 
@@ -232,7 +258,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A message whose worker died is redelivered after this many seconds; every countdown must stay below it
 # (system check approvals.E001), or Redis would hand a delayed task to a second worker early.
 CELERY_VISIBILITY_TIMEOUT = env_int("ELICIT_VISIBILITY_TIMEOUT", 3600, minimum=5)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    "socket_timeout": CELERY_BROKER_BRPOP_WAIT + ELICIT_REDIS_TIMEOUT,
+    "socket_connect_timeout": ELICIT_REDIS_TIMEOUT,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = ELICIT_REDIS_TIMEOUT
+# Publishing a task retries briefly, then raises: a request must not hang on a broker that is away.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},

@@ -1,0 +1,63 @@
+"""The engines under real use: an idle websocket stays up, long-polls hold no database connection.
+
+Both run against a real Daphne on the suite's PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+import websockets
+from asgiref.sync import async_to_sync, sync_to_async
+from django.test import Client
+
+from approvals import broadcast
+from approvals.models import Membership
+from tests import factories
+from tests.live import Daphne
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _session_cookie(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+@pytest.mark.usefixtures("live_db")
+def test_an_idle_socket_stays_open_and_still_receives_events(web: Daphne) -> None:
+    """channels-redis blocks 5 s in BRPOP; a Redis read timeout at or below that closed every idle socket
+    with 1011 within seconds. Left idle for 30 s, the same connection must still get the next event."""
+    alice = factories.user("alice")
+    team = factories.team(f"release-{uuid.uuid4().hex[:8]}", (alice, Membership.Role.REVIEWER))
+    server = factories.server("deploy", name="Deploy bot", default_team=team)
+    cookie = _session_cookie(alice)
+
+    def open_request() -> Any:
+        rnd = factories.open_round(factories.call(server), team_=team)
+        return rnd.input_requests.select_related("round__call", "team").get()
+
+    async def scenario() -> None:
+        async with websockets.connect(
+            web.url.replace("http", "ws") + "/ws/queue/",
+            origin=web.url,  # type: ignore[arg-type]
+            additional_headers={"Cookie": f"sessionid={cookie}"},
+            ping_interval=None,  # no keep-alive frames: the socket is truly idle
+        ) as ws:
+            hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert hello["type"] == "hello"
+            # Idle: nothing is sent either way. A closed socket ends this recv with ConnectionClosed.
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(ws.recv(), 30)
+            ir = await sync_to_async(open_request)()
+            await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+            card = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert card["type"] == "card"
+            assert card["input_requests"] == [str(ir.pk)]
+
+    async_to_sync(scenario)()
