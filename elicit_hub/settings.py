@@ -125,11 +125,26 @@ TEMPLATES = [
 USING_EMBEDDED_ENGINES = not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL")
 DATABASE_URL = os.environ.get("DATABASE_URL") or engines.database_url()
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    # No persistent connections (CONN_MAX_AGE 0): each process draws from its own pool instead, and a
+    # request or task hands its connection back when it ends. Health checks test a connection as it leaves
+    # the pool, so the first request after a PostgreSQL restart gets a working one.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://...).")
+# Connections per process (web server, each worker child): at most ELICIT_DB_POOL_MAX, ELICIT_DB_POOL_MIN
+# kept open. A request that finds the pool empty waits ELICIT_DB_POOL_TIMEOUT s, then gets a 503.
+# ELICIT_DB_POOL_MAX=0 turns the pool off (e.g. behind PgBouncer): a connection per request, closed after it.
+ELICIT_DB_POOL_MAX = env_int("ELICIT_DB_POOL_MAX", 10)
+ELICIT_DB_POOL_MIN = env_int("ELICIT_DB_POOL_MIN", 1)
+ELICIT_DB_POOL_TIMEOUT = env_int("ELICIT_DB_POOL_TIMEOUT", 10, minimum=1)
+if ELICIT_DB_POOL_MAX:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(ELICIT_DB_POOL_MIN, ELICIT_DB_POOL_MAX),
+        "max_size": ELICIT_DB_POOL_MAX,
+        "timeout": ELICIT_DB_POOL_TIMEOUT,
+    }
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
 

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -111,8 +112,16 @@ def call_create(request: AgentRequest, payload: CallIn) -> Status:
     return Status(202 if created else 200, _created(call, "calls"))
 
 
+def _own_call_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
+    """`_own_call`, then the connection goes back to the pool: a long-poll holds none while it waits."""
+    try:
+        return _own_call(agent, call_id, kind)
+    finally:
+        connection.close()
+
+
 async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
-    load = sync_to_async(_own_call)
+    load = sync_to_async(_own_call_released)
     call = await load(agent, call_id, kind)
     wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
     if wait and not call.is_final:
