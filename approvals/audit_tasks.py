@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis.exceptions
 from celery import shared_task
 from django.core.cache import cache
 from django.utils import timezone
@@ -34,7 +35,12 @@ def store_chain_state(report: audit.ChainReport) -> dict[str, Any]:
 
 
 def last_chain_state() -> dict[str, Any] | None:
-    return cache.get(CHAIN_STATE_KEY)
+    """The last check's result; None when there is none, or while Redis (where it is kept) is down."""
+    try:
+        return cache.get(CHAIN_STATE_KEY)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        logger.warning("audit chain state unavailable: Redis is down")
+        return None
 
 
 # A full walk takes about a minute per million events: longer than the default task limits.

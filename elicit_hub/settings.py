@@ -91,6 +91,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Daphne serves no static files; WhiteNoise does, from the app and project static folders.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # 503 while PostgreSQL or Redis is down (JSON under /api/); refuses writes while Redis is.
+    "approvals.outage.OutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -8,3 +8,5 @@ urlpatterns = [
     path("audit/", include("approvals.audit_urls")),
     path("", include("approvals.urls")),
 ]
+
+handler500 = "approvals.outage.server_error"

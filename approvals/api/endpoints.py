@@ -12,9 +12,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
-from ninja.throttling import AuthRateThrottle
 
-from approvals import broadcast, selectors
+from approvals import broadcast, outage, selectors
 from approvals.api.auth import AgentRequest, agent_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, ErrorOut, RelayIn, RespondIn
 from approvals.models import ToolCall
@@ -26,8 +25,9 @@ api = NinjaAPI(
     version="1",
     description="Agents ask the hub to call MCP tools; humans answer the servers' input requests.",
     urls_namespace="api",
-    throttle=[AuthRateThrottle(settings.ELICIT_API_RATE)],
+    throttle=[outage.RateThrottle(settings.ELICIT_API_RATE)],
 )
+outage.install(api)
 
 ERRORS: dict[int | str, Any] = {
     400: ErrorOut,
