@@ -597,7 +597,8 @@ class Notification(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Append-only (a PostgreSQL trigger refuses UPDATE, DELETE and TRUNCATE), hash-chained row by row.
+    """Append-only (PostgreSQL triggers refuse UPDATE, TRUNCATE and any DELETE but a recorded prune, migration
+    0006), hash-chained row by row.
 
     ``tool``, ``action`` and ``outcome`` are filled by ``audit.record`` and covered by the hash; ``search`` is
     derived (a BEFORE INSERT trigger fills it, migration 0003) and is not.
