@@ -8,7 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
-from approvals.audit_tasks import verify_chain
+from approvals.audit.tasks import verify_chain
 from approvals.models import Round, ToolCall
 from approvals.services import escalation, notifications, sending, webhooks
 from approvals.services.rounds import round_expire

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from approvals import audit
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent
 from tests import factories
 

@@ -14,8 +14,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import audit, audit_tasks, audit_views
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit import tasks as audit_tasks
+from approvals.audit import views as audit_views
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent, InputRequest, Membership, ToolCall
 from approvals.permissions import visible_audit_events
 from tests import factories

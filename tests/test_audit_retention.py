@@ -12,8 +12,8 @@ from django.db import DatabaseError, connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from approvals import audit
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,9 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from approvals import audit, broadcast, permissions, schema_forms
-from approvals.audit import Actor
+from approvals import broadcast, permissions, schema_forms
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_mark_ready, schema_fingerprint

@@ -9,8 +9,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from approvals import audit, broadcast
-from approvals.audit import Actor
+from approvals import broadcast
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
 from approvals.services import webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound

@@ -9,8 +9,9 @@ from functools import partial
 from django.conf import settings
 from django.db import transaction
 
-from approvals import audit, broadcast
-from approvals.audit import Actor
+from approvals import broadcast
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import InputRequest, Round
 from approvals.services import notifications
 

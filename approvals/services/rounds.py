@@ -16,8 +16,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import audit, broadcast, schema_forms
-from approvals.audit import Actor
+from approvals import broadcast, schema_forms
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
 from approvals.services import notifications, webhooks
 from approvals.services.routing import route

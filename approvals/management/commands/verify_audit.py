@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import audit
-from approvals.audit_tasks import store_chain_state
+from approvals.audit import core as audit
+from approvals.audit.tasks import store_chain_state
 
 
 class Command(BaseCommand):

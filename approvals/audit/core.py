@@ -4,7 +4,7 @@ Every row carries ``hash = sha256(prev_hash + canonical(row))``. Appends take a 
 lock, so the chain order is the id order even with many writers, and the lock is held only until the
 surrounding transaction commits. Secrets are redacted before anything is recorded.
 
-The canonical form and the hashing live in ``approvals.audit_verify`` (pure Python), which the offline
+The canonical form and the hashing live in ``approvals.audit.verify`` (pure Python), which the offline
 verifier of exports runs too. Retention (``prune``) removes the oldest part of the chain and records an
 ``audit.pruned`` event holding the hash of the last removed row: the first kept row links to that hash, so
 ``verify`` of what remains still passes and still names any altered or removed row.
@@ -22,8 +22,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from approvals import audit_verify
-from approvals.audit_verify import GENESIS, derive_action_outcome, event_hash
+from approvals.audit import verify as audit_verify
+from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, InputRequest, ToolCall
 
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer

@@ -1,6 +1,6 @@
 """The periodic chain check: walks the whole audit chain and keeps the result for the audit page.
 
-The lead wires it into beat as ``approvals.audit_tasks.verify_chain``.
+The lead wires it into beat as ``approvals.audit.tasks.verify_chain``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from celery import shared_task
 from django.core.cache import cache
 from django.utils import timezone
 
-from approvals import audit
+from approvals.audit import core as audit
 
 logger = logging.getLogger(__name__)
 CHAIN_STATE_KEY = "audit:chain-state"

@@ -28,8 +28,10 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET
 
-from approvals import audit, audit_export, audit_tasks
-from approvals.audit import redact
+from approvals.audit import core as audit
+from approvals.audit import export as audit_export
+from approvals.audit import tasks as audit_tasks
+from approvals.audit.core import redact
 from approvals.models import AuditEvent, InputRequest, McpServer, Round, ToolCall
 from approvals.permissions import can_view_call, visible_audit_events, visible_calls, visible_teams
 
