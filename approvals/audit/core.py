@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -251,6 +252,30 @@ def head_matches(saved: Mapping[str, Any]) -> bool:
         _, pruned_through = chain_anchor()
         return pruned_through is not None and saved["head_id"] <= pruned_through
     return current == saved.get("head_hash")
+
+
+# --- the last full check, kept for the audit page ---------------------------------------------------
+
+CHAIN_STATE_KEY = "audit:chain-state"
+
+
+def store_chain_state(report: ChainReport) -> dict[str, Any]:
+    state = {
+        "ok": report.ok,
+        "checked": report.checked,
+        "first_bad_id": report.first_bad_id,
+        "problem": report.problem,
+        "head_id": report.head_id,
+        "head_hash": report.head_hash,
+        "anchor": report.anchor,
+        "checked_at": timezone.now().isoformat(),
+    }
+    cache.set(CHAIN_STATE_KEY, state, timeout=None)
+    return state
+
+
+def last_chain_state() -> dict[str, Any] | None:
+    return cache.get(CHAIN_STATE_KEY)
 
 
 # --- retention -----------------------------------------------------------------------------------------

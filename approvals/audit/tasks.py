@@ -1,7 +1,4 @@
-"""The periodic chain check: walks the whole audit chain and keeps the result for the audit page.
-
-The lead wires it into beat as ``approvals.audit.tasks.verify_chain``.
-"""
+"""The periodic chain check beat runs: walks the whole audit chain and keeps the result for the audit page."""
 
 from __future__ import annotations
 
@@ -9,32 +6,10 @@ import logging
 from typing import Any
 
 from celery import shared_task
-from django.core.cache import cache
-from django.utils import timezone
 
 from approvals.audit import core as audit
 
 logger = logging.getLogger(__name__)
-CHAIN_STATE_KEY = "audit:chain-state"
-
-
-def store_chain_state(report: audit.ChainReport) -> dict[str, Any]:
-    state = {
-        "ok": report.ok,
-        "checked": report.checked,
-        "first_bad_id": report.first_bad_id,
-        "problem": report.problem,
-        "head_id": report.head_id,
-        "head_hash": report.head_hash,
-        "anchor": report.anchor,
-        "checked_at": timezone.now().isoformat(),
-    }
-    cache.set(CHAIN_STATE_KEY, state, timeout=None)
-    return state
-
-
-def last_chain_state() -> dict[str, Any] | None:
-    return cache.get(CHAIN_STATE_KEY)
 
 
 # A full walk takes about a minute per million events: longer than the default task limits.
@@ -43,4 +18,4 @@ def verify_chain() -> dict[str, Any]:
     report = audit.verify()
     if not report.ok:
         logger.error("audit chain broken at event #%s: %s", report.first_bad_id, report.problem)
-    return store_chain_state(report)
+    return audit.store_chain_state(report)

@@ -7,7 +7,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.audit import core as audit
-from approvals.audit.tasks import store_chain_state
 
 
 class Command(BaseCommand):
@@ -20,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         report = audit.verify()
-        store_chain_state(report)
+        audit.store_chain_state(report)
         if not report.ok:
             raise CommandError(
                 f"audit chain broken at event #{report.first_bad_id}: {report.problem} "
