@@ -13,6 +13,7 @@ from approvals import broadcast
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
+from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
@@ -106,9 +107,7 @@ def call_submit(
                 call=call,
                 data={"tool": tool, "arguments": arguments, "on_behalf_of": on_behalf_of or ""},
             )
-            from approvals import tasks
-
-            transaction.on_commit(lambda: tasks.run_call.delay(str(call.pk)))
+            enqueue_on_commit(RUN_CALL, str(call.pk))
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:

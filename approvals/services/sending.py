@@ -27,9 +27,10 @@ from django.utils import timezone
 from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import McpServer, Round, ToolCall
+from approvals.models import Round, ToolCall
 from approvals.services.calls import call_finish
 from approvals.services.rounds import input_responses, round_open
+from approvals.services.servers import server_config
 
 logger = logging.getLogger(__name__)
 SYSTEM = Actor.system()
@@ -81,15 +82,6 @@ class Send:
     @property
     def attempts(self) -> int:
         return self.round.send_attempts if self.round else self.call.attempts
-
-
-def server_config(server: McpServer) -> mcp_client.ServerConfig:
-    return mcp_client.ServerConfig(
-        url=server.url,
-        headers=dict(server.headers or {}),
-        discover=server.discover,
-        timeout=float(settings.ELICIT_MCP_TIMEOUT),
-    )
 
 
 def _claim(call_id: Any) -> Send | None:

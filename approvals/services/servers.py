@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.utils import timezone
 
 from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import McpServer
-from approvals.services.sending import server_config
+
+
+def server_config(server: McpServer) -> mcp_client.ServerConfig:
+    """How the MCP client reaches the server: its URL, its headers (credentials included), time limits."""
+    return mcp_client.ServerConfig(
+        url=server.url,
+        headers=dict(server.headers or {}),
+        discover=server.discover,
+        timeout=float(settings.ELICIT_MCP_TIMEOUT),
+    )
 
 
 def server_refresh_tools(*, server: McpServer) -> list[dict]:
