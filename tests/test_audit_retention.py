@@ -20,7 +20,10 @@ pytestmark = pytest.mark.django_db
 
 
 def make(n: int, **data: object) -> list[AuditEvent]:
-    return [audit.record(actor=Actor.system(), verb="test.tick", data={"n": i, **data}) for i in range(n)]
+    return [
+        audit.record(actor=Actor.system(), verb="server.tools_refreshed", data={"n": i, **data})
+        for i in range(n)
+    ]
 
 
 def test_a_retention_run_removes_only_what_it_says_and_the_chain_still_verifies(capsys) -> None:

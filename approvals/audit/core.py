@@ -23,6 +23,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals.audit import verbs
 from approvals.audit import verify as audit_verify
 from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, InputRequest, ToolCall
@@ -82,6 +83,8 @@ def record(
     """
     if "." not in verb:
         raise ValueError(f"audit verbs are namespaced (noun.verb), got {verb!r}")
+    if not verbs.is_registered(verb):
+        raise ValueError(f"{verb!r} is not in the registry of audit verbs (approvals.audit.verbs)")
     clean = redact(dict(data or {}))
     action, outcome = derive_action_outcome(verb, clean)
     with transaction.atomic():

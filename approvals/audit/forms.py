@@ -7,30 +7,9 @@ from typing import Any
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from approvals.audit.verbs import NOUNS, VERBS
 from approvals.models import AuditEvent, InputRequest
 
-VERBS = [
-    "call.submitted",
-    "call.completed",
-    "call.failed",
-    "call.expired",
-    "call.cancelled",
-    "call.retry_scheduled",
-    "call.outcome_discarded",
-    "round.opened",
-    "round.answered",
-    "round.resent",
-    "input.requested",
-    "input.unsupported",
-    "input.answered",
-    "input.expired",
-    "relay.submitted",
-    "relay.answered",
-    "relay.expired",
-    "audit.exported",
-    "audit.pruned",
-]
-NOUNS = sorted({verb.split(".")[0] for verb in VERBS})
 OUTCOMES = [
     "completed",
     "failed",

@@ -8,7 +8,6 @@ events while new ones arrive).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
@@ -21,8 +20,9 @@ from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet, Va
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from approvals import schema_forms
+from approvals.audit import verbs
 from approvals.audit.core import redact
-from approvals.audit.forms import VERBS
 from approvals.models import AuditEvent, InputRequest, Round, ToolCall
 from approvals.permissions import can_view_call, visible_audit_events, visible_calls
 
@@ -47,7 +47,7 @@ def filter_events(qs: QuerySet[AuditEvent], filters: dict[str, Any]) -> QuerySet
         qs = qs.filter(at__lt=filters["until"])
     verb = filters.get("verb")
     if verb and verb.endswith(".*"):
-        qs = qs.filter(verb__in=[v for v in VERBS if v.startswith(verb[:-1])])
+        qs = qs.filter(verb__in=verbs.of_noun(verb[:-2]))
     elif verb:
         qs = qs.filter(verb=verb)
     exact = {
@@ -217,7 +217,9 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
                 "mode": event.data.get("mode", ""),
                 "flags": event.data.get("flags") or [],
                 "schema": _pretty(ir.requested_schema) if ir and ir.requested_schema else "",
-                "schema_version": _fingerprint(ir.requested_schema) if ir and ir.requested_schema else "",
+                "schema_version": schema_forms.fingerprint(ir.requested_schema)[:12]
+                if ir and ir.requested_schema
+                else "",
                 "url": ir.url if ir else "",
             }
         elif event.verb == "input.answered":
@@ -239,8 +241,3 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-
-
-def _fingerprint(schema: Any) -> str:
-    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -14,7 +14,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
-from approvals.services.rounds import round_mark_ready, schema_fingerprint
+from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)
 
@@ -123,7 +123,7 @@ def input_respond(
                 "action": action,
                 "content": _audit_content(ir, content),
                 "reason": reason,
-                "schema_sha256": schema_fingerprint(ir.requested_schema),
+                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
             },
         )
         transaction.on_commit(lambda: broadcast.queue_changed("input.answered", rnd.call_id, [ir]))

@@ -6,8 +6,6 @@ Shared by hub-driven calls and relays: both create the same Round and InputReque
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,13 +23,6 @@ from approvals.services import notifications, webhooks
 from approvals.services.routing import route
 
 SYSTEM = Actor.system()
-
-
-def schema_fingerprint(schema: Any) -> str:
-    """Which version of a form the reviewer saw: a digest of the schema as the server sent it."""
-    if schema is None:
-        return ""
-    return hashlib.sha256(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def round_ttl(call: ToolCall) -> int:
@@ -161,7 +152,7 @@ def round_open(
                 "message": ir.message,
                 "problem": ir.problem,
                 "flags": ir.flags,
-                "schema_sha256": schema_fingerprint(ir.requested_schema),
+                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
             },
         )
         if not ir.problem:
