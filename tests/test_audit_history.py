@@ -377,7 +377,7 @@ def test_the_timeline_shows_the_audited_fingerprint_of_a_non_ascii_schema(root: 
     }
     call, _ = calls.relay_submit(
         agent=ag,
-        server="elsewhere",
+        server_slug="elsewhere",
         tool="resize",
         arguments={},
         input_requests={
