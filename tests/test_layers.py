@@ -20,6 +20,7 @@ PACKAGE = "approvals"
 # Below the services: what they build on. Each may import models and the others here, never upwards.
 CORE = (
     "approvals.audit.core",
+    "approvals.audit.verbs",
     "approvals.audit.verify",
     "approvals.broadcast",
     "approvals.mcp_client",
