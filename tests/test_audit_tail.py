@@ -11,15 +11,19 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from approvals import audit, audit_tasks
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit import tasks as audit_tasks
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent, AuditHead
 
 pytestmark = pytest.mark.django_db
 
 
 def make(n: int, **data: object) -> list[AuditEvent]:
-    return [audit.record(actor=Actor.system(), verb="test.tick", data={"n": i, **data}) for i in range(n)]
+    return [
+        audit.record(actor=Actor.system(), verb="server.tools_refreshed", data={"n": i, **data})
+        for i in range(n)
+    ]
 
 
 def behind_the_triggers(statement: str, params: list[object] | None = None) -> None:
@@ -51,7 +55,7 @@ def test_a_cut_tail_is_reported_by_the_hourly_check_and_verify_audit(capsys) -> 
     state = audit_tasks.verify_chain()
     assert not state["ok"] and state["first_bad_id"] == events[-1].id
     assert "tail was cut" in state["problem"] and f"#{events[2].id}" in state["problem"]
-    assert audit_tasks.last_chain_state() == state
+    assert audit.last_chain_state() == state
     with pytest.raises(CommandError, match=rf"#{events[-1].id}: .*tail was cut"):
         call_command("verify_audit")
     # The record does not follow the cut back: later events do not make the cut go away.
