@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -81,10 +82,12 @@ def _parsed(spec: str) -> Allow:
 
 
 def configured() -> Allow:
-    """The allowlist from the settings (``ELICIT_OUTBOUND_ALLOW``)."""
+    """The allowlist from the settings (``ELICIT_OUTBOUND_ALLOW``), or the environment outside Django."""
     from django.conf import settings
 
-    return _parsed(settings.ELICIT_OUTBOUND_ALLOW)
+    if settings.configured:
+        return _parsed(settings.ELICIT_OUTBOUND_ALLOW)
+    return _parsed(os.environ.get("ELICIT_OUTBOUND_ALLOW", ""))
 
 
 def system_resolver(host: str, port: int) -> list[str]:

@@ -237,8 +237,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEO
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
-    "verify-audit-chain": {"task": "approvals.audit_tasks.verify_chain", "schedule": 3600.0},
-    "escalate-and-warn": {"task": "approvals.tasks.escalate_due", "schedule": 15.0},
+    "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
+    "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------

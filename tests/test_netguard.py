@@ -15,7 +15,8 @@ import httpx2
 import pytest
 from django.core.management import CommandError, call_command
 
-from approvals import mcp, netguard
+from approvals import mcp_client as mcp
+from approvals import netguard
 from approvals.admin import McpServerForm, TeamForm
 from approvals.models import McpServer, Notification, ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.netguard import Allow, Refused, check_url

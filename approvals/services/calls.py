@@ -9,9 +9,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals import audit, broadcast, netguard
-from approvals.audit import Actor
+from approvals import broadcast, netguard
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
+from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
@@ -118,9 +120,7 @@ def call_submit(
                 call=call,
                 data={"tool": tool, "arguments": arguments, "on_behalf_of": on_behalf_of or ""},
             )
-            from approvals import tasks
-
-            transaction.on_commit(lambda: tasks.run_call.delay(str(call.pk)))
+            enqueue_on_commit(RUN_CALL, str(call.pk))
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:
@@ -132,7 +132,7 @@ def call_submit(
 def relay_submit(
     *,
     agent: AgentClient,
-    server: str,
+    server_slug: str,
     tool: str,
     arguments: dict[str, Any],
     input_requests: dict[str, Any],
@@ -158,9 +158,11 @@ def relay_submit(
     }
     if problems:
         raise Invalid("Some input requests are malformed.", code="invalid_body", fields=problems)
-    known = McpServer.objects.filter(slug=server).first()
+    known = McpServer.objects.filter(slug=server_slug).first()
     if known is not None and not agent.servers.filter(pk=known.pk).exists():
-        raise Forbidden(f"This agent may not relay for the server {server!r}.", code="server_not_allowed")
+        raise Forbidden(
+            f"This agent may not relay for the server {server_slug!r}.", code="server_not_allowed"
+        )
     if expires_in is not None and not 10 <= expires_in <= 7 * 24 * 3600:
         raise Invalid(
             "expires_in must be between 10 seconds and 7 days.",
@@ -175,7 +177,7 @@ def relay_submit(
             call = ToolCall.objects.create(
                 kind=ToolCall.Kind.RELAY,
                 server=known,
-                server_label="" if known else server,
+                server_label="" if known else server_slug,
                 tool=tool,
                 arguments=arguments,
                 agent=agent,

@@ -6,17 +6,16 @@ name as the hub knows it, the tool and the message, and a link; never arguments 
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
+from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
 
 MAX_ATTEMPTS = 5
 HEADLINES = {
@@ -35,15 +34,12 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
         kinds.append(Notification.Kind.EMAIL)
     if team.chat_webhook_url:
         kinds.append(Notification.Kind.CHAT)
-    from approvals import tasks
-
     for kind in kinds:
         notice, created = Notification.objects.get_or_create(
             team=team, input_request=ir, kind=kind, event=event
         )
         if created:
-            notice_id = notice.pk
-            transaction.on_commit(partial(tasks.send_notification.delay, notice_id))
+            enqueue_on_commit(SEND_NOTIFICATION, notice.pk)
 
 
 def _text(notice: Notification) -> tuple[str, str]:

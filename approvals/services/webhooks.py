@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals import netguard
+from approvals import netguard, selectors
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
+from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,6 @@ def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
     """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction."""
     if not call.callback_url:
         return None
-    from approvals import selectors, tasks
-
     fresh = selectors.calls_with_rounds().get(pk=call.pk)
     data = (
         selectors.relay_detail(fresh) if fresh.kind == ToolCall.Kind.RELAY else selectors.call_detail(fresh)
@@ -45,7 +43,7 @@ def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
         defaults={"url": call.callback_url, "payload": {"type": event_type, "data": data}},
     )
     if created:
-        transaction.on_commit(lambda: tasks.deliver_webhook.delay(str(delivery.pk)))
+        enqueue_on_commit(DELIVER_WEBHOOK, str(delivery.pk))
     return delivery
 
 

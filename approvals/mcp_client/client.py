@@ -39,7 +39,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from approvals import netguard
-from approvals.mcp.outcomes import (
+from approvals.mcp_client.outcomes import (
     Completed,
     McpError,
     Outcome,
@@ -47,8 +47,8 @@ from approvals.mcp.outcomes import (
     ServerConfig,
     TransientError,
 )
-from approvals.mcp.transport import TeeTransport, Wire
-from approvals.mcp.wire import (
+from approvals.mcp_client.transport import TeeTransport, Wire
+from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
     classify_rpc_error,
     invalid_header_reason,
