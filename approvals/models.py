@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
@@ -182,6 +182,21 @@ class AgentClient(models.Model):
     servers = models.ManyToManyField(McpServer, related_name="agents", blank=True)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agents"
+    )
+    # Whom the agent may name in `on_behalf_of`: these users and the members of these teams; no one else.
+    acts_for_users: models.ManyToManyField[User, Any] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="+",
+        blank=True,
+        verbose_name=_("may act for (users)"),
+        help_text=_("Users this agent may name in on_behalf_of."),
+    )
+    acts_for_teams: models.ManyToManyField[Team, Any] = models.ManyToManyField(
+        Team,
+        related_name="+",
+        blank=True,
+        verbose_name=_("may act for (teams)"),
+        help_text=_("Every member of these teams may be named in on_behalf_of."),
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -598,7 +613,7 @@ class Notification(models.Model):
 
 class AuditEvent(models.Model):
     """Append-only (PostgreSQL triggers refuse UPDATE, TRUNCATE and any DELETE but a recorded prune, migration
-    0006), hash-chained row by row.
+    0007), hash-chained row by row.
 
     ``tool``, ``action`` and ``outcome`` are filled by ``audit.record`` and covered by the hash; ``search`` is
     derived (a BEFORE INSERT trigger fills it, migration 0003) and is not.
@@ -651,7 +666,7 @@ class AuditEvent(models.Model):
 class AuditHead(models.Model):
     """The newest audit event the chain check last verified, kept outside the audit table: a later check that
     finds it gone (and not pruned) or changed reports a cut or rewritten tail. One row, and a trigger lets it
-    only move forward (migration 0006)."""
+    only move forward (migration 0007)."""
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     head_id = models.BigIntegerField()

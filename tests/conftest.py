@@ -37,7 +37,7 @@ def _flush_retrying_deadlocks() -> None:
     flush.Command.handle = handle_with_retry  # type: ignore[method-assign]
 
 
-# The append-only tables refuse TRUNCATE from every session (migration 0006). Emptying the test database
+# The append-only tables refuse TRUNCATE from every session (migration 0007). Emptying the test database
 # is the one place that needs it: the flush turns their TRUNCATE triggers off and on again inside its own
 # transaction (a table owner's right), so no other session ever sees them off.
 _APPEND_ONLY_TRIGGERS = (
@@ -136,3 +136,19 @@ def web_process(django_db_setup: None) -> Iterator[Daphne]:
 @pytest.fixture
 def web(live_db: None, web_process: Daphne) -> Daphne:
     return web_process
+
+
+@pytest.fixture
+def fake_dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Names the outbound guard resolves to the addresses a test gives them (other names: the system's
+    resolver). The test machine may have no DNS, and rebinding needs a name whose address changes."""
+    from approvals import netguard
+
+    names: dict[str, list[str]] = {}
+
+    def resolve(host: str, port: int) -> list[str]:
+        found = names.get(host.lower())
+        return list(found) if found is not None else netguard.system_resolver(host, port)
+
+    monkeypatch.setattr(netguard, "resolver", resolve)
+    return names

@@ -8,7 +8,7 @@ The canonical form and the hashing live in ``approvals.audit.verify`` (pure Pyth
 verifier of exports runs too. Retention (``prune``) removes the oldest part of the chain and records an
 ``audit.pruned`` event holding the hash of the last removed row: the first kept row links to that hash, so
 ``verify`` of what remains still passes and still names any altered or removed row. The table's triggers
-refuse every other removal (migration 0006), and ``check_chain`` compares the chain with the head the previous
+refuse every other removal (migration 0007), and ``check_chain`` compares the chain with the head the previous
 check recorded outside it (``AuditHead``), so a tail cut behind the triggers' back is reported too.
 """
 
@@ -260,7 +260,7 @@ def check_chain() -> ChainReport:
 
     A chain whose newest events were deleted still verifies: only a head kept elsewhere shows the cut. The
     recorded head must still be there with the same hash, or have been removed by a recorded prune. When all
-    is well the record moves forward to today's head (never back: a trigger refuses that, migration 0006).
+    is well the record moves forward to today's head (never back: a trigger refuses that, migration 0007).
     """
     report = verify()
     if not report.ok:
@@ -363,7 +363,7 @@ def prune(*, before: datetime, actor: Actor, dry_run: bool = False) -> PruneResu
         if dry_run:
             return result
         # The audit.pruned event goes in first, then the prefix it names: the table's trigger lets a DELETE
-        # stand only when the newest event records exactly what it removed (migration 0006). Written before
+        # stand only when the newest event records exactly what it removed (migration 0007). Written before
         # the delete, it links to the same row it would afterwards: the newest kept event, or, when nothing
         # is kept, the last removed one (its ``start``).
         event = record(

@@ -104,7 +104,7 @@ CREATE TRIGGER approvals_audit_no_delete BEFORE DELETE ON approvals_auditevent
 
 
 class Migration(migrations.Migration):
-    dependencies = [("approvals", "0005_input_property_order")]
+    dependencies = [("approvals", "0006_agent_acts_for")]
 
     operations = [
         migrations.CreateModel(
