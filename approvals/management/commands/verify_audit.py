@@ -6,12 +6,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import audit
-from approvals.audit_tasks import store_chain_state
+from approvals.audit import core as audit
 
 
 class Command(BaseCommand):
-    help = "Walk the audit log's hash chain and name the first row that does not match."
+    help = (
+        "Walk the audit log's hash chain and name the first row that does not match; check that the head the "
+        "previous check recorded (or the one given with --head) is still there."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -19,8 +21,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = audit.verify()
-        store_chain_state(report)
+        report = audit.check_chain()
+        audit.store_chain_state(report)
         if not report.ok:
             raise CommandError(
                 f"audit chain broken at event #{report.first_bad_id}: {report.problem} "
@@ -36,4 +38,6 @@ class Command(BaseCommand):
                     f"event #{saved.get('head_id')} no longer has the saved hash: the chain was rewritten"
                 )
             self.stdout.write(f"saved head #{saved.get('head_id')} matches")
+        elif report.recorded_head_id is not None:
+            self.stdout.write(f"the head the last check recorded (#{report.recorded_head_id}) is still there")
         self.stdout.write(f"audit chain intact: {report.checked} events verified")
