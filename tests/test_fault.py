@@ -71,6 +71,7 @@ class World:
             "PYTHONUNBUFFERED": "1",
             "ELICIT_REDIS_TIMEOUT": "1",
             "ELICIT_DB_POOL_TIMEOUT": "2",
+            "ELICIT_OUTBOUND_ALLOW": "127.0.0.0/8,::1",  # the demo server listens on loopback
         }
         self.manage("migrate", "--no-input", "-v", "0")
         self.demo = demo_support.DemoServer().start()
