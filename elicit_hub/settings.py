@@ -93,6 +93,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them.
+    "approvals.middleware.BodyLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -278,6 +280,21 @@ DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "elicit-hub@localhost"
 ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
 ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
+# What the hub accepts from outside (docs/api.md, "Limits"). A request body over ELICIT_MAX_BODY bytes is
+# refused with 413 before it is parsed (Django's own limit is set to the same value); JSON nested deeper than
+# ELICIT_MAX_JSON_DEPTH levels, or holding NaN/Infinity, NUL or lone surrogates, is refused with 400.
+ELICIT_MAX_BODY = env_int("ELICIT_MAX_BODY", 1024 * 1024, minimum=1024)
+ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4)
+DATA_UPLOAD_MAX_MEMORY_SIZE = ELICIT_MAX_BODY
+# What the hub accepts from an MCP server. A round with more input requests, or an input request with a
+# longer message or a bigger requestedSchema (compact JSON bytes), is declined to the server and shown as
+# unsupported; a tool result over ELICIT_MAX_RESULT bytes is stored truncated, flagged, with its full size.
+ELICIT_MAX_INPUT_REQUESTS = env_int("ELICIT_MAX_INPUT_REQUESTS", 50, minimum=1)
+ELICIT_MAX_MESSAGE = env_int("ELICIT_MAX_MESSAGE", 10_000, minimum=100)
+ELICIT_MAX_SCHEMA = env_int("ELICIT_MAX_SCHEMA", 64 * 1024, minimum=1024)
+ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
+# GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
+ELICIT_INBOX_MAX = env_int("ELICIT_INBOX_MAX", 200, minimum=1)
 # Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending
 # it, so a test can kill it exactly there. Always 0 in real deployments.
 ELICIT_FAULT_PAUSE_BEFORE_SEND = env_int("ELICIT_FAULT_PAUSE_BEFORE_SEND", 0)
