@@ -178,6 +178,14 @@ def test_the_dashboard_answers_hostile_posts_with_a_readable_page(
     assert _counts() == before
 
 
+@pytest.mark.parametrize("query", ["tool=a%00b", "server=%00", "tool=%ED%A0%80"])
+def test_queue_filters_with_a_nul_show_the_queue(client: Any, world: dict[str, Any], query: str) -> None:
+    client.force_login(world["alice"])
+    response = client.get(f"/?{query}")
+    assert response.status_code == 200
+    assert response["content-type"].startswith("text/html")
+
+
 def test_the_body_limit_is_the_documented_setting() -> None:
     assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE == settings.ELICIT_MAX_BODY == 1024 * 1024
     assert settings.ELICIT_MAX_JSON_DEPTH == 32
