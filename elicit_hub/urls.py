@@ -5,6 +5,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", include("approvals.api.urls")),
-    path("audit/", include("approvals.audit_urls")),
+    path("audit/", include("approvals.audit.urls")),
     path("", include("approvals.urls")),
 ]

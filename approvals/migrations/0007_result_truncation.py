@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0005_input_property_order'),
+        ('approvals', '0006_agent_acts_for'),
     ]
 
     operations = [
