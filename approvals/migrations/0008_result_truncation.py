@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0006_agent_acts_for'),
+        ('approvals', '0007_audit_tail_guard'),
     ]
 
     operations = [
