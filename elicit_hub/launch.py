@@ -34,6 +34,8 @@ def wait_for(url: str, timeout: float = 60.0) -> bool:
 
 
 def main() -> int:
+    # Development mode for every process started here (DEBUG is off unless set).
+    os.environ.setdefault("DJANGO_DEBUG", "true")
     port = os.environ.get("PORT", "8000")
     embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
     if embedded:
