@@ -93,7 +93,10 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
     development_secret_key(engines.VAR_DIR / "secret_key") if DEBUG else ""
 )
 if not SECRET_KEY:
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is false.")
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is false"
+        " (for development, as `make run` does: DJANGO_DEBUG=true)."
+    )
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
