@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
@@ -182,6 +182,21 @@ class AgentClient(models.Model):
     servers = models.ManyToManyField(McpServer, related_name="agents", blank=True)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agents"
+    )
+    # Whom the agent may name in `on_behalf_of`: these users and the members of these teams; no one else.
+    acts_for_users: models.ManyToManyField[User, Any] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="+",
+        blank=True,
+        verbose_name=_("may act for (users)"),
+        help_text=_("Users this agent may name in on_behalf_of."),
+    )
+    acts_for_teams: models.ManyToManyField[Team, Any] = models.ManyToManyField(
+        Team,
+        related_name="+",
+        blank=True,
+        verbose_name=_("may act for (teams)"),
+        help_text=_("Every member of these teams may be named in on_behalf_of."),
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

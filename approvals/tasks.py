@@ -1,4 +1,7 @@
-"""Celery tasks: thin, idempotent, keyed by ids. The services hold the logic; retry policy lives here."""
+"""Celery tasks: thin, idempotent, keyed by ids. The services hold the logic; retry policy lives here.
+
+Services queue these by name through ``approvals.queueing`` and never import this module.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,9 @@ from celery import shared_task
 from django.utils import timezone
 
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
-from approvals.audit_tasks import verify_chain
+from approvals.audit.tasks import verify_chain
 from approvals.models import Round, ToolCall
 from approvals.services import escalation, notifications, sending, webhooks
-from approvals.services.rounds import round_expire
 
 # A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
 STUCK_AFTER = timedelta(seconds=90)
@@ -19,16 +21,7 @@ STUCK_AFTER = timedelta(seconds=90)
 
 @shared_task(bind=True, max_retries=None)
 def run_call(self, call_id: str) -> None:
-    countdown = sending.call_send(call_id=call_id)
-    if countdown is not None:
-        raise self.retry(countdown=countdown)
-
-
-@shared_task(bind=True, max_retries=None)
-def resume_call(self, round_id: int) -> None:
-    call_id = Round.objects.filter(pk=round_id).values_list("call_id", flat=True).first()
-    if call_id is None:
-        return
+    """Send whatever the call needs next: its first tools/call, or the retry of an answered round."""
     countdown = sending.call_send(call_id=call_id)
     if countdown is not None:
         raise self.retry(countdown=countdown)
@@ -36,9 +29,7 @@ def resume_call(self, round_id: int) -> None:
 
 @shared_task
 def expire_stale() -> int:
-    now = timezone.now()
-    ids = list(Round.objects.stale(now).values_list("pk", flat=True)[:500])
-    return sum(1 for round_id in ids if round_expire(round_id=round_id, now=now))
+    return escalation.expire_due(now=timezone.now())
 
 
 @shared_task
@@ -57,16 +48,17 @@ def recover_stuck(grace_seconds: float | None = None) -> int:
             requeued += 1
     rounds = Round.objects.filter(
         status__in=[Round.Status.READY, Round.Status.SENDING], answered_at__lt=cutoff
-    ).values_list("pk", "call_id")
-    for round_id, call_id in rounds:
+    ).values_list("call_id", flat=True)
+    for call_id in rounds:
         if not sending.is_sending(call_id):
-            resume_call.delay(round_id)
+            run_call.delay(str(call_id))
             requeued += 1
     return requeued
 
 
 @shared_task
-def escalate_due() -> int:
+def escalate_and_warn() -> int:
+    """Warn teams of rounds about to expire, then escalate what waited too long; returns the escalated."""
     now = timezone.now()
     escalation.warn_expiring(now=now)
     return escalation.escalate_due(now=now)
@@ -86,8 +78,29 @@ def deliver_webhook(self, delivery_id: str) -> None:
         raise self.retry(countdown=countdown)
 
 
+# --- former names, kept for one release: messages a running deployment queued under them still run -------
+
+
+@shared_task(bind=True, max_retries=None, name="approvals.tasks.resume_call")
+def resume_call(self, round_id: int) -> None:
+    """Former ``resume_call(round_id)``: now ``run_call(call_id)``."""
+    call_id = Round.objects.filter(pk=round_id).values_list("call_id", flat=True).first()
+    if call_id is None:
+        return
+    countdown = sending.call_send(call_id=call_id)
+    if countdown is not None:
+        raise self.retry(countdown=countdown)
+
+
+@shared_task(name="approvals.tasks.escalate_due")
+def escalate_due() -> int:
+    """Former name of ``escalate_and_warn``."""
+    return escalate_and_warn()
+
+
 __all__ = [
     "deliver_webhook",
+    "escalate_and_warn",
     "escalate_due",
     "expire_stale",
     "recover_stuck",

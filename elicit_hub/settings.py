@@ -8,6 +8,7 @@ layer: development, tests and production run on the same engines.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import secrets
 import tempfile
@@ -285,8 +286,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEO
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
-    "verify-audit-chain": {"task": "approvals.audit_tasks.verify_chain", "schedule": 3600.0},
-    "escalate-and-warn": {"task": "approvals.tasks.escalate_due", "schedule": 15.0},
+    "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
+    "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -307,6 +308,16 @@ ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
+# Outbound requests (callbacks, MCP servers, chat webhooks) go only to public addresses, and to the networks
+# ("10.0.0.0/8", "::1") and host names ("deploy.internal", ".internal") listed here. Development and the
+# tests allow loopback, where the demo MCP server and the test listeners run.
+ELICIT_OUTBOUND_ALLOW = env_str("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1" if DEBUG else "")
+for _entry in filter(None, (item.strip() for item in ELICIT_OUTBOUND_ALLOW.split(","))):
+    if "/" in _entry or ":" in _entry:
+        try:
+            ipaddress.ip_network(_entry.strip("[]"), strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"ELICIT_OUTBOUND_ALLOW: {_entry!r} is not a network.") from None
 ELICIT_LONG_POLL_MAX = 60
 # Where reviewers reach the dashboard; links in notices point here.
 ELICIT_PUBLIC_URL = env_str("ELICIT_PUBLIC_URL", "http://127.0.0.1:8000")

@@ -8,6 +8,6 @@ urlpatterns = [
     path("accounts/login/", SignInView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", include("approvals.api.urls")),
-    path("audit/", include("approvals.audit_urls")),
+    path("audit/", include("approvals.audit.urls")),
     path("", include("approvals.urls")),
 ]

@@ -116,3 +116,19 @@ def web_process(django_db_setup: None) -> Iterator[Daphne]:
 @pytest.fixture
 def web(live_db: None, web_process: Daphne) -> Daphne:
     return web_process
+
+
+@pytest.fixture
+def fake_dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Names the outbound guard resolves to the addresses a test gives them (other names: the system's
+    resolver). The test machine may have no DNS, and rebinding needs a name whose address changes."""
+    from approvals import netguard
+
+    names: dict[str, list[str]] = {}
+
+    def resolve(host: str, port: int) -> list[str]:
+        found = names.get(host.lower())
+        return list(found) if found is not None else netguard.system_resolver(host, port)
+
+    monkeypatch.setattr(netguard, "resolver", resolve)
+    return names

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from approvals import audit
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit import verbs
+from approvals.audit.core import Actor
+from approvals.audit.forms import AuditFilterForm
+from approvals.audit.queries import filter_events
 from approvals.models import AuditEvent
 from tests import factories
 
@@ -24,7 +30,8 @@ def three_events() -> list[AuditEvent]:
     srv = factories.server()
     call = factories.call(srv)
     return [
-        audit.record(actor=Actor.system(), verb=f"test.step{i}", call=call, data={"i": i}) for i in range(3)
+        audit.record(actor=Actor.system(), verb="call.retry_scheduled", call=call, data={"i": i})
+        for i in range(3)
     ]
 
 
@@ -79,7 +86,7 @@ def test_verify_audit_notices_a_removed_row() -> None:
 def test_secrets_are_redacted_at_any_depth() -> None:
     event = audit.record(
         actor=Actor.system(),
-        verb="test.secret",
+        verb="server.tools_refreshed",
         data={"requestState": "S1", "nested": {"api_key": "S2", "ok": "visible"}, "list": [{"token": "S3"}]},
     )
     stored = AuditEvent.objects.get(pk=event.pk).data
@@ -90,3 +97,107 @@ def test_secrets_are_redacted_at_any_depth() -> None:
 def test_verbs_must_be_namespaced() -> None:
     with pytest.raises(ValueError, match="namespaced"):
         audit.record(actor=Actor.system(), verb="submitted")
+
+
+def test_unregistered_verbs_are_refused() -> None:
+    with pytest.raises(ValueError, match="registry of audit verbs"):
+        audit.record(actor=Actor.system(), verb="call.teleported")
+    assert not AuditEvent.objects.exists()
+
+
+def test_the_filter_offers_every_registered_verb_and_noun() -> None:
+    field = AuditFilterForm().fields["verb"]
+    offered = {value for _, group in field.choices[1:] for value, _ in group}
+    assert offered == {*verbs.VERBS, *(f"{noun}.*" for noun in verbs.NOUNS)}
+    assert {"input.routed", "input.escalated", "server.tools_refreshed"} <= offered
+
+
+def test_a_kind_of_event_finds_every_verb_of_its_noun() -> None:
+    call = factories.call(factories.server())
+    written = {
+        verb: audit.record(actor=Actor.system(), verb=verb, call=call).id
+        for verb in ("input.requested", "input.routed", "input.refused", "input.approved", "input.escalated")
+    }
+    audit.record(actor=Actor.system(), verb="round.opened", call=call)
+    found = set(filter_events(AuditEvent.objects.all(), {"verb": "input.*"}).values_list("id", flat=True))
+    assert found == set(written.values())
+    form = AuditFilterForm({"verb": "server.tools_refreshed"})
+    assert form.is_valid(), form.errors
+
+
+# --- every verb the code writes is registered, and every registered verb is written somewhere ------------
+
+SOURCE = Path(__file__).resolve().parent.parent / "approvals"
+
+
+def _constants(tree: ast.Module) -> dict[str, list[str]]:
+    """Module-level names bound to a string, or to a dict of strings (its values)."""
+    found: dict[str, list[str]] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        value = getattr(node, "value", None)
+        if not isinstance(target, ast.Name) or value is None:
+            continue
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            found[target.id] = [value.value]
+        elif isinstance(value, ast.Dict):
+            found[target.id] = [v.value for v in value.values if isinstance(v, ast.Constant)]
+    return found
+
+
+def _verbs_of(node: ast.expr, constants: dict[str, list[str]]) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return _verbs_of(node.body, constants) + _verbs_of(node.orelse, constants)
+    if isinstance(node, ast.BoolOp):
+        return [verb for value in node.values for verb in _verbs_of(value, constants)]
+    if isinstance(node, ast.Name):
+        return constants.get(node.id, [])
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return constants.get(node.value.id, [])
+    return []
+
+
+def verbs_written(source: str) -> set[str]:
+    """The verbs given to ``record`` (or to ``call_finish``, which records) anywhere in one module."""
+    tree = ast.parse(source)
+    constants = _constants(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in {"record", "call_finish"}:
+                for keyword in node.keywords:
+                    if keyword.arg == "verb":
+                        found.update(_verbs_of(keyword.value, constants))
+    return found
+
+
+def test_the_scan_finds_verbs_however_they_are_spelled() -> None:
+    source = """
+PRUNED = "audit.pruned"
+FINAL = {"a": "call.completed", "b": "call.failed"}
+def f(problem, verb=None):
+    audit.record(actor=x, verb="input.unsupported" if problem else "input.requested")
+    audit.record(actor=x, verb=PRUNED)
+    call_finish(call=c, verb=verb or FINAL[status])
+"""
+    assert verbs_written(source) == {
+        "input.unsupported",
+        "input.requested",
+        "audit.pruned",
+        "call.completed",
+        "call.failed",
+    }
+
+
+def test_every_verb_written_is_registered_and_every_registered_verb_is_written() -> None:
+    written: set[str] = set()
+    for path in SOURCE.rglob("*.py"):
+        if "migrations" not in path.parts:
+            written |= verbs_written(path.read_text(encoding="utf-8"))
+    assert written - set(verbs.VERBS) == set()
+    assert set(verbs.VERBS) - written == set()

@@ -13,8 +13,10 @@ import pytest
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from approvals import audit, audit_export, audit_verify
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit import export as audit_export
+from approvals.audit import verify as audit_verify
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent, ToolCall
 from tests import factories
 
@@ -59,7 +61,7 @@ def verify_offline(tmp_path: Path, name: str, content: bytes) -> subprocess.Comp
     path = tmp_path / name
     path.write_bytes(content)
     return subprocess.run(
-        [sys.executable, "-m", "approvals.audit_verify", str(path)],
+        [sys.executable, "-m", "approvals.audit.verify", str(path)],
         cwd=ROOT,
         env={"PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -14,10 +14,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import audit, audit_tasks, audit_views
-from approvals.audit import Actor
+from approvals import schema_forms
+from approvals.audit import core as audit
+from approvals.audit import queries as audit_queries
+from approvals.audit import tasks as audit_tasks
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent, InputRequest, Membership, ToolCall
 from approvals.permissions import visible_audit_events
+from approvals.services import calls
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -250,15 +254,17 @@ def test_bad_filters_get_a_readable_message_not_an_error_page(
 
 
 def test_pages_neither_repeat_nor_skip_events_while_new_ones_arrive(root: Client, monkeypatch) -> None:
-    monkeypatch.setattr(audit_views, "PAGE_SIZE", 4)
-    first = [audit.record(actor=Actor.system(), verb="test.tick", data={"n": n}).id for n in range(10)]
+    monkeypatch.setattr(audit_queries, "PAGE_SIZE", 4)
+    first = [
+        audit.record(actor=Actor.system(), verb="server.tools_refreshed", data={"n": n}).id for n in range(10)
+    ]
     seen: list[int] = []
     response = root.get(reverse("audit:index"))
     while True:
         body = response.content.decode()
         seen += [int(i) for i in EVENT_ID.findall(body)]
         # Events keep arriving between page loads; they belong above the first page, not in older pages.
-        audit.record(actor=Actor.system(), verb="test.tick", data={"late": True})
+        audit.record(actor=Actor.system(), verb="server.tools_refreshed", data={"late": True})
         older = re.search(r'href="[^"]*before=(\d+)"[^>]*data-older', body)
         if not older:
             break
@@ -355,10 +361,36 @@ def test_the_timeline_shows_what_reviewers_saw_and_sent_and_what_the_server_said
         "call.failed",
     ]
     assert "Soll payments in staging skaliert werden?" in body
-    assert audit_views._fingerprint(factories.ENVIRONMENT_SCHEMA) in body  # the schema version shown
+    assert schema_forms.fingerprint(factories.ENVIRONMENT_SCHEMA)[:12] in body  # the schema version shown
     assert "[redacted]" in body and "hunter2" not in body  # what was sent, secrets redacted
     assert "no answer" in body and "T0P" not in body  # the server's answer, secrets redacted
     assert seeded.k8s_call.pk.hex[:8] in body
+
+
+def test_the_timeline_shows_the_audited_fingerprint_of_a_non_ascii_schema(root: Client) -> None:
+    """One fingerprint: the version the timeline shows is the audited schema_sha256, accents and all."""
+    ag, _ = factories.agent()
+    schema = {
+        "type": "object",
+        "properties": {"größe": {"type": "string", "title": "Größe — 大きさ"}},
+        "required": ["größe"],
+    }
+    call, _ = calls.relay_submit(
+        agent=ag,
+        server_slug="elsewhere",
+        tool="resize",
+        arguments={},
+        input_requests={
+            "size": {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": "Welche Größe?", "requestedSchema": schema},
+            }
+        },
+    )
+    audited = AuditEvent.objects.get(call_id=call.pk, verb="input.requested").data["schema_sha256"]
+    assert audited == schema_forms.fingerprint(schema)
+    body = root.get(reverse("audit:call_timeline", args=[call.pk])).content.decode()
+    assert audited[:12] in body
 
 
 def test_an_unknown_call_has_no_timeline(root: Client) -> None:
@@ -384,7 +416,7 @@ def test_analytics_give_time_to_decision_and_rates_per_team(seeded: Seeded) -> N
     expired = factories.open_round(factories.call(seeded.deploy_call.server), team_=seeded.deploy_ir.team)
     expired.input_requests.update(status="expired", action="cancel", answered_at=now)
     superuser = factories.user("stats", is_superuser=True)
-    stats = audit_views.analytics(superuser)
+    stats = audit_queries.analytics(superuser)
     release = next(row for row in stats["by_team"] if row["group"] == "release")
     assert release["median"] == "6 min 0 s"
     assert release["p90"] == "1 h 3 min"  # 8 + 0.6 * (100 - 8) = 63.2 minutes

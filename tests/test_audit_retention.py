@@ -12,15 +12,18 @@ from django.db import DatabaseError, connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from approvals import audit
-from approvals.audit import Actor
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
 
 def make(n: int, **data: object) -> list[AuditEvent]:
-    return [audit.record(actor=Actor.system(), verb="test.tick", data={"n": i, **data}) for i in range(n)]
+    return [
+        audit.record(actor=Actor.system(), verb="server.tools_refreshed", data={"n": i, **data})
+        for i in range(n)
+    ]
 
 
 def test_a_retention_run_removes_only_what_it_says_and_the_chain_still_verifies(capsys) -> None:

@@ -1,4 +1,4 @@
-"""Tests of `approvals.mcp`: pure helpers, then real HTTP against an SDK-built MCP server.
+"""Tests of `approvals.mcp_client`: pure helpers, then real HTTP against an SDK-built MCP server.
 
 The server (tests/mcp_test_server.py) runs in a subprocess under uvicorn on a free loopback port,
 once answering in JSON and once in SSE.
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from approvals.mcp import (
+from approvals.mcp_client import (
     PROTOCOL_VERSION,
     Completed,
     InputRequired,
@@ -39,7 +39,7 @@ from approvals.mcp import (
     read_call_result,
     run,
 )
-from approvals.mcp.wire import HttpFacts
+from approvals.mcp_client.wire import HttpFacts
 
 SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
 TOKEN = "Bearer s3cret-token-value"
@@ -357,7 +357,7 @@ def test_errors_pickle_for_celery() -> None:
 
 
 def test_module_does_not_import_django() -> None:
-    code = "import sys, approvals.mcp; print('django' in sys.modules)"
+    code = "import sys, approvals.mcp_client; print('django' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -780,7 +780,7 @@ def test_wire_gives_each_request_a_fresh_id_and_maps_answers_back() -> None:
     from mcp.shared.message import SessionMessage
     from mcp_types import JSONRPCRequest, JSONRPCResponse
 
-    from approvals.mcp.transport import Wire
+    from approvals.mcp_client.transport import Wire
 
     first, second = Wire(None), Wire(None)
     sent = [

@@ -51,7 +51,9 @@ def requester_agent(hub: Hub, username: str) -> tuple[Agent, object]:
     """An agent that acts for (and is owned by) a member of the release team."""
     person = factories.user(username)
     Membership.objects.create(team=Team.objects.get(slug="release"), user=person)
-    _, token = tokens.agent_create(name=f"{username}-agent", servers=[hub.server], owner=person)
+    _, token = tokens.agent_create(
+        name=f"{username}-agent", servers=[hub.server], owner=person, acts_for_users=[person]
+    )
     return Agent(token), person
 
 
@@ -157,10 +159,10 @@ def test_escalation_reaches_the_fallback_team_after_its_delay(hub: Hub, demo_ser
         call_id = hub.agent.call("create_deployment", {"branch": "main"})
         item = hub.reviewer.wait_for_request(call_id, "environment")
         assert frank.inbox() == []
-        assert tasks.escalate_due() == 0  # not yet: five minutes have not passed
+        assert tasks.escalate_and_warn() == 0  # not yet: five minutes have not passed
         # Time travel: the request was created six minutes ago.
         InputRequest.objects.filter(pk=item["id"]).update(created_at=timezone.now() - timedelta(minutes=6))
-        assert tasks.escalate_due() == 1
+        assert tasks.escalate_and_warn() == 1
         assert [i["id"] for i in frank.inbox()] == [item["id"]]
         event = AuditEvent.objects.get(call_id=call_id, verb="input.escalated")
         assert event.data["to"] == "ops" and event.data["from"] == "release"

@@ -144,7 +144,7 @@ def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
     """Hand over input requests the agent received itself; the hub collects the answers for it."""
     call, created = calls.relay_submit(
         agent=request.auth,
-        server=payload.server,
+        server_slug=payload.server,
         tool=payload.tool,
         arguments=payload.arguments,
         input_requests=payload.input_requests,

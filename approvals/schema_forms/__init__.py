@@ -12,7 +12,8 @@ Typical browser flow:
 API flow: errors = validate(schema, content).
 
 Modules: checking (the subset), describe (Field, labels, hints, credential warnings),
-coercion (form strings -> JSON), validation (answers), defaults, timezones.
+coercion (form strings -> JSON), validation (answers), defaults, timezones, fingerprint (a
+schema's digest).
 """
 
 from ._common import MAX_PROPERTIES, MAX_VALUE_LENGTH, NON_FIELD, UnsupportedSchema
@@ -20,6 +21,7 @@ from .checking import check_schema
 from .coercion import clean, coerce
 from .defaults import defaults
 from .describe import RADIO_LIMIT, Field, fields, humanize, is_confirmation, looks_sensitive, sensitive_fields
+from .fingerprint import fingerprint
 from .timezones import resolve_tz
 from .validation import is_valid, validate
 
@@ -35,6 +37,7 @@ __all__ = [
     "coerce",
     "defaults",
     "fields",
+    "fingerprint",
     "humanize",
     "is_confirmation",
     "is_valid",

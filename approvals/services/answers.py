@@ -9,11 +9,12 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from approvals import audit, broadcast, permissions, schema_forms
-from approvals.audit import Actor
+from approvals import broadcast, permissions, schema_forms
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
-from approvals.services.rounds import round_mark_ready, schema_fingerprint
+from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)
 
@@ -122,7 +123,7 @@ def input_respond(
                 "action": action,
                 "content": _audit_content(ir, content),
                 "reason": reason,
-                "schema_sha256": schema_fingerprint(ir.requested_schema),
+                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
             },
         )
         transaction.on_commit(lambda: broadcast.queue_changed("input.answered", rnd.call_id, [ir]))

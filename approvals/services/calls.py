@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from approvals import audit, broadcast
-from approvals.audit import Actor
+from approvals import broadcast, netguard
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
+from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
@@ -25,18 +27,19 @@ FINAL_EVENT: dict[str, str] = {
 
 
 def check_callback_url(url: str) -> str:
+    """Judge an agent's callback URL through the outbound guard; https only outside development."""
     if not url:
         return ""
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url
-    if parts.scheme == "http" and parts.hostname and settings.ELICIT_WEBHOOK_ALLOW_HTTP:
-        return url
-    raise Invalid(
-        "callback_url must be an https URL.",
-        code="invalid_callback_url",
-        fields={"callback_url": "must be https"},
-    )
+    schemes = ("https", "http") if settings.ELICIT_WEBHOOK_ALLOW_HTTP else ("https",)
+    try:
+        netguard.check_url(url, schemes=schemes)
+    except netguard.Refused as exc:
+        raise Invalid(
+            f"callback_url is refused: {exc.message}.",
+            code="invalid_callback_url",
+            fields={"callback_url": exc.message},
+        ) from None
+    return url
 
 
 def _server_for(agent: AgentClient, slug: str) -> McpServer:
@@ -56,15 +59,27 @@ def _existing(agent: AgentClient, idempotency_key: str | None) -> ToolCall | Non
     return ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
 
 
-def _user_named(username: str | None) -> Any:
+def _acted_for(agent: AgentClient, username: str | None) -> Any:
+    """The person `agent` acts for: one of the users it lists, or a member of a team it lists.
+
+    Anyone else, whether the name exists or not, gets the same refusal, so agents cannot probe usernames.
+    """
     if not username:
         return None
     from django.contrib.auth import get_user_model
 
-    user = get_user_model().objects.filter(username=username).first()
+    user = (
+        get_user_model()
+        .objects.filter(username=username, is_active=True)
+        .filter(Q(pk__in=agent.acts_for_users.values("pk")) | Q(teams__in=agent.acts_for_teams.all()))
+        .distinct()
+        .first()
+    )
     if user is None:
-        raise Invalid(
-            f"No user is named {username!r}.", code="unknown_user", fields={"on_behalf_of": "unknown user"}
+        raise Forbidden(
+            "This agent may not act for that person.",
+            code="on_behalf_of_not_allowed",
+            fields={"on_behalf_of": "not a person this agent may act for"},
         )
     return user
 
@@ -87,7 +102,7 @@ def call_submit(
     if not tool:
         raise Invalid("tool is required.", code="invalid_body", fields={"tool": "required"})
     callback_url = check_callback_url(callback_url)
-    user = _user_named(on_behalf_of)
+    user = _acted_for(agent, on_behalf_of)
     try:
         with transaction.atomic():
             call = ToolCall.objects.create(
@@ -105,9 +120,7 @@ def call_submit(
                 call=call,
                 data={"tool": tool, "arguments": arguments, "on_behalf_of": on_behalf_of or ""},
             )
-            from approvals import tasks
-
-            transaction.on_commit(lambda: tasks.run_call.delay(str(call.pk)))
+            enqueue_on_commit(RUN_CALL, str(call.pk))
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:
@@ -119,7 +132,7 @@ def call_submit(
 def relay_submit(
     *,
     agent: AgentClient,
-    server: str,
+    server_slug: str,
     tool: str,
     arguments: dict[str, Any],
     input_requests: dict[str, Any],
@@ -145,9 +158,11 @@ def relay_submit(
     }
     if problems:
         raise Invalid("Some input requests are malformed.", code="invalid_body", fields=problems)
-    known = McpServer.objects.filter(slug=server).first()
+    known = McpServer.objects.filter(slug=server_slug).first()
     if known is not None and not agent.servers.filter(pk=known.pk).exists():
-        raise Forbidden(f"This agent may not relay for the server {server!r}.", code="server_not_allowed")
+        raise Forbidden(
+            f"This agent may not relay for the server {server_slug!r}.", code="server_not_allowed"
+        )
     if expires_in is not None and not 10 <= expires_in <= 7 * 24 * 3600:
         raise Invalid(
             "expires_in must be between 10 seconds and 7 days.",
@@ -155,14 +170,14 @@ def relay_submit(
             fields={"expires_in": "out of range"},
         )
     callback_url = check_callback_url(callback_url)
-    user = _user_named(on_behalf_of)
+    user = _acted_for(agent, on_behalf_of)
     now = timezone.now()
     try:
         with transaction.atomic():
             call = ToolCall.objects.create(
                 kind=ToolCall.Kind.RELAY,
                 server=known,
-                server_label="" if known else server,
+                server_label="" if known else server_slug,
                 tool=tool,
                 arguments=arguments,
                 agent=agent,

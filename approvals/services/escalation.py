@@ -1,5 +1,5 @@
-"""Escalation and expiry warnings, run by beat: requests nobody answered in time are shown to a fallback
-team as well, and teams are told before a round expires."""
+"""Deadlines, run by beat: requests nobody answered in time are shown to a fallback team as well, teams are
+told before a round expires, and rounds past their deadline expire."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
-from approvals import audit, broadcast
-from approvals.audit import Actor
-from approvals.models import InputRequest, Round
+from approvals import broadcast
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
+from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
 from approvals.services import notifications
+from approvals.services.calls import call_finish
+from approvals.services.rounds import expiry_action, round_mark_ready
 
 
 def escalate_due(*, now: datetime) -> int:
@@ -80,3 +84,50 @@ def warn_expiring(*, now: datetime) -> int:
                 notifications.notify(ir=ir, team=team, event="expiring")
         warned += 1
     return warned
+
+
+def expire_due(*, now: datetime, limit: int = 500) -> int:
+    """Expire the rounds whose deadline has passed (at most ``limit`` per run). Returns how many."""
+    ids = list(Round.objects.stale(now).values_list("pk", flat=True)[:limit])
+    return sum(1 for round_id in ids if round_expire(round_id=round_id, now=now))
+
+
+def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
+    """Past its deadline: unanswered requests expire with ``cancel``; the call resumes or is abandoned."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        rnd = (
+            Round.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("call__server")
+            .filter(pk=round_id, status=Round.Status.OPEN, deadline__lte=now)
+            .first()
+        )
+        if rnd is None:
+            return False
+        call = rnd.call
+        expired = list(rnd.input_requests.pending())
+        InputRequest.objects.filter(
+            pk__in=[ir.pk for ir in expired], status=InputRequest.Status.PENDING
+        ).update(status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now)
+        for ir in expired:
+            audit.record(
+                actor=Actor.system(), verb="input.expired", call=call, input_request=ir, data={"key": ir.key}
+            )
+        transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call.pk, expired))
+        policy = expiry_action(call, rnd)
+        if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
+            Round.objects.filter(pk=rnd.pk).update(
+                status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED
+            )
+            call_finish(
+                call=call,
+                status=ToolCall.Status.EXPIRED,
+                error={
+                    "code": "expired",
+                    "message": "No one answered before the deadline; the hub abandoned the call.",
+                },
+                verb="call.expired",
+            )
+            return True
+        round_mark_ready(rnd=rnd, outcome=Round.Outcome.EXPIRED)
+        return True

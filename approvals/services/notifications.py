@@ -6,17 +6,16 @@ name as the hub knows it, the tool and the message, and a link; never arguments 
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
+from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
 
 MAX_ATTEMPTS = 5
 HEADLINES = {
@@ -35,15 +34,12 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
         kinds.append(Notification.Kind.EMAIL)
     if team.chat_webhook_url:
         kinds.append(Notification.Kind.CHAT)
-    from approvals import tasks
-
     for kind in kinds:
         notice, created = Notification.objects.get_or_create(
             team=team, input_request=ir, kind=kind, event=event
         )
         if created:
-            notice_id = notice.pk
-            transaction.on_commit(partial(tasks.send_notification.delay, notice_id))
+            enqueue_on_commit(SEND_NOTIFICATION, notice.pk)
 
 
 def _text(notice: Notification) -> tuple[str, str]:
@@ -75,13 +71,15 @@ def notification_send(*, notification_id: Any) -> float | None:
             ]
             send_mail(subject, body, None, recipients)
         else:
-            response = httpx.post(
+            response = netguard.post(
                 notice.team.chat_webhook_url, json={"text": body}, timeout=settings.ELICIT_WEBHOOK_TIMEOUT
             )
-            response.raise_for_status()
+            if not response.is_success:  # not raise_for_status(): its message holds the URL, a secret
+                raise RuntimeError(f"HTTP {response.status_code}")
     except Exception as exc:  # any failure of the transport is retried, then recorded
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        gave_up = attempt >= MAX_ATTEMPTS
+        refused = isinstance(exc, netguard.OutboundRefused) and not exc.transient
+        gave_up = refused or attempt >= MAX_ATTEMPTS
         Notification.objects.filter(pk=notice.pk).update(
             last_error=error, status=Notification.Status.FAILED if gave_up else Notification.Status.PENDING
         )

@@ -1,4 +1,4 @@
-"""Rounds: opening one from an input_required result, marking it ready, expiring it.
+"""Rounds: opening one from an input_required result, marking it ready (expiry is in ``escalation``).
 
 Shared by hub-driven calls and relays: both create the same Round and InputRequest rows.
 """
@@ -6,8 +6,6 @@ Shared by hub-driven calls and relays: both create the same Round and InputReque
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,20 +14,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import audit, broadcast, schema_forms
-from approvals.audit import Actor
+from approvals import broadcast, schema_forms
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
+from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import notifications, webhooks
 from approvals.services.routing import route
 
 SYSTEM = Actor.system()
-
-
-def schema_fingerprint(schema: Any) -> str:
-    """Which version of a form the reviewer saw: a digest of the schema as the server sent it."""
-    if schema is None:
-        return ""
-    return hashlib.sha256(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def round_ttl(call: ToolCall) -> int:
@@ -159,7 +152,7 @@ def round_open(
                 "message": ir.message,
                 "problem": ir.problem,
                 "flags": ir.flags,
-                "schema_sha256": schema_fingerprint(ir.requested_schema),
+                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
             },
         )
         if not ir.problem:
@@ -210,10 +203,7 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
         pk=call.pk,
         status__in=[ToolCall.Status.AWAITING_INPUT, ToolCall.Status.RUNNING, ToolCall.Status.RESUMING],
     ).update(status=ToolCall.Status.RESUMING, updated_at=now)
-    from approvals import tasks  # tasks import services; import here to keep the graph acyclic
-
-    round_id = rnd.pk
-    transaction.on_commit(lambda: tasks.resume_call.delay(round_id))
+    enqueue_on_commit(RUN_CALL, str(call.pk))
     return True
 
 
@@ -240,46 +230,3 @@ def _relay_deliver(*, call: ToolCall, rnd: Round, expired: bool) -> None:
     )
     webhooks.webhook_queue(call=call, event_type="relay.expired" if expired else "relay.answered")
     transaction.on_commit(lambda: broadcast.call_changed(call))
-
-
-def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
-    """Past its deadline: unanswered requests expire with ``cancel``; the call resumes or is abandoned."""
-    now = now or timezone.now()
-    with transaction.atomic():
-        rnd = (
-            Round.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("call__server")
-            .filter(pk=round_id, status=Round.Status.OPEN, deadline__lte=now)
-            .first()
-        )
-        if rnd is None:
-            return False
-        call = rnd.call
-        expired = list(rnd.input_requests.pending())
-        InputRequest.objects.filter(
-            pk__in=[ir.pk for ir in expired], status=InputRequest.Status.PENDING
-        ).update(status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now)
-        for ir in expired:
-            audit.record(
-                actor=SYSTEM, verb="input.expired", call=call, input_request=ir, data={"key": ir.key}
-            )
-        transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call.pk, expired))
-        policy = expiry_action(call, rnd)
-        if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
-            Round.objects.filter(pk=rnd.pk).update(
-                status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED
-            )
-            from approvals.services.calls import call_finish
-
-            call_finish(
-                call=call,
-                status=ToolCall.Status.EXPIRED,
-                error={
-                    "code": "expired",
-                    "message": "No one answered before the deadline; the hub abandoned the call.",
-                },
-                verb="call.expired",
-            )
-            return True
-        round_mark_ready(rnd=rnd, outcome=Round.Outcome.EXPIRED)
-        return True

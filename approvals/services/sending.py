@@ -24,11 +24,13 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals import audit, mcp
-from approvals.audit import Actor
-from approvals.models import McpServer, Round, ToolCall
+from approvals import mcp_client
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
+from approvals.models import Round, ToolCall
 from approvals.services.calls import call_finish
 from approvals.services.rounds import input_responses, round_open
+from approvals.services.servers import server_config
 
 logger = logging.getLogger(__name__)
 SYSTEM = Actor.system()
@@ -80,15 +82,6 @@ class Send:
     @property
     def attempts(self) -> int:
         return self.round.send_attempts if self.round else self.call.attempts
-
-
-def server_config(server: McpServer) -> mcp.ServerConfig:
-    return mcp.ServerConfig(
-        url=server.url,
-        headers=dict(server.headers or {}),
-        discover=server.discover,
-        timeout=float(settings.ELICIT_MCP_TIMEOUT),
-    )
 
 
 def _claim(call_id: Any) -> Send | None:
@@ -155,8 +148,8 @@ def call_send(*, call_id: Any) -> float | None:
             # _claim only yields hub-driven calls, and the database refuses one of those without a server.
             assert send.call.server is not None
             try:
-                outcome = mcp.run(
-                    mcp.call_tool(
+                outcome = mcp_client.run(
+                    mcp_client.call_tool(
                         server_config(send.call.server),
                         send.call.tool,
                         send.call.arguments,
@@ -165,16 +158,16 @@ def call_send(*, call_id: Any) -> float | None:
                         idempotency_key=send.idempotency_key,
                     )
                 )
-            except mcp.TransientError as exc:
+            except mcp_client.TransientError as exc:
                 return _transient(send, exc)
-            except mcp.PermanentError as exc:
+            except mcp_client.PermanentError as exc:
                 _fail(send, exc)
                 return None
             if not _apply(send, outcome, received_at=timezone.now()):
                 return None
 
 
-def _transient(send: Send, exc: mcp.McpError) -> float | None:
+def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
     if send.attempts > settings.ELICIT_MCP_MAX_RETRIES:
         _fail(send, exc, note=f" (gave up after {send.attempts} attempts)")
         return None
@@ -197,7 +190,7 @@ def _transient(send: Send, exc: mcp.McpError) -> float | None:
     return countdown
 
 
-def _fail(send: Send, exc: mcp.McpError, note: str = "") -> None:
+def _fail(send: Send, exc: mcp_client.McpError, note: str = "") -> None:
     error: dict[str, Any] = {"code": exc.code, "message": exc.message + note}
     if exc.rpc_code is not None:
         error["rpc_code"] = exc.rpc_code
@@ -213,7 +206,7 @@ def _close(rnd: Round) -> None:
     )
 
 
-def _apply(send: Send, outcome: mcp.Outcome, *, received_at: Any) -> bool:
+def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool:
     """Record the server's answer. True when the next send is due at once (a state-only round)."""
     call = send.call
     with transaction.atomic():
@@ -229,7 +222,7 @@ def _apply(send: Send, outcome: mcp.Outcome, *, received_at: Any) -> bool:
             return False
         if send.round:
             _close(send.round)
-        if isinstance(outcome, mcp.Completed | mcp.ToolError):
+        if isinstance(outcome, mcp_client.Completed | mcp_client.ToolError):
             expired = send.round is not None and send.round.outcome == Round.Outcome.EXPIRED
             call_finish(
                 call=call,

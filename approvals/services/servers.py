@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.utils import timezone
 
-from approvals import audit, mcp
-from approvals.audit import Actor
+from approvals import mcp_client
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import McpServer
-from approvals.services.sending import server_config
+
+
+def server_config(server: McpServer) -> mcp_client.ServerConfig:
+    """How the MCP client reaches the server: its URL, its headers (credentials included), time limits."""
+    return mcp_client.ServerConfig(
+        url=server.url,
+        headers=dict(server.headers or {}),
+        discover=server.discover,
+        timeout=float(settings.ELICIT_MCP_TIMEOUT),
+    )
 
 
 def server_refresh_tools(*, server: McpServer) -> list[dict]:
     """Fetch tools/list (every page; tools with invalid x-mcp-header annotations dropped) and cache it."""
-    tools = mcp.run(mcp.list_tools(server_config(server)))
+    tools = mcp_client.run(mcp_client.list_tools(server_config(server)))
     McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_fetched_at=timezone.now())
     server.tools = tools
     audit.record(

@@ -12,11 +12,12 @@ from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from approvals import netguard, selectors
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
+from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
     """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction."""
     if not call.callback_url:
         return None
-    from approvals import selectors, tasks
-
     fresh = selectors.calls_with_rounds().get(pk=call.pk)
     data = (
         selectors.relay_detail(fresh) if fresh.kind == ToolCall.Kind.RELAY else selectors.call_detail(fresh)
@@ -44,7 +43,7 @@ def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
         defaults={"url": call.callback_url, "payload": {"type": event_type, "data": data}},
     )
     if created:
-        transaction.on_commit(lambda: tasks.deliver_webhook.delay(str(delivery.pk)))
+        enqueue_on_commit(DELIVER_WEBHOOK, str(delivery.pk))
     return delivery
 
 
@@ -70,17 +69,18 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
     started = time.monotonic()
     status_code: int | None = None
     error = ""
+    refused = False
     try:
-        response = httpx.post(
-            delivery.url,
-            content=body,
-            headers=headers,
-            timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
-            follow_redirects=False,
+        # Judged again at delivery (DNS may have changed since submit), sent to the address just checked.
+        response = netguard.post(
+            delivery.url, content=body, headers=headers, timeout=settings.ELICIT_WEBHOOK_TIMEOUT
         )
         status_code = response.status_code
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
+    except netguard.OutboundRefused as exc:
+        error = f"refused: {exc}"[:300]
+        refused = not exc.transient
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: could not deliver"
     duration = int((time.monotonic() - started) * 1000)
@@ -92,7 +92,7 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
             status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
         )
         return None
-    if number >= settings.ELICIT_WEBHOOK_MAX_ATTEMPTS:
+    if refused or number >= settings.ELICIT_WEBHOOK_MAX_ATTEMPTS:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
         logger.warning(
             "webhook %s for call %s: gave up after %s attempts", delivery.event_type, delivery.call_id, number

@@ -21,7 +21,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 
-from approvals.audit_views import SEARCH_WINDOW, AuditFilterForm, events_for, is_text_search, page
+from approvals.audit.forms import AuditFilterForm
+from approvals.audit.queries import SEARCH_WINDOW, events_for, is_text_search, page
 from approvals.management.commands.seed_audit import ENVS, REVIEWERS, SERVERS, SERVICES
 from approvals.models import AuditEvent
 

@@ -98,7 +98,11 @@ class Command(BaseCommand):
     def _park(self, agent: Any, pending: int) -> None:
         for i in range(pending):
             calls.relay_submit(
-                agent=agent, server="demo", tool="parked", arguments={"n": i}, input_requests={"ok": ENV_FORM}
+                agent=agent,
+                server_slug="demo",
+                tool="parked",
+                arguments={"n": i},
+                input_requests={"ok": ENV_FORM},
             )
 
     async def _measure(

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import audit
+from approvals.audit import core as audit
 
 
 class Command(BaseCommand):

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from approvals import audit
+from approvals.audit import core as audit
 
 
 class Command(BaseCommand):

@@ -20,8 +20,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection, transaction
 
-from approvals.audit import _CHAIN_LOCK, ROW_FIELDS, export_row
-from approvals.audit_verify import GENESIS, derive_action_outcome, event_hash
+from approvals.audit.core import _CHAIN_LOCK, ROW_FIELDS, export_row
+from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AuditEvent
 
 SERVERS = [

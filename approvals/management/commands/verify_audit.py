@@ -6,8 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import audit
-from approvals.audit_tasks import store_chain_state
+from approvals.audit import core as audit
 
 
 class Command(BaseCommand):
@@ -20,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         report = audit.verify()
-        store_chain_state(report)
+        audit.store_chain_state(report)
         if not report.ok:
             raise CommandError(
                 f"audit chain broken at event #{report.first_bad_id}: {report.problem} "

@@ -1,4 +1,4 @@
-"""Pure helpers for `approvals.mcp`: no I/O, no SDK session, easy to unit-test.
+"""Pure helpers for `approvals.mcp_client`: no I/O, no SDK session, easy to unit-test.
 
 - reading a ``tools/call`` result (complete / isError / input_required, a missing ``resultType``)
 - checking the input requests of an ``input_required`` round (the hub answers elicitations only)
@@ -32,7 +32,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from approvals.mcp.outcomes import (
+from approvals.mcp_client.outcomes import (
     REDACTED,
     Completed,
     InputRequired,

@@ -4,7 +4,7 @@ Every row carries ``hash = sha256(prev_hash + canonical(row))``. Appends take a 
 lock, so the chain order is the id order even with many writers, and the lock is held only until the
 surrounding transaction commits. Secrets are redacted before anything is recorded.
 
-The canonical form and the hashing live in ``approvals.audit_verify`` (pure Python), which the offline
+The canonical form and the hashing live in ``approvals.audit.verify`` (pure Python), which the offline
 verifier of exports runs too. Retention (``prune``) removes the oldest part of the chain and records an
 ``audit.pruned`` event holding the hash of the last removed row: the first kept row links to that hash, so
 ``verify`` of what remains still passes and still names any altered or removed row.
@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from approvals import audit_verify
-from approvals.audit_verify import GENESIS, derive_action_outcome, event_hash
+from approvals.audit import verbs
+from approvals.audit import verify as audit_verify
+from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, InputRequest, ToolCall
 
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
@@ -81,6 +83,8 @@ def record(
     """
     if "." not in verb:
         raise ValueError(f"audit verbs are namespaced (noun.verb), got {verb!r}")
+    if not verbs.is_registered(verb):
+        raise ValueError(f"{verb!r} is not in the registry of audit verbs (approvals.audit.verbs)")
     clean = redact(dict(data or {}))
     action, outcome = derive_action_outcome(verb, clean)
     with transaction.atomic():
@@ -251,6 +255,30 @@ def head_matches(saved: Mapping[str, Any]) -> bool:
         _, pruned_through = chain_anchor()
         return pruned_through is not None and saved["head_id"] <= pruned_through
     return current == saved.get("head_hash")
+
+
+# --- the last full check, kept for the audit page ---------------------------------------------------
+
+CHAIN_STATE_KEY = "audit:chain-state"
+
+
+def store_chain_state(report: ChainReport) -> dict[str, Any]:
+    state = {
+        "ok": report.ok,
+        "checked": report.checked,
+        "first_bad_id": report.first_bad_id,
+        "problem": report.problem,
+        "head_id": report.head_id,
+        "head_hash": report.head_hash,
+        "anchor": report.anchor,
+        "checked_at": timezone.now().isoformat(),
+    }
+    cache.set(CHAIN_STATE_KEY, state, timeout=None)
+    return state
+
+
+def last_chain_state() -> dict[str, Any] | None:
+    return cache.get(CHAIN_STATE_KEY)
 
 
 # --- retention -----------------------------------------------------------------------------------------

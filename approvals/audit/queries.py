@@ -1,132 +1,34 @@
-"""The audit history pages: search and filters, call timelines, exports, the chain's state, analytics.
+"""The audit log's read side: filters as index-friendly SQL, keyset pages, analytics, call timelines.
 
-Views stay thin: a Form validates the filters, ``visible_audit_events`` scopes every query to what the user
-may see, and the query helpers below turn the cleaned filters into index-friendly SQL (full-text search on
-the stored tsvector, ``column = value`` filters served by ``(column, id)`` B-tree indexes, keyset
-pagination on ``id`` descending, so pages neither repeat nor skip events while new ones arrive).
+``visible_audit_events`` scopes every query to what the user may see; the helpers below turn a filter form's
+cleaned data into SQL (full-text search on the stored tsvector, ``column = value`` filters served by
+``(column, id)`` B-tree indexes, keyset pagination on ``id`` descending, so pages neither repeat nor skip
+events while new ones arrive).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
 from datetime import timedelta
 from typing import Any
 
-from django import forms
-from django.contrib.auth.decorators import login_required
 from django.contrib.postgres.search import SearchQuery
-from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.shortcuts import render
 from django.utils import timezone
-from django.utils.translation import gettext_lazy as _
-from django.views.decorators.http import require_GET
 
-from approvals import audit, audit_export, audit_tasks
-from approvals.audit import redact
-from approvals.models import AuditEvent, InputRequest, McpServer, Round, ToolCall
-from approvals.permissions import can_view_call, visible_audit_events, visible_calls, visible_teams
+from approvals import schema_forms
+from approvals.audit import verbs
+from approvals.audit.core import redact
+from approvals.models import AuditEvent, InputRequest, Round, ToolCall
+from approvals.permissions import can_view_call, visible_audit_events, visible_calls
 
 PAGE_SIZE = 50
-NEWER_LIMIT = 100
 ANALYTICS_DAYS = 30
-
-VERBS = [
-    "call.submitted",
-    "call.completed",
-    "call.failed",
-    "call.expired",
-    "call.cancelled",
-    "call.retry_scheduled",
-    "call.outcome_discarded",
-    "round.opened",
-    "round.answered",
-    "round.resent",
-    "input.requested",
-    "input.unsupported",
-    "input.answered",
-    "input.expired",
-    "relay.submitted",
-    "relay.answered",
-    "relay.expired",
-    "audit.exported",
-    "audit.pruned",
-]
-NOUNS = sorted({verb.split(".")[0] for verb in VERBS})
-OUTCOMES = [
-    "completed",
-    "failed",
-    "expired",
-    "cancelled",
-    "answered",
-    "abandoned",
-    "unsupported",
-    "discarded",
-]
 _EVENT_ID = re.compile(r"^#(\d{1,18})$")
-
-
-class AuditFilterForm(forms.Form):
-    q = forms.CharField(
-        label=_("Search"),
-        required=False,
-        max_length=200,
-        help_text=_(
-            'Words in the event; "exact phrase", or, -word. A call or input request id finds its events.'
-        ),
-    )
-    since = forms.DateTimeField(label=_("From"), required=False)
-    until = forms.DateTimeField(label=_("Until"), required=False)
-    actor = forms.CharField(label=_("Actor"), required=False, max_length=200)
-    actor_type = forms.ChoiceField(
-        label=_("Actor type"), required=False, choices=[("", _("Any")), *AuditEvent.ActorType.choices]
-    )
-    team = forms.SlugField(label=_("Team"), required=False, max_length=50)
-    server = forms.CharField(label=_("Server"), required=False, max_length=50)
-    tool = forms.CharField(label=_("Tool"), required=False, max_length=200)
-    verb = forms.ChoiceField(
-        label=_("Event"),
-        required=False,
-        choices=[
-            ("", _("Any")),
-            (_("All of a kind"), [(f"{noun}.*", f"{noun}.*") for noun in NOUNS]),
-            (_("One event"), [(verb, verb) for verb in VERBS]),
-        ],
-    )
-    action = forms.ChoiceField(
-        label=_("Reviewer's action"), required=False, choices=[("", _("Any")), *InputRequest.Action.choices]
-    )
-    outcome = forms.ChoiceField(
-        label=_("Outcome"), required=False, choices=[("", _("Any"))] + [(o, o.title()) for o in OUTCOMES]
-    )
-    call = forms.UUIDField(label=_("Call id"), required=False)
-    input_request = forms.UUIDField(label=_("Input request id"), required=False)
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        since, until = cleaned.get("since"), cleaned.get("until")
-        if since and until and since >= until:
-            raise forms.ValidationError(_("“From” must be earlier than “Until”."))
-        return cleaned
-
-    def active(self) -> dict[str, Any]:
-        """The filters in use, as plain JSON values (recorded with an export)."""
-        return {
-            name: (value.isoformat() if hasattr(value, "isoformat") else str(value))
-            for name, value in self.cleaned_data.items()
-            if value not in (None, "")
-        }
-
-
-class CursorForm(forms.Form):
-    before = forms.IntegerField(required=False, min_value=1)
-    after = forms.IntegerField(required=False, min_value=0)
 
 
 def filter_events(qs: QuerySet[AuditEvent], filters: dict[str, Any]) -> QuerySet[AuditEvent]:
@@ -145,7 +47,7 @@ def filter_events(qs: QuerySet[AuditEvent], filters: dict[str, Any]) -> QuerySet
         qs = qs.filter(at__lt=filters["until"])
     verb = filters.get("verb")
     if verb and verb.endswith(".*"):
-        qs = qs.filter(verb__in=[v for v in VERBS if v.startswith(verb[:-1])])
+        qs = qs.filter(verb__in=verbs.of_noun(verb[:-2]))
     elif verb:
         qs = qs.filter(verb=verb)
     exact = {
@@ -315,7 +217,9 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
                 "mode": event.data.get("mode", ""),
                 "flags": event.data.get("flags") or [],
                 "schema": _pretty(ir.requested_schema) if ir and ir.requested_schema else "",
-                "schema_version": _fingerprint(ir.requested_schema) if ir and ir.requested_schema else "",
+                "schema_version": schema_forms.fingerprint(ir.requested_schema)[:12]
+                if ir and ir.requested_schema
+                else "",
                 "url": ir.url if ir else "",
             }
         elif event.verb == "input.answered":
@@ -337,115 +241,3 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
-
-
-def _fingerprint(schema: Any) -> str:
-    text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-# --- views -------------------------------------------------------------------------------------------
-
-
-def _filters(request: HttpRequest) -> tuple[AuditFilterForm, CursorForm]:
-    return AuditFilterForm(request.GET), CursorForm(request.GET)
-
-
-@require_GET
-@login_required
-def index(request: HttpRequest) -> HttpResponse:
-    form, cursor = _filters(request)
-    context: dict[str, Any] = {"form": form, "chain": audit_tasks.last_chain_state(), "events": []}
-    context["teams"] = list(visible_teams(request.user).values_list("slug", flat=True))
-    context["servers"] = list(McpServer.objects.values_list("slug", flat=True))
-    if not (form.is_valid() and cursor.is_valid()):
-        context["cursor_errors"] = cursor.errors if cursor.is_bound else {}
-        return render(request, "approvals/audit/index.html", context, status=400)
-    before = cursor.cleaned_data["before"]
-    # Read the head first: the first page stops there and the live poll starts there, so an event that
-    # commits meanwhile is shown once, by the poll.
-    newest = _newest_id()
-    filters = form.cleaned_data
-    events, next_before = page(
-        events_for(request.user, filters), before or newest + 1, windowed=is_text_search(filters)
-    )
-    context.update(
-        events=events,
-        next_before=next_before,
-        is_first_page=not before,
-        newest_id=newest,
-        query=_query_without(request, "before"),
-        stats=analytics(request.user, form.cleaned_data.get("since"), form.cleaned_data.get("until")),
-    )
-    return render(request, "approvals/audit/index.html", context)
-
-
-@require_GET
-@login_required
-def newer(request: HttpRequest) -> HttpResponse:
-    """Events newer than ``after`` matching the same filters, newest first: the page polls this.
-
-    Appends hold the chain lock until they commit, so ids become visible in order and "after the newest id
-    seen" never skips a late commit.
-    """
-    form, cursor = _filters(request)
-    if not (form.is_valid() and cursor.is_valid()):
-        return HttpResponse(status=400)
-    after = cursor.cleaned_data["after"] or 0
-    newest = _newest_id()
-    qs = events_for(request.user, form.cleaned_data).filter(id__gt=after, id__lte=newest).defer("search")
-    events = list(qs.order_by("id")[:NEWER_LIMIT])
-    seen = events[-1].id if len(events) == NEWER_LIMIT else max(after, newest)
-    response = render(request, "approvals/audit/_rows.html", {"events": events[::-1]})
-    response["X-Audit-Newest"] = str(seen)
-    response["X-Audit-Count"] = str(len(events))
-    return response
-
-
-def _newest_id() -> int:
-    return AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
-
-
-@require_GET
-@login_required
-def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
-    call, entries = timeline(request.user, call_id)
-    if not entries and call is None:
-        raise Http404("No audit events for this call.")
-    return render(
-        request, "approvals/audit/timeline.html", {"call": call, "call_id": call_id, "entries": entries}
-    )
-
-
-@require_GET
-@login_required
-def export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
-    form = AuditFilterForm(request.GET)
-    if not form.is_valid():
-        return HttpResponse(
-            "The filters are not valid: " + "; ".join(str(m) for ms in form.errors.values() for m in ms),
-            status=400,
-            content_type="text/plain; charset=utf-8",
-        )
-    qs = events_for(request.user, form.cleaned_data)
-    contiguous = request.user.is_superuser and not form.active()
-    return audit_export.export_response(request, qs=qs, fmt=fmt, filters=form.active(), contiguous=contiguous)
-
-
-@require_GET
-@login_required
-def chain_head(request: HttpRequest) -> HttpResponse:
-    """The chain head as a JSON file, to keep outside the database (compare with verify_audit --head)."""
-    if not request.user.is_staff:
-        raise PermissionDenied
-    head = audit.chain_head()
-    response = JsonResponse(head, json_dumps_params={"indent": 2})
-    response["Content-Disposition"] = f'attachment; filename="audit-head-{head["head_id"] or 0}.json"'
-    return response
-
-
-def _query_without(request: HttpRequest, *names: str) -> str:
-    params = request.GET.copy()
-    for name in names:
-        params.pop(name, None)
-    return params.urlencode()

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m approvals.audit_verify audit-export.jsonl     # or an audit-export.csv
-    python approvals/audit_verify.py audit-export.jsonl     # the file alone also works, copied anywhere
+    python -m approvals.audit.verify audit-export.jsonl     # or an audit-export.csv
+    python approvals/audit/verify.py audit-export.jsonl    # the file alone also works, copied anywhere
 
 It needs only the Python standard library. Exit status 0 means every line verifies; 1 names the first line
 that does not; 2 means the file could not be read.
@@ -236,7 +236,7 @@ def verify_file(path: Path) -> Result:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m approvals.audit_verify EXPORT.jsonl|EXPORT.csv", file=sys.stderr)
+        print("usage: python -m approvals.audit.verify EXPORT.jsonl|EXPORT.csv", file=sys.stderr)
         return 2
     path = Path(args[0])
     try:

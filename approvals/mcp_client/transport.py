@@ -1,4 +1,4 @@
-"""Below the SDK session: what `approvals.mcp` sees and changes on the wire.
+"""Below the SDK session: what `approvals.mcp_client` sees and changes on the wire.
 
 - `Wire`: fresh random JSON-RPC ids per request (the SDK numbers from 1 in every new client, so a
   round retried by another process would reuse the first round's id), the raw result of each
@@ -19,7 +19,7 @@ import httpx2
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from approvals.mcp.wire import HttpFacts, parse_retry_after
+from approvals.mcp_client.wire import HttpFacts, parse_retry_after
 
 _JS_SAFE_INT = 2**53 - 1
 

@@ -6,8 +6,8 @@ Pure (no Django): Celery tasks pass it plain data. Protocol revision 2026-07-28 
     # Completed | ToolError | InputRequired; failures raise TransientError / PermanentError
 """
 
-from approvals.mcp.client import CLIENT_INFO, call_tool, discover, list_tools, run
-from approvals.mcp.outcomes import (
+from approvals.mcp_client.client import CLIENT_INFO, call_tool, discover, list_tools, run
+from approvals.mcp_client.outcomes import (
     Completed,
     InputRequired,
     McpError,
@@ -17,7 +17,7 @@ from approvals.mcp.outcomes import (
     ToolError,
     TransientError,
 )
-from approvals.mcp.wire import (
+from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
     check_input_requests,
     classify_rpc_error,

@@ -1,4 +1,4 @@
-"""Plain data crossing the boundary of `approvals.mcp`: server settings, call outcomes, errors.
+"""Plain data crossing the boundary of `approvals.mcp_client`: server settings, call outcomes, errors.
 
 Everything here is picklable/JSON-friendly plain data so Celery tasks can pass it around. Secrets
 (header values, `requestState`) never appear in a `repr` or an exception message.

@@ -4,7 +4,7 @@ Rows are read in keyset chunks (``id > last`` in id order) and written as they c
 take no more memory than one chunk. Under ASGI the response gets an async iterator that fetches each chunk in
 a worker thread (a sync iterator would be buffered whole by Django). Every export is itself an audit event
 (``audit.exported``), recorded before the first byte, and covers the events up to the one before it.
-Verify a JSON Lines export offline with ``python -m approvals.audit_verify FILE.jsonl``.
+Verify a JSON Lines export offline with ``python -m approvals.audit.verify FILE.jsonl``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 
-from approvals import audit
-from approvals.audit_verify import COLUMNS, FORMAT, Digest, escape_cell
+from approvals.audit import core as audit
+from approvals.audit.verify import COLUMNS, FORMAT, Digest, escape_cell
 from approvals.models import AuditEvent
 
 CHUNK = 2000

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from approvals import audit_views
+from approvals.audit import views as audit_views
 
 app_name = "audit"
 

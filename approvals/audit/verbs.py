@@ -1,0 +1,53 @@
+"""Every audit verb the hub writes, in one registry.
+
+``record`` refuses a verb that is not here, and the audit page's event filter offers exactly these (and
+"noun.*" for each noun), so a new kind of event is findable the day it is first written.
+"""
+
+from __future__ import annotations
+
+VERBS: tuple[str, ...] = (
+    # A call's life (hub-driven calls and relays)
+    "call.submitted",
+    "call.retry_scheduled",
+    "call.completed",
+    "call.failed",
+    "call.expired",
+    "call.cancelled",
+    "call.outcome_discarded",
+    "relay.submitted",
+    "relay.answered",
+    "relay.expired",
+    # Rounds of input_required
+    "round.opened",
+    "round.answered",
+    "round.resent",
+    # One input request: routed, shown, answered, approved, escalated, expired
+    "input.requested",
+    "input.unsupported",
+    "input.routed",
+    "input.answered",
+    "input.refused",
+    "input.approved",
+    "input.approvals_restarted",
+    "input.escalated",
+    "input.expired",
+    # MCP servers
+    "server.tools_refreshed",
+    # The audit log itself
+    "audit.exported",
+    "audit.pruned",
+)
+NOUNS: tuple[str, ...] = tuple(sorted({verb.partition(".")[0] for verb in VERBS}))
+
+
+def is_registered(verb: str) -> bool:
+    return verb in _REGISTERED
+
+
+def of_noun(noun: str) -> list[str]:
+    """The registered verbs of one noun ("input" -> input.requested, input.routed, ...)."""
+    return [verb for verb in VERBS if verb.partition(".")[0] == noun]
+
+
+_REGISTERED = frozenset(VERBS)

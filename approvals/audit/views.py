@@ -1,0 +1,129 @@
+"""The audit history pages: search and filters, call timelines, exports, the chain's state, analytics.
+
+Views stay thin: a Form (``approvals.audit.forms``) validates the filters and ``approvals.audit.queries``
+turns them into SQL scoped to what the user may see.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from approvals.audit import core as audit
+from approvals.audit import export as audit_export
+from approvals.audit.forms import AuditFilterForm, CursorForm
+from approvals.audit.queries import analytics, events_for, is_text_search, page, timeline
+from approvals.models import AuditEvent, McpServer
+from approvals.permissions import visible_teams
+
+NEWER_LIMIT = 100
+
+
+def _filters(request: HttpRequest) -> tuple[AuditFilterForm, CursorForm]:
+    return AuditFilterForm(request.GET), CursorForm(request.GET)
+
+
+@require_GET
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    form, cursor = _filters(request)
+    context: dict[str, Any] = {"form": form, "chain": audit.last_chain_state(), "events": []}
+    context["teams"] = list(visible_teams(request.user).values_list("slug", flat=True))
+    context["servers"] = list(McpServer.objects.values_list("slug", flat=True))
+    if not (form.is_valid() and cursor.is_valid()):
+        context["cursor_errors"] = cursor.errors if cursor.is_bound else {}
+        return render(request, "approvals/audit/index.html", context, status=400)
+    before = cursor.cleaned_data["before"]
+    # Read the head first: the first page stops there and the live poll starts there, so an event that
+    # commits meanwhile is shown once, by the poll.
+    newest = _newest_id()
+    filters = form.cleaned_data
+    events, next_before = page(
+        events_for(request.user, filters), before or newest + 1, windowed=is_text_search(filters)
+    )
+    context.update(
+        events=events,
+        next_before=next_before,
+        is_first_page=not before,
+        newest_id=newest,
+        query=_query_without(request, "before"),
+        stats=analytics(request.user, form.cleaned_data.get("since"), form.cleaned_data.get("until")),
+    )
+    return render(request, "approvals/audit/index.html", context)
+
+
+@require_GET
+@login_required
+def newer(request: HttpRequest) -> HttpResponse:
+    """Events newer than ``after`` matching the same filters, newest first: the page polls this.
+
+    Appends hold the chain lock until they commit, so ids become visible in order and "after the newest id
+    seen" never skips a late commit.
+    """
+    form, cursor = _filters(request)
+    if not (form.is_valid() and cursor.is_valid()):
+        return HttpResponse(status=400)
+    after = cursor.cleaned_data["after"] or 0
+    newest = _newest_id()
+    qs = events_for(request.user, form.cleaned_data).filter(id__gt=after, id__lte=newest).defer("search")
+    events = list(qs.order_by("id")[:NEWER_LIMIT])
+    seen = events[-1].id if len(events) == NEWER_LIMIT else max(after, newest)
+    response = render(request, "approvals/audit/_rows.html", {"events": events[::-1]})
+    response["X-Audit-Newest"] = str(seen)
+    response["X-Audit-Count"] = str(len(events))
+    return response
+
+
+def _newest_id() -> int:
+    return AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+@require_GET
+@login_required
+def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
+    call, entries = timeline(request.user, call_id)
+    if not entries and call is None:
+        raise Http404("No audit events for this call.")
+    return render(
+        request, "approvals/audit/timeline.html", {"call": call, "call_id": call_id, "entries": entries}
+    )
+
+
+@require_GET
+@login_required
+def export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
+    form = AuditFilterForm(request.GET)
+    if not form.is_valid():
+        return HttpResponse(
+            "The filters are not valid: " + "; ".join(str(m) for ms in form.errors.values() for m in ms),
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    qs = events_for(request.user, form.cleaned_data)
+    contiguous = request.user.is_superuser and not form.active()
+    return audit_export.export_response(request, qs=qs, fmt=fmt, filters=form.active(), contiguous=contiguous)
+
+
+@require_GET
+@login_required
+def chain_head(request: HttpRequest) -> HttpResponse:
+    """The chain head as a JSON file, to keep outside the database (compare with verify_audit --head)."""
+    if not request.user.is_staff:
+        raise PermissionDenied
+    head = audit.chain_head()
+    response = JsonResponse(head, json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="audit-head-{head["head_id"] or 0}.json"'
+    return response
+
+
+def _query_without(request: HttpRequest, *names: str) -> str:
+    params = request.GET.copy()
+    for name in names:
+        params.pop(name, None)
+    return params.urlencode()

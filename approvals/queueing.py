@@ -1,0 +1,26 @@
+"""Work for the Celery worker, queued by name once the surrounding transaction commits.
+
+Services queue tasks through here and never import the task modules (the tasks import the services): the
+names below are the contract between the two layers, and a test checks that each names a registered task.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+
+RUN_CALL = "approvals.tasks.run_call"
+SEND_NOTIFICATION = "approvals.tasks.send_notification"
+DELIVER_WEBHOOK = "approvals.tasks.deliver_webhook"
+
+TASKS = (RUN_CALL, SEND_NOTIFICATION, DELIVER_WEBHOOK)
+
+
+def enqueue_on_commit(task: str, *args: Any) -> None:
+    """Queue ``task(*args)`` once the current transaction commits (at once outside one); none on rollback."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}")
+    transaction.on_commit(partial(current_app.send_task, task, args=args))
