@@ -233,3 +233,12 @@ def test_no_server_string_reaches_a_page_with_its_control_characters(world) -> N
     assert re.search(
         r'data-full-url><code><bdi dir="ltr">[^<]*connect/<span class="ctl" title="U\+202E">', url_page
     )
+
+
+def test_joiners_that_spell_words_are_kept() -> None:
+    from approvals.templatetags.approvals_ui import reveal
+
+    persian = "می\u200cشود"  # ZWNJ is part of Persian spelling; ZWJ of emoji sequences
+    family = "\U0001f469\u200d\U0001f467"
+    assert reveal(persian) == persian and reveal(family) == family
+    assert reveal("a\u200bb") == 'a<span class="ctl" title="U+200B">U+200B</span>b'

@@ -18,7 +18,8 @@ register = template.Library()
 # Characters that change how text reads without being visible: bidi overrides and isolates, zero-width
 # characters, the BOM. Shown as a visible code so "gpj.exe" reversed by U+202E cannot pass unnoticed.
 _CONTROLS = {
-    *range(0x200B, 0x2010),  # zero-width space/joiners, LRM, RLM
+    0x200B,  # zero-width space (not U+200C/U+200D, the joiners Persian words and emoji are spelt with)
+    *range(0x200E, 0x2010),  # LRM, RLM
     *range(0x202A, 0x202F),  # embeddings and overrides
     *range(0x2060, 0x2065),  # word joiner, invisible operators
     *range(0x2066, 0x206A),  # isolates
