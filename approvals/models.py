@@ -612,7 +612,8 @@ class Notification(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Append-only (a PostgreSQL trigger refuses UPDATE, DELETE and TRUNCATE), hash-chained row by row.
+    """Append-only (PostgreSQL triggers refuse UPDATE, TRUNCATE and any DELETE but a recorded prune, migration
+    0007), hash-chained row by row.
 
     ``tool``, ``action`` and ``outcome`` are filled by ``audit.record`` and covered by the hash; ``search`` is
     derived (a BEFORE INSERT trigger fills it, migration 0003) and is not.
@@ -660,3 +661,20 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.verb} by {self.actor_label or self.actor_type}"
+
+
+class AuditHead(models.Model):
+    """The newest audit event the chain check last verified, kept outside the audit table: a later check that
+    finds it gone (and not pruned) or changed reports a cut or rewritten tail. One row, and a trigger lets it
+    only move forward (migration 0007)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    head_id = models.BigIntegerField()
+    head_hash = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="audithead_single_row")]
+
+    def __str__(self) -> str:
+        return f"audit head #{self.head_id}"
