@@ -10,6 +10,8 @@ import sys
 import pytest
 from django.core.checks import run_checks
 
+from elicit_hub import engines
+from elicit_hub.settings import development_secret_key
 from tests.live import ROOT
 
 
@@ -89,14 +91,16 @@ def test_debug_is_off_unless_set() -> None:
 
 
 def test_development_uses_a_private_key_of_its_own_made_once(tmp_path) -> None:
-    show = "from django.conf import settings; print('KEY', settings.SECRET_KEY)"
-    first = manage("shell", "-c", show, DJANGO_DEBUG="true", ELICIT_VAR_DIR=str(tmp_path))
-    again = manage("shell", "-c", show, DJANGO_DEBUG="true", ELICIT_VAR_DIR=str(tmp_path))
-    assert first.returncode == 0, first.stderr
-    key_file = tmp_path / "secret_key"
-    key = key_file.read_text().strip()
-    assert f"KEY {key}" in first.stdout and f"KEY {key}" in again.stdout
+    path = tmp_path / "var" / "secret_key"
+    key = development_secret_key(path)
+    assert development_secret_key(path) == key == path.read_text().strip()
     assert len(key) >= 50 and "insecure" not in key
-    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    other = manage("shell", "-c", show, DJANGO_DEBUG="true", ELICIT_VAR_DIR=str(tmp_path / "other"))
-    assert f"KEY {key}" not in other.stdout and "KEY " in other.stdout
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert development_secret_key(tmp_path / "elsewhere" / "secret_key") != key
+    assert [p.name for p in path.parent.iterdir()] == ["secret_key"]  # no temporary file left behind
+
+    # The hub in development uses this checkout's key from ./var, not a constant.
+    show = "from django.conf import settings; print('KEY', settings.SECRET_KEY)"
+    result = manage("shell", "-c", show, DJANGO_DEBUG="true")
+    assert result.returncode == 0, result.stderr
+    assert f"KEY {(engines.VAR_DIR / 'secret_key').read_text().strip()}" in result.stdout
