@@ -27,7 +27,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy elicit_hub approvals
+	DJANGO_DEBUG=true $(VENV)/bin/mypy elicit_hub approvals
 
 engines-stop: $(STAMP)
 	$(PY) -m elicit_hub.engines stop

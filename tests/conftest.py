@@ -37,6 +37,16 @@ def _flush_retrying_deadlocks() -> None:
     flush.Command.handle = handle_with_retry  # type: ignore[method-assign]
 
 
+def _allow_loopback() -> None:
+    """The demo server and the test listeners run on loopback, which the outbound guard refuses unless
+    listed; the tests allow it whatever DEBUG is, here and in the processes they start."""
+    from django.conf import settings
+
+    if "ELICIT_OUTBOUND_ALLOW" not in os.environ:
+        os.environ["ELICIT_OUTBOUND_ALLOW"] = "127.0.0.0/8,::1"
+        settings.ELICIT_OUTBOUND_ALLOW = os.environ["ELICIT_OUTBOUND_ALLOW"]
+
+
 # The append-only tables refuse TRUNCATE from every session (migration 0007). Emptying the test database
 # is the one place that needs it: the flush turns their TRUNCATE triggers off and on again inside its own
 # transaction (a table owner's right), so no other session ever sees them off.
@@ -67,6 +77,7 @@ def _flush_past_the_append_only_triggers() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _flush_retrying_deadlocks()
+    _allow_loopback()
     _flush_past_the_append_only_triggers()
     if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         from elicit_hub import engines

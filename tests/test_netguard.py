@@ -336,3 +336,32 @@ def test_a_refused_server_fails_its_call_with_a_clear_error(db, settings) -> Non
     call.refresh_from_db()
     assert call.status == ToolCall.Status.FAILED
     assert call.error["code"] == "url_refused"
+
+
+def test_redirects_are_not_followed(agent: Agent, settings) -> None:
+    """A callback that answers 302 towards another address gets no second request from the hub."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    with WebhookReceiver() as target:
+
+        class Redirect(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", target.url)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        redirector = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        threading.Thread(target=redirector.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{redirector.server_address[1]}/hook"
+            delivery = _delivery(url)
+            webhooks.webhook_attempt(delivery_id=delivery.pk)
+        finally:
+            redirector.shutdown()
+        assert WebhookAttempt.objects.get(delivery=delivery).error == "HTTP 302"
+        assert target.received == []
