@@ -126,6 +126,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them.
+    "approvals.middleware.BodyLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -348,6 +350,21 @@ ELICIT_SIGN_IN_CLIENT_RATE = env_str("ELICIT_SIGN_IN_CLIENT_RATE", "20/15m")
 # Proxies in front of the hub that append the client's address to X-Forwarded-For: the limits above key on
 # that address. 0 (the default) uses the socket's peer and ignores the header, which a client could forge.
 NINJA_NUM_PROXIES = env_int("ELICIT_NUM_PROXIES", 0)
+# What the hub accepts from outside (docs/api.md, "Limits"). A request body over ELICIT_MAX_BODY bytes is
+# refused with 413 before it is parsed (Django's own limit is set to the same value); JSON nested deeper than
+# ELICIT_MAX_JSON_DEPTH levels, or holding NaN/Infinity, NUL or lone surrogates, is refused with 400.
+ELICIT_MAX_BODY = env_int("ELICIT_MAX_BODY", 1024 * 1024, minimum=1024)
+ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4)
+DATA_UPLOAD_MAX_MEMORY_SIZE = ELICIT_MAX_BODY
+# What the hub accepts from an MCP server. A round with more input requests, or an input request with a
+# longer message or a bigger requestedSchema (compact JSON bytes), is declined to the server and shown as
+# unsupported; a tool result over ELICIT_MAX_RESULT bytes is stored truncated, flagged, with its full size.
+ELICIT_MAX_INPUT_REQUESTS = env_int("ELICIT_MAX_INPUT_REQUESTS", 50, minimum=1)
+ELICIT_MAX_MESSAGE = env_int("ELICIT_MAX_MESSAGE", 10_000, minimum=100)
+ELICIT_MAX_SCHEMA = env_int("ELICIT_MAX_SCHEMA", 64 * 1024, minimum=1024)
+ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
+# GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
+ELICIT_INBOX_MAX = env_int("ELICIT_INBOX_MAX", 200, minimum=1)
 # Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending
 # it, so a test can kill it exactly there. Always 0 in real deployments.
 ELICIT_FAULT_PAUSE_BEFORE_SEND = env_int("ELICIT_FAULT_PAUSE_BEFORE_SEND", 0)
