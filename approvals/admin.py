@@ -24,6 +24,7 @@ from approvals.models import (
     ToolCall,
     WebhookDelivery,
 )
+from approvals.throttling import ThrottledAdminAuthenticationForm
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -266,3 +267,6 @@ class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "at", "actor_type", "actor_label", "verb", "server_slug", "call_id"]
     list_filter = ["verb", "actor_type"]
     search_fields = ["verb", "actor_label"]
+
+
+admin.site.login_form = ThrottledAdminAuthenticationForm

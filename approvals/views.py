@@ -289,7 +289,7 @@ class SignInView(LoginView):
         wait = getattr(self.request, throttling.RETRY_AFTER, None)
         if not wait:
             return super().form_invalid(form)
-        context = self.get_context_data(form=form, retry_minutes=throttling.minutes(wait))
+        context = self.get_context_data(form=form, retry_message=throttling.too_many_attempts(wait))
         response = self.render_to_response(context, status=429)
         response["Retry-After"] = str(math.ceil(wait))
         return response
