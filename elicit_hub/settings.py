@@ -217,7 +217,7 @@ CELERY_BROKER_BRPOP_WAIT = 1  # kombu's redis transport: Channel.brpop_timeout
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "approvals.channel_layer.ChannelLayer",
         "CONFIG": {
             # A host dict: channels-redis hands everything but `address` to redis-py's from_url, for
             # redis://, rediss:// and unix:// alike.

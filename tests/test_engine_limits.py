@@ -107,3 +107,22 @@ def test_long_polls_hold_no_database_connection_while_they_wait() -> None:
         assert ToolCall.objects.get(pk=call.pk).status == call.status
     finally:
         web.stop()
+
+
+def test_a_cancelled_receive_always_ends() -> None:
+    """Closing a websocket cancels its consumer's receive. channels-redis (with redis-py 8) can lose that
+    cancellation and BRPOP on for good; the hub's layer cancels again until the receive has ended."""
+    from channels.layers import get_channel_layer
+
+    async def scenario() -> int:
+        layer = get_channel_layer()
+        stuck = 0
+        for n in range(40):
+            receive = asyncio.ensure_future(layer.receive(await layer.new_channel()))
+            await asyncio.sleep((0, 0.001, 0.01, 0.05)[n % 4])
+            receive.cancel()
+            done, _ = await asyncio.wait([receive], timeout=15)
+            stuck += not done
+        return stuck
+
+    assert async_to_sync(scenario)() == 0
