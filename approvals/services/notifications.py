@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
+from approvals.services.webhooks import retry_countdown
 
-MAX_ATTEMPTS = 5
 HEADLINES = {
     "routed": "asks {team} for input",
     "escalated": "escalated to {team}: no answer yet",
@@ -77,11 +77,12 @@ def notification_send(*, notification_id: Any) -> float | None:
             response.raise_for_status()
     except Exception as exc:  # any failure of the transport is retried, then recorded
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        gave_up = attempt >= MAX_ATTEMPTS
+        countdown = retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
         Notification.objects.filter(pk=notice.pk).update(
-            last_error=error, status=Notification.Status.FAILED if gave_up else Notification.Status.PENDING
+            last_error=error,
+            status=Notification.Status.FAILED if countdown is None else Notification.Status.PENDING,
         )
-        return None if gave_up else float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**attempt))
+        return countdown
     Notification.objects.filter(pk=notice.pk).update(
         status=Notification.Status.SENT, sent_at=timezone.now(), last_error=""
     )

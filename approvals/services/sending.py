@@ -27,7 +27,7 @@ from django.utils import timezone
 from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import Round, ToolCall
+from approvals.models import Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
 from approvals.services.rounds import input_responses, round_open
 from approvals.services.servers import server_config
@@ -77,7 +77,7 @@ class Send:
 
     @property
     def idempotency_key(self) -> str:
-        return self.round.idempotency_key if self.round else f"elicit-{self.call.pk}-r0"
+        return self.round.idempotency_key if self.round else send_idempotency_key(self.call.pk, 0)
 
     @property
     def attempts(self) -> int:

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import URLValidator
 
 from approvals.models import McpServer, Team
+from approvals.services.servers import parse_header_lines
 
 
 class Command(BaseCommand):
@@ -30,12 +31,10 @@ class Command(BaseCommand):
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
             raise CommandError(f"{url!r} is not an http(s) URL.") from None
-        headers = {}
-        for raw in header:
-            key, sep, value = raw.partition(":")
-            if not sep or not key.strip():
-                raise CommandError(f'--header must look like "Name: value", got {raw.split(":")[0]!r}...')
-            headers[key.strip()] = value.strip()
+        try:
+            headers = parse_header_lines(header)
+        except ValueError as exc:
+            raise CommandError(f'--header must look like "Name: value", got {str(exc)!r}...') from None
         default_team = None
         if team:
             default_team, _ = Team.objects.get_or_create(
