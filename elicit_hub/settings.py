@@ -280,9 +280,6 @@ DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "elicit-hub@localhost"
 ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
 ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
-# Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending
-# it, so a test can kill it exactly there. Always 0 in real deployments.
-ELICIT_FAULT_PAUSE_BEFORE_SEND = env_int("ELICIT_FAULT_PAUSE_BEFORE_SEND", 0)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 

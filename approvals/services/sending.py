@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -143,8 +142,6 @@ def call_send(*, call_id: Any) -> float | None:
             send = _claim(call_id)
             if send is None:
                 return None
-            if settings.ELICIT_FAULT_PAUSE_BEFORE_SEND:
-                time.sleep(settings.ELICIT_FAULT_PAUSE_BEFORE_SEND)
             # _claim only yields hub-driven calls, and the database refuses one of those without a server.
             assert send.call.server is not None
             try:
