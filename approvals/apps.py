@@ -6,4 +6,7 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Elicit Hub approvals"
 
     def ready(self) -> None:
-        from approvals import checks  # noqa: F401  (registers the system checks)
+        from approvals import (
+            checks,  # noqa: F401  (registers the system checks)
+            throttling,  # noqa: F401  (counts failed sign-ins)
+        )

@@ -197,6 +197,21 @@ class AgentClient(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agents"
     )
+    # Whom the agent may name in `on_behalf_of`: these users and the members of these teams; no one else.
+    acts_for_users: models.ManyToManyField[User, Any] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        related_name="+",
+        blank=True,
+        verbose_name=_("may act for (users)"),
+        help_text=_("Users this agent may name in on_behalf_of."),
+    )
+    acts_for_teams: models.ManyToManyField[Team, Any] = models.ManyToManyField(
+        Team,
+        related_name="+",
+        blank=True,
+        verbose_name=_("may act for (teams)"),
+        help_text=_("Every member of these teams may be named in on_behalf_of."),
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -625,7 +640,8 @@ class Notification(models.Model):
 
 
 class AuditEvent(models.Model):
-    """Append-only (a PostgreSQL trigger refuses UPDATE, DELETE and TRUNCATE), hash-chained row by row.
+    """Append-only (PostgreSQL triggers refuse UPDATE, TRUNCATE and any DELETE but a recorded prune, migration
+    0007), hash-chained row by row.
 
     ``tool``, ``action`` and ``outcome`` are filled by ``audit.record`` and covered by the hash; ``search`` is
     derived (a BEFORE INSERT trigger fills it, migration 0003) and is not.
@@ -673,3 +689,20 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.verb} by {self.actor_label or self.actor_type}"
+
+
+class AuditHead(models.Model):
+    """The newest audit event the chain check last verified, kept outside the audit table: a later check that
+    finds it gone (and not pruned) or changed reports a cut or rewritten tail. One row, and a trigger lets it
+    only move forward (migration 0007)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    head_id = models.BigIntegerField()
+    head_hash = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="audithead_single_row")]
+
+    def __str__(self) -> str:
+        return f"audit head #{self.head_id}"

@@ -6,6 +6,7 @@ see, the request page with the problem beside the field or at the top for a refu
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -13,6 +14,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -20,7 +22,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import permissions, schema_forms, selectors, urlsafety
+from approvals import permissions, schema_forms, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import InputRequest, ToolCall
 from approvals.services import answers, presence
@@ -276,3 +278,16 @@ def _sent_message(ir: InputRequest) -> str:
     if ir.action == InputRequest.Action.DECLINE:
         return _("Declined “%(key)s”: %(server)s is told no.") % values
     return _("Dismissed “%(key)s” without deciding.") % values
+
+
+class SignInView(LoginView):
+    """Django's sign-in page; a throttled sign-in (approvals.throttling) is answered 429 with the wait."""
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        wait = getattr(self.request, throttling.RETRY_AFTER, None)
+        if not wait:
+            return super().form_invalid(form)
+        context = self.get_context_data(form=form, retry_minutes=throttling.minutes(wait))
+        response = self.render_to_response(context, status=429)
+        response["Retry-After"] = str(math.ceil(wait))
+        return response

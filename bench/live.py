@@ -87,7 +87,7 @@ class Command(BaseCommand):
             Membership.objects.create(team=team, user=user, role=Membership.Role.REVIEWER)
             session = SessionStore()
             session[SESSION_KEY] = str(user.pk)
-            session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+            session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
             session[HASH_SESSION_KEY] = user.get_session_auth_hash()
             session.create()
             assert session.session_key is not None  # create() just saved it

@@ -34,7 +34,11 @@ def wait_for(url: str, timeout: float = 60.0) -> bool:
 
 
 def main() -> int:
+    # Development mode for every process started here (DEBUG is off unless set).
+    os.environ.setdefault("DJANGO_DEBUG", "true")
     port = os.environ.get("PORT", "8000")
+    # The demo MCP server runs on loopback, which the outbound guard refuses unless listed.
+    os.environ.setdefault("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
     embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
     if embedded:
         engines.start()

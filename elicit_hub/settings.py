@@ -7,11 +7,16 @@ layer: development, tests and production run on the same engines.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import secrets
+import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+from csp import constants as csp
 from django.core.exceptions import ImproperlyConfigured
 
 from elicit_hub import engines
@@ -58,15 +63,41 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
+def development_secret_key(path: Path) -> str:
+    """This checkout's own secret key, made once and kept in ./var (mode 0600): never a public constant.
+
+    Written to a private temporary file and hard-linked into place, so processes starting together all read
+    the same complete key."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(50))
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+    return path.read_text().strip()
+
+
+# False unless set: `make run` and the test suite set DJANGO_DEBUG=true themselves.
+DEBUG = env_bool("DJANGO_DEBUG", False)
 
 # Separates hubs sharing one Redis (e.g. `make test` beside `make run`): queue, channel and cache prefixes.
 ELICIT_NAMESPACE = env_str("ELICIT_NAMESPACE", "elicit")
 
-_DEV_SECRET = "dev-only-insecure-secret-key-change-me-in-production-0123456789"  # noqa: S105  (refused below unless DEBUG)
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", _DEV_SECRET if DEBUG else None)
-if not DEBUG and SECRET_KEY == _DEV_SECRET:
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is false.")
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or (
+    development_secret_key(engines.VAR_DIR / "secret_key") if DEBUG else ""
+)
+if not SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is false"
+        " (for development, as `make run` does: DJANGO_DEBUG=true)."
+    )
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -81,11 +112,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "ninja",
+    "csp",
     "approvals",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "elicit_hub.content_policy.HubCSPMiddleware",
     # Daphne serves no static files; WhiteNoise does, from the app and project static folders.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -181,6 +214,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Django's backend, refusing sign-ins for a user name or client that failed too often (approvals.throttling).
+AUTHENTICATION_BACKENDS = ["approvals.throttling.ThrottledModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "approvals:queue"
 LOGOUT_REDIRECT_URL = "login"
@@ -204,6 +239,21 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 X_FRAME_OPTIONS = "DENY"
+# No inline script or style anywhere (a template that needs one nonces it with {{ request.csp_nonce }});
+# connect-src also gets the host's own ws:/wss: origin (elicit_hub.content_policy). No form-action: the
+# consent panel's POST answers with a redirect to the server's page.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [csp.SELF],
+        "script-src": [csp.SELF, csp.NONCE],
+        "style-src": [csp.SELF],
+        "img-src": [csp.SELF],
+        "connect-src": [csp.SELF],
+        "object-src": [csp.NONE],
+        "base-uri": [csp.NONE],
+        "frame-ancestors": [csp.NONE],
+    }
+}
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:
@@ -260,6 +310,16 @@ ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
 ELICIT_NOTIFY_MAX_ATTEMPTS = env_int("ELICIT_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
+# Outbound requests (callbacks, MCP servers, chat webhooks) go only to public addresses, and to the networks
+# ("10.0.0.0/8", "::1") and host names ("deploy.internal", ".internal") listed here. Development and the
+# tests allow loopback, where the demo MCP server and the test listeners run.
+ELICIT_OUTBOUND_ALLOW = env_str("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1" if DEBUG else "")
+for _entry in filter(None, (item.strip() for item in ELICIT_OUTBOUND_ALLOW.split(","))):
+    if "/" in _entry or ":" in _entry:
+        try:
+            ipaddress.ip_network(_entry.strip("[]"), strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"ELICIT_OUTBOUND_ALLOW: {_entry!r} is not a network.") from None
 ELICIT_LONG_POLL_MAX = 60
 # Where reviewers reach the dashboard; links in notices point here.
 ELICIT_PUBLIC_URL = env_str("ELICIT_PUBLIC_URL", "http://127.0.0.1:8000")
@@ -280,6 +340,16 @@ DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "elicit-hub@localhost"
 ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
 ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
+# API requests with no valid token or session, per client address; past it 429 with Retry-After.
+ELICIT_API_ANON_RATE = env_str("ELICIT_API_ANON_RATE", "60/m")
+# Failed sign-ins per user name and per client address ("count/period"); past either, every sign-in for
+# that name or from that client is refused (429), the right password included, until the oldest failure
+# is older than the period.
+ELICIT_SIGN_IN_USER_RATE = env_str("ELICIT_SIGN_IN_USER_RATE", "5/15m")
+ELICIT_SIGN_IN_CLIENT_RATE = env_str("ELICIT_SIGN_IN_CLIENT_RATE", "20/15m")
+# Proxies in front of the hub that append the client's address to X-Forwarded-For: the limits above key on
+# that address. 0 (the default) uses the socket's peer and ignores the header, which a client could forge.
+NINJA_NUM_PROXIES = env_int("ELICIT_NUM_PROXIES", 0)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 

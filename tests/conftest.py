@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 
 from tests.live import CeleryWorker, Daphne, child_env
 
@@ -38,8 +37,48 @@ def _flush_retrying_deadlocks() -> None:
     flush.Command.handle = handle_with_retry  # type: ignore[method-assign]
 
 
+def _allow_loopback() -> None:
+    """The demo server and the test listeners run on loopback, which the outbound guard refuses unless
+    listed; the tests allow it whatever DEBUG is, here and in the processes they start."""
+    from django.conf import settings
+
+    if "ELICIT_OUTBOUND_ALLOW" not in os.environ:
+        os.environ["ELICIT_OUTBOUND_ALLOW"] = "127.0.0.0/8,::1"
+        settings.ELICIT_OUTBOUND_ALLOW = os.environ["ELICIT_OUTBOUND_ALLOW"]
+
+
+# The append-only tables refuse TRUNCATE from every session (migration 0007). Emptying the test database
+# is the one place that needs it: the flush turns their TRUNCATE triggers off and on again inside its own
+# transaction (a table owner's right), so no other session ever sees them off.
+_APPEND_ONLY_TRIGGERS = (
+    ("approvals_auditevent", "approvals_audit_no_truncate"),
+    ("approvals_audithead", "approvals_audithead_no_truncate"),
+)
+
+
+def _flush_past_the_append_only_triggers() -> None:
+    from django.core.management.commands import flush
+
+    sql_flush = flush.sql_flush
+
+    def sql_flush_with_triggers_off(*args: object, **kwargs: object) -> list[str]:
+        statements = sql_flush(*args, **kwargs)
+        if not statements:
+            return statements
+        triggers = [(table, trigger) for table, trigger in _APPEND_ONLY_TRIGGERS if table in statements[0]]
+        return [
+            *(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}" for table, trigger in triggers),
+            *statements,
+            *(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}" for table, trigger in triggers),
+        ]
+
+    flush.sql_flush = sql_flush_with_triggers_off  # type: ignore[assignment]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _flush_retrying_deadlocks()
+    _allow_loopback()
+    _flush_past_the_append_only_triggers()
     if not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")):
         from elicit_hub import engines
 
@@ -47,17 +86,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def live_db(transactional_db: None) -> Iterator[None]:
-    """A committed test database, visible to the worker and web processes; emptied after the test.
-
-    Emptying it TRUNCATEs the append-only audit table, which its trigger refuses unless the maintenance flag
-    is on for this connection (see migration 0002), so the flag is set just before pytest-django flushes.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute("RESET elicit_hub.audit_maintenance")
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute("SET elicit_hub.audit_maintenance = 'on'")
+def live_db(transactional_db: None) -> None:
+    """A committed test database, visible to the worker and web processes; emptied after the test (past
+    the append-only triggers, see ``_flush_past_the_append_only_triggers``)."""
 
 
 @pytest.fixture(scope="session")
@@ -116,3 +147,19 @@ def web_process(django_db_setup: None) -> Iterator[Daphne]:
 @pytest.fixture
 def web(live_db: None, web_process: Daphne) -> Daphne:
     return web_process
+
+
+@pytest.fixture
+def fake_dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Names the outbound guard resolves to the addresses a test gives them (other names: the system's
+    resolver). The test machine may have no DNS, and rebinding needs a name whose address changes."""
+    from approvals import netguard
+
+    names: dict[str, list[str]] = {}
+
+    def resolve(host: str, port: int) -> list[str]:
+        found = names.get(host.lower())
+        return list(found) if found is not None else netguard.system_resolver(host, port)
+
+    monkeypatch.setattr(netguard, "resolver", resolve)
+    return names

@@ -21,12 +21,6 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def strict_audit_table() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL elicit_hub.audit_maintenance = 'off'")
-
-
 def three_events() -> list[AuditEvent]:
     srv = factories.server()
     call = factories.call(srv)

@@ -20,7 +20,8 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
-def test_add_server_stores_headers_without_printing_them() -> None:
+def test_add_server_stores_headers_without_printing_them(fake_dns) -> None:
+    fake_dns["mcp.example.com"] = ["93.184.216.34"]
     output = run(
         "add_server",
         "deploy",
@@ -41,7 +42,8 @@ def test_add_server_stores_headers_without_printing_them() -> None:
 @pytest.mark.parametrize(
     "args", [("deploy", "ftp://x"), ("deploy", "https://x.example.com", "--header", "nocolon")]
 )
-def test_add_server_refuses_bad_input(args) -> None:
+def test_add_server_refuses_bad_input(args, fake_dns) -> None:
+    fake_dns["x.example.com"] = ["93.184.216.34"]
     with pytest.raises(CommandError):
         run("add_server", *args)
     assert not McpServer.objects.exists()

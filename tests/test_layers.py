@@ -24,6 +24,7 @@ CORE = (
     "approvals.audit.verify",
     "approvals.broadcast",
     "approvals.mcp_client",
+    "approvals.netguard",
     "approvals.permissions",
     "approvals.queueing",
     "approvals.rules",

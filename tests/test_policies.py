@@ -51,7 +51,9 @@ def requester_agent(hub: Hub, username: str) -> tuple[Agent, object]:
     """An agent that acts for (and is owned by) a member of the release team."""
     person = factories.user(username)
     Membership.objects.create(team=Team.objects.get(slug="release"), user=person)
-    _, token = tokens.agent_create(name=f"{username}-agent", servers=[hub.server], owner=person)
+    _, token = tokens.agent_create(
+        name=f"{username}-agent", servers=[hub.server], owner=person, acts_for_users=[person]
+    )
     return Agent(token), person
 
 

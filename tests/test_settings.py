@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 
 import pytest
 from django.core.checks import run_checks
 
+from elicit_hub import engines
+from elicit_hub.settings import development_secret_key
 from tests.live import ROOT
 
 
@@ -43,9 +46,20 @@ def test_production_settings_pass_check_deploy_without_warnings() -> None:
     [
         ({"DJANGO_DEBUG": "maybe"}, "DJANGO_DEBUG must be true or false"),
         ({"DJANGO_DEBUG": "false"}, "DJANGO_SECRET_KEY"),
-        ({"ELICIT_ROUND_TTL": "soon"}, "ELICIT_ROUND_TTL must be a whole number"),
-        ({"ELICIT_EXPIRY_POLICY": "forget"}, "ELICIT_EXPIRY_POLICY must be cancel or abandon"),
-        ({"DATABASE_URL": "mysql://x@localhost/db", "REDIS_URL": "redis://127.0.0.1:6379/0"}, "PostgreSQL"),
+        ({}, "DJANGO_SECRET_KEY"),  # DEBUG is off unless set, so a secret key is required
+        ({"DJANGO_DEBUG": "true", "ELICIT_ROUND_TTL": "soon"}, "ELICIT_ROUND_TTL must be a whole number"),
+        (
+            {"DJANGO_DEBUG": "true", "ELICIT_EXPIRY_POLICY": "forget"},
+            "ELICIT_EXPIRY_POLICY must be cancel or abandon",
+        ),
+        (
+            {
+                "DJANGO_DEBUG": "true",
+                "DATABASE_URL": "mysql://x@localhost/db",
+                "REDIS_URL": "redis://127.0.0.1:6379/0",
+            },
+            "PostgreSQL",
+        ),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env: dict[str, str], message: str) -> None:
@@ -62,3 +76,31 @@ def test_a_countdown_above_the_visibility_timeout_is_an_error(settings) -> None:
     assert len(errors) == 1 and "ELICIT_WEBHOOK_RETRY_MAX" in errors[0].msg
     settings.ELICIT_WEBHOOK_RETRY_MAX = 60
     assert not [e for e in run_checks() if e.id == "approvals.E001"]
+
+
+def test_debug_is_off_unless_set() -> None:
+    result = manage(
+        "shell",
+        "-c",
+        "from django.conf import settings; print('DEBUG', settings.DEBUG)",
+        DJANGO_SECRET_KEY="y" * 20 + "-another-production-secret-0123456789abcdef",
+        DJANGO_ALLOWED_HOSTS="hub.example.com",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG False" in result.stdout
+
+
+def test_development_uses_a_private_key_of_its_own_made_once(tmp_path) -> None:
+    path = tmp_path / "var" / "secret_key"
+    key = development_secret_key(path)
+    assert development_secret_key(path) == key == path.read_text().strip()
+    assert len(key) >= 50 and "insecure" not in key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert development_secret_key(tmp_path / "elsewhere" / "secret_key") != key
+    assert [p.name for p in path.parent.iterdir()] == ["secret_key"]  # no temporary file left behind
+
+    # The hub in development uses this checkout's key from ./var, not a constant.
+    show = "from django.conf import settings; print('KEY', settings.SECRET_KEY)"
+    result = manage("shell", "-c", show, DJANGO_DEBUG="true")
+    assert result.returncode == 0, result.stderr
+    assert f"KEY {(engines.VAR_DIR / 'secret_key').read_text().strip()}" in result.stdout

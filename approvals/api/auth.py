@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
+from ninja.errors import Throttled
 from ninja.security import HttpBearer, SessionAuth
+from ninja.throttling import AnonRateThrottle
 
 from approvals.models import AgentClient, PersonalToken
 from approvals.services import tokens
@@ -44,5 +47,17 @@ class ReviewerSession(SessionAuth):
         return user if user and user.is_authenticated else None
 
 
-agent_auth = [AgentToken()]
-reviewer_auth = [ReviewerToken(), ReviewerSession()]
+class AnonymousLimit:
+    """Last in every auth list, so reached only when no credential matched: counts anonymous requests per
+    client address on the API's limiter and refuses them past ELICIT_API_ANON_RATE (429, Retry-After);
+    otherwise the request goes on to the usual 401."""
+
+    def __call__(self, request: HttpRequest) -> None:
+        throttle = AnonRateThrottle(settings.ELICIT_API_ANON_RATE)
+        if not throttle.allow_request(request):
+            raise Throttled(wait=throttle.wait())  # type: ignore[arg-type]
+        return None
+
+
+agent_auth = [AgentToken(), AnonymousLimit()]
+reviewer_auth = [ReviewerToken(), ReviewerSession(), AnonymousLimit()]

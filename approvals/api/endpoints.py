@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from uuid import UUID
 
@@ -68,7 +69,10 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(NinjaThrottled)
 def on_throttled(request: HttpRequest, exc: NinjaThrottled) -> HttpResponse:
-    return error(request, 429, "rate_limited", "Too many requests; retry after the time in Retry-After.")
+    response = error(request, 429, "rate_limited", "Too many requests; retry after the time in Retry-After.")
+    if exc.wait is not None:
+        response["Retry-After"] = str(math.ceil(exc.wait))
+    return response
 
 
 @api.exception_handler(Http404)

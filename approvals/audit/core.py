@@ -7,7 +7,9 @@ surrounding transaction commits. Secrets are redacted before anything is recorde
 The canonical form and the hashing live in ``approvals.audit.verify`` (pure Python), which the offline
 verifier of exports runs too. Retention (``prune``) removes the oldest part of the chain and records an
 ``audit.pruned`` event holding the hash of the last removed row: the first kept row links to that hash, so
-``verify`` of what remains still passes and still names any altered or removed row.
+``verify`` of what remains still passes and still names any altered or removed row. The table's triggers
+refuse every other removal (migration 0007), and ``check_chain`` compares the chain with the head the previous
+check recorded outside it (``AuditHead``), so a tail cut behind the triggers' back is reported too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +29,7 @@ from django.utils import timezone
 from approvals.audit import verbs
 from approvals.audit import verify as audit_verify
 from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
-from approvals.models import AgentClient, AuditEvent, InputRequest, ToolCall
+from approvals.models import AgentClient, AuditEvent, AuditHead, InputRequest, ToolCall
 
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
 REDACTED = "[redacted]"
@@ -75,13 +77,8 @@ def record(
     input_request: InputRequest | None = None,
     data: Mapping[str, Any] | None = None,
     team_slug: str = "",
-    start: str = GENESIS,
 ) -> AuditEvent:
-    """Append one event to the chain. Runs inside the caller's transaction (or its own).
-
-    ``start`` is what the first event of an empty table links to: GENESIS, or, when a prune has just
-    removed every event, the hash of the last one removed.
-    """
+    """Append one event to the chain. Runs inside the caller's transaction (or its own)."""
     if "." not in verb:
         raise ValueError(f"audit verbs are namespaced (noun.verb), got {verb!r}")
     if not verbs.is_registered(verb):
@@ -109,7 +106,7 @@ def record(
             action=action,
             outcome=outcome,
             data=clean,
-            prev_hash=last or start,
+            prev_hash=last or GENESIS,
         )
         event.hash = compute_hash(event)
         event.save(force_insert=True)
@@ -235,6 +232,7 @@ class ChainReport:
     anchor: str = GENESIS  # the prev_hash the first row must carry: GENESIS, or the last pruned row's hash
     head_id: int | None = None
     head_hash: str = ""
+    recorded_head_id: int | None = None  # the head the previous check recorded, compared by check_chain
 
     @property
     def ok(self) -> bool:
@@ -302,6 +300,40 @@ def head_matches(saved: Mapping[str, Any]) -> bool:
         _, pruned_through = chain_anchor()
         return pruned_through is not None and saved["head_id"] <= pruned_through
     return current == saved.get("head_hash")
+
+
+def check_chain() -> ChainReport:
+    """``verify``, then compare with the head the previous check recorded outside the audit table.
+
+    A chain whose newest events were deleted still verifies: only a head kept elsewhere shows the cut. The
+    recorded head must still be there with the same hash, or have been removed by a recorded prune. When all
+    is well the record moves forward to today's head (never back: a trigger refuses that, migration 0007).
+    """
+    report = verify()
+    if not report.ok:
+        return report
+    saved = AuditHead.objects.filter(pk=1).values("head_id", "head_hash").first()
+    if saved is not None and not head_matches(saved):
+        gone = not AuditEvent.objects.filter(pk=saved["head_id"]).exists()
+        problem = (
+            f"it was the newest event at the last check and is gone, unrecorded by any prune (the newest now "
+            f"is #{report.head_id}): the chain's tail was cut"
+            if gone
+            else "it no longer carries the hash the last check recorded: the chain was rewritten"
+        )
+        return replace(
+            report, first_bad_id=saved["head_id"], problem=problem, recorded_head_id=saved["head_id"]
+        )
+    if report.head_id is not None and (saved is None or report.head_id > saved["head_id"]):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO approvals_audithead (id, head_id, head_hash, recorded_at) "
+                "VALUES (1, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET head_id = EXCLUDED.head_id, "
+                "head_hash = EXCLUDED.head_hash, recorded_at = EXCLUDED.recorded_at "
+                "WHERE approvals_audithead.head_id < EXCLUDED.head_id",
+                [report.head_id, report.head_hash, timezone.now()],
+            )
+    return replace(report, recorded_head_id=saved["head_id"] if saved else None)
 
 
 # --- the last full check, kept for the audit page ---------------------------------------------------
@@ -377,17 +409,13 @@ def prune(*, before: datetime, actor: Actor, dry_run: bool = False) -> PruneResu
         result = PruneResult(report.checked, first["id"], last["id"], last["hash"])
         if dry_run:
             return result
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('elicit_hub.audit_maintenance', 'on', true)")
-            cursor.execute("DELETE FROM approvals_auditevent WHERE id <= %s", [last["id"]])
-            removed = cursor.rowcount
-            cursor.execute("SELECT set_config('elicit_hub.audit_maintenance', 'off', true)")
-        if removed != result.count:
-            raise RuntimeError(f"expected to remove {result.count} events, removed {removed}")
+        # The audit.pruned event goes in first, then the prefix it names: the table's trigger lets a DELETE
+        # stand only when the newest event records exactly what it removed (migration 0007). Written before
+        # the delete, it links to the same row it would afterwards: the newest kept event, or, when nothing
+        # is kept, the last removed one (its ``start``).
         event = record(
             actor=actor,
             verb=PRUNED,
-            start=last["hash"],
             data={
                 "before": before.isoformat(),
                 "count": result.count,
@@ -399,4 +427,9 @@ def prune(*, before: datetime, actor: Actor, dry_run: bool = False) -> PruneResu
                 "last_hash": last["hash"],
             },
         )
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM approvals_auditevent WHERE id <= %s", [last["id"]])
+            removed = cursor.rowcount
+        if removed != result.count:
+            raise RuntimeError(f"expected to remove {result.count} events, removed {removed}")
     return PruneResult(result.count, result.first_id, result.last_id, result.last_hash, event)

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 import httpx2
 import mcp_types
 from mcp import Client
@@ -37,6 +38,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from approvals import netguard
 from approvals.mcp_client.outcomes import (
     Completed,
     McpError,
@@ -162,6 +164,20 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+async def _check_url(url: str) -> None:
+    """The outbound guard's verdict on a server URL, before any connection is opened."""
+    try:
+        await anyio.to_thread.run_sync(
+            functools.partial(netguard.check_url, url, allow=netguard.configured())
+        )
+    except netguard.Refused as exc:
+        if exc.transient:
+            raise TransientError(
+                "connect_failed", f"the server URL cannot be used now: {exc.message}"
+            ) from None
+        raise PermanentError("url_refused", f"the server URL is refused: {exc.message}") from None
+
+
 async def _operate(
     server: ServerConfig,
     op: Callable[[Client, Wire], Awaitable[T]],
@@ -174,10 +190,13 @@ async def _operate(
     secret = _secrets(server, request_state)
     wire = Wire(idempotency_key)
     prior = _prior_discover(server)
+    await _check_url(server.url)
     http = httpx2.AsyncClient(
         headers=dict(server.headers),
         timeout=httpx2.Timeout(server.timeout),
-        verify=_tls_context(),
+        # Every request is judged by the outbound guard again and sent to the address it checked.
+        transport=netguard.AsyncGuardedTransport(verify=_tls_context()),
+        trust_env=False,
         event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
     )
     failure: BaseException | None = None

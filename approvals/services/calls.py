@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from approvals import broadcast
+from approvals import broadcast, netguard
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
@@ -27,18 +27,19 @@ FINAL_EVENT: dict[str, str] = {
 
 
 def check_callback_url(url: str) -> str:
+    """Judge an agent's callback URL through the outbound guard; https only outside development."""
     if not url:
         return ""
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url
-    if parts.scheme == "http" and parts.hostname and settings.ELICIT_WEBHOOK_ALLOW_HTTP:
-        return url
-    raise Invalid(
-        "callback_url must be an https URL.",
-        code="invalid_callback_url",
-        fields={"callback_url": "must be https"},
-    )
+    schemes = ("https", "http") if settings.ELICIT_WEBHOOK_ALLOW_HTTP else ("https",)
+    try:
+        netguard.check_url(url, schemes=schemes)
+    except netguard.Refused as exc:
+        raise Invalid(
+            f"callback_url is refused: {exc.message}.",
+            code="invalid_callback_url",
+            fields={"callback_url": exc.message},
+        ) from None
+    return url
 
 
 def _server_for(agent: AgentClient, slug: str) -> McpServer:
@@ -58,15 +59,27 @@ def _existing(agent: AgentClient, idempotency_key: str | None) -> ToolCall | Non
     return ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
 
 
-def _user_named(username: str | None) -> Any:
+def _acted_for(agent: AgentClient, username: str | None) -> Any:
+    """The person `agent` acts for: one of the users it lists, or a member of a team it lists.
+
+    Anyone else, whether the name exists or not, gets the same refusal, so agents cannot probe usernames.
+    """
     if not username:
         return None
     from django.contrib.auth import get_user_model
 
-    user = get_user_model().objects.filter(username=username).first()
+    user = (
+        get_user_model()
+        .objects.filter(username=username, is_active=True)
+        .filter(Q(pk__in=agent.acts_for_users.values("pk")) | Q(teams__in=agent.acts_for_teams.all()))
+        .distinct()
+        .first()
+    )
     if user is None:
-        raise Invalid(
-            f"No user is named {username!r}.", code="unknown_user", fields={"on_behalf_of": "unknown user"}
+        raise Forbidden(
+            "This agent may not act for that person.",
+            code="on_behalf_of_not_allowed",
+            fields={"on_behalf_of": "not a person this agent may act for"},
         )
     return user
 
@@ -89,7 +102,7 @@ def call_submit(
     if not tool:
         raise Invalid("tool is required.", code="invalid_body", fields={"tool": "required"})
     callback_url = check_callback_url(callback_url)
-    user = _user_named(on_behalf_of)
+    user = _acted_for(agent, on_behalf_of)
     try:
         with transaction.atomic():
             call = ToolCall.objects.create(
@@ -157,7 +170,7 @@ def relay_submit(
             fields={"expires_in": "out of range"},
         )
     callback_url = check_callback_url(callback_url)
-    user = _user_named(on_behalf_of)
+    user = _acted_for(agent, on_behalf_of)
     now = timezone.now()
     try:
         with transaction.atomic():

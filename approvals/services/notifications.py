@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import F
 from django.utils import timezone
 
+from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
 from approvals.services.webhooks import retry_countdown
@@ -71,13 +71,17 @@ def notification_send(*, notification_id: Any) -> float | None:
             ]
             send_mail(subject, body, None, recipients)
         else:
-            response = httpx.post(
+            response = netguard.post(
                 notice.team.chat_webhook_url, json={"text": body}, timeout=settings.ELICIT_WEBHOOK_TIMEOUT
             )
-            response.raise_for_status()
+            if not response.is_success:  # not raise_for_status(): its message holds the URL, a secret
+                raise RuntimeError(f"HTTP {response.status_code}")
     except Exception as exc:  # any failure of the transport is retried, then recorded
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        countdown = retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
+        refused = isinstance(exc, netguard.OutboundRefused) and not exc.transient
+        countdown = (
+            None if refused else retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
+        )
         Notification.objects.filter(pk=notice.pk).update(
             last_error=error,
             status=Notification.Status.FAILED if countdown is None else Notification.Status.PENDING,

@@ -9,11 +9,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from django.utils import timezone
 
-from approvals.models import AgentClient, McpServer, PersonalToken
+from approvals.models import AgentClient, McpServer, PersonalToken, Team
 
 AGENT_PREFIX = "eha_"
 PERSONAL_PREFIX = "ehp_"
@@ -32,7 +33,13 @@ def new_webhook_secret() -> str:
 
 
 def agent_create(
-    *, name: str, servers: list[McpServer], owner: Any = None, with_webhook_secret: bool = False
+    *,
+    name: str,
+    servers: list[McpServer],
+    owner: Any = None,
+    with_webhook_secret: bool = False,
+    acts_for_users: Iterable[Any] = (),
+    acts_for_teams: Iterable[Team] = (),
 ) -> tuple[AgentClient, str]:
     token = new_token(AGENT_PREFIX)
     agent = AgentClient.objects.create(
@@ -43,6 +50,8 @@ def agent_create(
         webhook_secret=new_webhook_secret() if with_webhook_secret else "",
     )
     agent.servers.set(servers)
+    agent.acts_for_users.set(list(acts_for_users))
+    agent.acts_for_teams.set(list(acts_for_teams))
     return agent, token
 
 

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from approvals import selectors
+from approvals import netguard, selectors
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
 
@@ -77,17 +77,18 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
     started = time.monotonic()
     status_code: int | None = None
     error = ""
+    refused = False
     try:
-        response = httpx.post(
-            delivery.url,
-            content=body,
-            headers=headers,
-            timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
-            follow_redirects=False,
+        # Judged again at delivery (DNS may have changed since submit), sent to the address just checked.
+        response = netguard.post(
+            delivery.url, content=body, headers=headers, timeout=settings.ELICIT_WEBHOOK_TIMEOUT
         )
         status_code = response.status_code
         if not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
+    except netguard.OutboundRefused as exc:
+        error = f"refused: {exc}"[:300]
+        refused = not exc.transient
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: could not deliver"
     duration = int((time.monotonic() - started) * 1000)
@@ -99,7 +100,9 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
             status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
         )
         return None
-    countdown = retry_countdown(number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS)
+    countdown = (
+        None if refused else retry_countdown(number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS)
+    )
     if countdown is None:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
         logger.warning(

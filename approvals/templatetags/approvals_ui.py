@@ -18,7 +18,8 @@ register = template.Library()
 # Characters that change how text reads without being visible: bidi overrides and isolates, zero-width
 # characters, the BOM. Shown as a visible code so "gpj.exe" reversed by U+202E cannot pass unnoticed.
 _CONTROLS = {
-    *range(0x200B, 0x2010),  # zero-width space/joiners, LRM, RLM
+    0x200B,  # zero-width space (not U+200C/U+200D, the joiners Persian words and emoji are spelt with)
+    *range(0x200E, 0x2010),  # LRM, RLM
     *range(0x202A, 0x202F),  # embeddings and overrides
     *range(0x2060, 0x2065),  # word joiner, invisible operators
     *range(0x2066, 0x206A),  # isolates
@@ -31,21 +32,31 @@ FOLD_LINES = 12
 FOLD_CHARS = 1200
 
 
-def _reveal(text: str) -> str:
+def _reveal(text: str, plain: bool) -> str:
     out = []
     for char in text:
         code = ord(char)
         if code in _CONTROLS or (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
-            out.append(f'<span class="ctl" title="U+{code:04X}">U+{code:04X}</span>')
+            shown = (
+                f"\u27e8U+{code:04X}\u27e9"
+                if plain
+                else f'<span class="ctl" title="U+{code:04X}">U+{code:04X}</span>'
+            )
+            out.append(shown)
         else:
             out.append(escape(char))
     return "".join(out)
 
 
 @register.filter
-def reveal(value: Any) -> SafeString:
-    """Escape the text and show invisible and direction-changing characters as visible codes."""
-    return mark_safe(_reveal("" if value is None else str(value)))  # noqa: S308  (every char escaped)
+def reveal(value: Any, where: str = "") -> SafeString:
+    """Escape the text and show invisible and direction-changing characters as visible codes.
+
+    Every string from a server or an agent goes through this filter wherever it is shown. ``reveal:"text"``
+    is for places that hold text only (``<title>``, ``<option>``): the code is plain text, ``⟨U+202E⟩``.
+    """
+    text = "" if value is None else str(value)
+    return mark_safe(_reveal(text, plain=where == "text"))  # noqa: S308  (every char escaped)
 
 
 @register.filter

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import URLValidator
 
+from approvals import netguard
 from approvals.models import McpServer, Team
 from approvals.services.servers import parse_header_lines
 
@@ -31,6 +32,12 @@ class Command(BaseCommand):
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
             raise CommandError(f"{url!r} is not an http(s) URL.") from None
+        try:
+            netguard.check_url(url)
+        except netguard.Refused as exc:
+            raise CommandError(
+                f"the server URL is refused: {exc.message} (ELICIT_OUTBOUND_ALLOW lists exceptions)"
+            ) from None
         try:
             headers = parse_header_lines(header)
         except ValueError as exc:

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.models import AgentClient, McpServer
+from approvals.models import AgentClient, McpServer, Team
 from approvals.services import tokens
 
 
@@ -19,9 +19,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--webhook-secret", action="store_true", help="also create a webhook signing secret"
         )
+        parser.add_argument(
+            "--acts-for",
+            action="append",
+            default=[],
+            metavar="USER|team:SLUG",
+            help="a user, or every member of a team, the agent may name in on_behalf_of (repeatable)",
+        )
 
     def handle(
-        self, *args: Any, name: str, server: list[str], owner: str, webhook_secret: bool, **opts: Any
+        self,
+        *args: Any,
+        name: str,
+        server: list[str],
+        owner: str,
+        webhook_secret: bool,
+        acts_for: list[str],
+        **opts: Any,
     ) -> None:
         servers = list(McpServer.objects.filter(slug__in=server))
         missing = set(server) - {s.slug for s in servers}
@@ -34,13 +48,39 @@ class Command(BaseCommand):
             owner_user = get_user_model().objects.filter(username=owner).first()
             if owner_user is None:
                 raise CommandError(f"no user named {owner!r}")
+        users, teams = _people(acts_for)
         if AgentClient.objects.filter(name=name).exists():
             raise CommandError(f"an agent named {name!r} exists already")
         agent, token = tokens.agent_create(
-            name=name, servers=servers, owner=owner_user, with_webhook_secret=webhook_secret
+            name=name,
+            servers=servers,
+            owner=owner_user,
+            with_webhook_secret=webhook_secret,
+            acts_for_users=users,
+            acts_for_teams=teams,
         )
         self.stdout.write(f"agent {agent.name} may call: {', '.join(s.slug for s in servers)}")
+        people = [u.username for u in users] + [f"team:{t.slug}" for t in teams]
+        self.stdout.write(f"it may act for: {', '.join(people) if people else 'no one'}")
         self.stdout.write(f"token: {token}")
         if webhook_secret:
             self.stdout.write(f"webhook secret: {agent.webhook_secret}")
         self.stdout.write("Store these now: they are not shown again.")
+
+
+def _people(names: list[str]) -> tuple[list[Any], list[Team]]:
+    """``--acts-for`` values: user names and ``team:SLUG``; every one must exist."""
+    users, teams = [], []
+    for raw in names:
+        value = raw.strip()
+        if value.startswith("team:"):
+            team = Team.objects.filter(slug=value.removeprefix("team:")).first()
+            if team is None:
+                raise CommandError(f"--acts-for: no team with the slug {value.removeprefix('team:')!r}")
+            teams.append(team)
+        else:
+            user = get_user_model().objects.filter(username=value).first()
+            if user is None:
+                raise CommandError(f"--acts-for: no user named {value!r} (use team:SLUG for a team)")
+            users.append(user)
+    return users, teams

@@ -10,7 +10,10 @@ from approvals.audit import core as audit
 
 
 class Command(BaseCommand):
-    help = "Walk the audit log's hash chain and name the first row that does not match."
+    help = (
+        "Walk the audit log's hash chain and name the first row that does not match; check that the head the "
+        "previous check recorded (or the one given with --head) is still there."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -18,7 +21,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = audit.verify()
+        report = audit.check_chain()
         audit.store_chain_state(report)
         if not report.ok:
             raise CommandError(
@@ -35,4 +38,6 @@ class Command(BaseCommand):
                     f"event #{saved.get('head_id')} no longer has the saved hash: the chain was rewritten"
                 )
             self.stdout.write(f"saved head #{saved.get('head_id')} matches")
+        elif report.recorded_head_id is not None:
+            self.stdout.write(f"the head the last check recorded (#{report.recorded_head_id}) is still there")
         self.stdout.write(f"audit chain intact: {report.checked} events verified")

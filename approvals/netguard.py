@@ -1,0 +1,297 @@
+"""The one guard on every URL the hub sends requests to: agent callbacks, MCP servers, team chat webhooks.
+
+A URL passes when it is ``http``/``https`` without credentials and its host resolves only to public
+addresses: loopback, link-local, private, shared, multicast, reserved and unspecified addresses are
+refused, in IPv4, IPv6 and the IPv6 forms that carry an IPv4 address (mapped, 6to4, NAT64, Teredo).
+Decimal, hex and octal host forms (``2130706433``, ``0x7f.1``) resolve to the address they stand for
+and are judged by it. ``ELICIT_OUTBOUND_ALLOW`` lists the networks (``10.0.0.0/8``, ``::1``) and host
+names (``deploy.internal``, or ``.internal`` for a whole domain) let through all the same.
+
+`check_url` judges a URL when it is stored (a field error for the caller to show); `client` /
+`async_transport` judge it again just before each request and connect to the address that was checked,
+so a name that resolves elsewhere later (DNS rebinding) cannot move a request. Redirects are never
+followed here.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import httpx2
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolver = Callable[[str, int], list[str]]
+
+SCHEMES = ("http", "https")
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_SHARED = ipaddress.ip_network("100.64.0.0/10")
+
+
+class Refused(ValueError):
+    """The URL may not be used. `message` is safe to show (it never repeats credentials or the path);
+    `transient` is true when only the name lookup failed, which may succeed later."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class Allow:
+    """What ``ELICIT_OUTBOUND_ALLOW`` lets through besides public addresses."""
+
+    networks: tuple[Network, ...] = ()
+    hosts: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, spec: str | Iterable[str]) -> Allow:
+        items = spec.split(",") if isinstance(spec, str) else spec
+        networks: list[Network] = []
+        hosts: set[str] = set()
+        for raw in (item.strip() for item in items):
+            if not raw:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(raw.strip("[]"), strict=False))
+            except ValueError:
+                hosts.add(raw.lower().rstrip("."))
+        return cls(tuple(networks), frozenset(hosts))
+
+    def host(self, host: str) -> bool:
+        host = host.lower().rstrip(".")
+        return host in self.hosts or any(
+            entry.startswith(".") and (host.endswith(entry) or host == entry[1:]) for entry in self.hosts
+        )
+
+    def address(self, ip: Address) -> bool:
+        return any(ip.version == net.version and ip in net for net in self.networks)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(spec: str) -> Allow:
+    return Allow.parse(spec)
+
+
+def configured() -> Allow:
+    """The allowlist from the settings (``ELICIT_OUTBOUND_ALLOW``), or the environment outside Django."""
+    from django.conf import settings
+
+    if settings.configured:
+        return _parsed(settings.ELICIT_OUTBOUND_ALLOW)
+    return _parsed(os.environ.get("ELICIT_OUTBOUND_ALLOW", ""))
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Every address `host` resolves to, as the operating system resolves it (numeric forms included)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+# Tests swap this for a stub to give names addresses; everything else uses the system's resolver.
+resolver: Resolver = system_resolver
+
+
+def _embedded(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in net for net in _NAT64):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def address_problem(ip: Address) -> str | None:
+    """Why a request may not go to `ip` (ignoring the allowlist), or None for a public address."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.teredo is not None:
+            return "a Teredo address"
+        inner = _embedded(ip)
+        if inner is not None:  # the packets end up at the IPv4 address inside
+            return address_problem(inner)
+        if ip.is_site_local:
+            return "a site-local address"
+    checks = (
+        (ip.is_unspecified, "an unspecified address"),
+        (ip.is_loopback, "a loopback address"),
+        (ip.is_link_local, "a link-local address"),
+        (ip.is_multicast, "a multicast address"),
+        (isinstance(ip, ipaddress.IPv4Address) and ip in _SHARED, "a shared (carrier-grade NAT) address"),
+        (ip.is_private, "a private address"),
+        (ip.is_reserved, "a reserved address"),
+        (not ip.is_global, "not a public address"),
+    )
+    return next((reason for failed, reason in checks if failed), None)
+
+
+def _allowed(ip: Address, allow: Allow) -> bool:
+    if allow.address(ip):
+        return True
+    inner = _embedded(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+    return inner is not None and allow.address(inner)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A URL that passed, with the addresses its host resolved to (the ones a request may use)."""
+
+    url: str
+    scheme: str
+    host: str  # as it appears in the URL (IDNA-encoded), without brackets
+    port: int
+    addresses: tuple[str, ...]
+
+
+def check_url(
+    url: str,
+    *,
+    allow: Allow | None = None,
+    resolve: Resolver | None = None,
+    schemes: Iterable[str] = SCHEMES,
+) -> Checked:
+    """Judge `url`; raise `Refused` with a message fit for a field error, or return what was checked."""
+    allow = configured() if allow is None else allow
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise Refused("not a valid URL") from None
+    schemes = tuple(schemes)
+    if parsed.scheme not in schemes:
+        raise Refused(f"must be an {' or '.join(schemes)} URL")
+    if parsed.userinfo:
+        raise Refused("must not carry a user name or password")
+    host = parsed.raw_host.decode("ascii").strip("[]")
+    if not host:
+        raise Refused("has no host")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        literal: Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        addresses = [str(literal)]
+    else:
+        try:
+            addresses = (resolve or resolver)(host, port)
+        except (OSError, UnicodeError):
+            raise Refused(f"the host {host} does not resolve", transient=True) from None
+        if not addresses:
+            raise Refused(f"the host {host} does not resolve", transient=True)
+    if literal is None and allow.host(host):
+        return Checked(url, parsed.scheme, host, port, tuple(addresses))
+    for raw in addresses:
+        ip = ipaddress.ip_address(raw.split("%", 1)[0])
+        if _allowed(ip, allow):
+            continue
+        problem = address_problem(ip)
+        if problem:
+            shown = host if literal is not None else f"{host} ({ip})"
+            raise Refused(f"the host {shown} is {problem}; the hub does not send requests there")
+    return Checked(url, parsed.scheme, host, port, tuple(addresses))
+
+
+def _pinned(checked: Checked, url: Any) -> tuple[str, str | None]:
+    """The address to connect to for a request to `url`, and the TLS server name to verify."""
+    host = url.raw_host.decode("ascii").strip("[]")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    if (url.scheme, host, port) != (checked.scheme, checked.host, checked.port):
+        raise Refused(f"a request left the checked origin for {host}")
+    # One address, so the connection goes where the check looked; IPv4 first, as most hosts reach it.
+    address = min(checked.addresses, key=lambda a: ":" in a)
+    return address, (None if address == host else host)
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """Sends each request to the address its host was checked at, just before sending (sync httpx)."""
+
+    def __init__(self, *, allow: Allow | None = None, **options: Any) -> None:
+        self._allow = allow
+        self._inner = httpx.HTTPTransport(trust_env=False, **options)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            checked = check_url(str(request.url), allow=self._allow)
+            address, server_name = _pinned(checked, request.url)
+        except Refused as exc:
+            raise OutboundRefused(exc.message, transient=exc.transient, request=request) from None
+        extensions = dict(request.extensions)
+        if server_name:
+            extensions["sni_hostname"] = server_name
+        pinned = httpx.Request(
+            request.method,
+            request.url.copy_with(host=address),
+            headers=request.headers,
+            stream=request.stream,
+            extensions=extensions,
+        )
+        return self._inner.handle_request(pinned)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class OutboundRefused(httpx.TransportError):
+    """The guard refused a request as it was about to be sent."""
+
+    def __init__(self, message: str, *, transient: bool = False, request: httpx.Request | None = None):
+        super().__init__(message, request=request)
+        self.transient = transient
+
+
+class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
+    """The same guard for the MCP client's ``httpx2.AsyncClient``: one check per request, pinned."""
+
+    def __init__(self, *, allow: Allow | None = None, **options: Any) -> None:
+        self._allow = allow
+        self._inner = httpx2.AsyncHTTPTransport(trust_env=False, **options)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        import anyio.to_thread
+
+        url = str(request.url)
+        allow = self._allow if self._allow is not None else configured()
+        try:
+            checked = await anyio.to_thread.run_sync(functools.partial(check_url, url, allow=allow))
+            address, server_name = _pinned(checked, request.url)
+        except Refused as exc:
+            raise AsyncOutboundRefused(exc.message, request=request) from None
+        extensions = dict(request.extensions)
+        if server_name:
+            extensions["sni_hostname"] = server_name
+        pinned = httpx2.Request(
+            request.method,
+            request.url.copy_with(host=address),
+            headers=request.headers,
+            stream=request.stream,
+            extensions=extensions,
+        )
+        return await self._inner.handle_async_request(pinned)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class AsyncOutboundRefused(httpx2.TransportError):
+    """The guard refused one of the MCP client's requests as it was about to be sent."""
+
+
+def client(*, timeout: float, allow: Allow | None = None) -> httpx.Client:
+    """A sync client for one outbound exchange: guarded, pinned, no redirects, no proxies from the env."""
+    return httpx.Client(
+        transport=GuardedTransport(allow=allow), timeout=timeout, follow_redirects=False, trust_env=False
+    )
+
+
+def post(url: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
+    """POST to `url` through the guard; raises `OutboundRefused` (an ``httpx.TransportError``) if refused."""
+    with client(timeout=timeout) as http:
+        return http.post(url, **kwargs)
