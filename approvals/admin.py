@@ -25,6 +25,7 @@ from approvals.models import (
     WebhookDelivery,
 )
 from approvals.services.servers import parse_header_lines
+from approvals.throttling import ThrottledAdminAuthenticationForm
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -264,3 +265,6 @@ class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "at", "actor_type", "actor_label", "verb", "server_slug", "call_id"]
     list_filter = ["verb", "actor_type"]
     search_fields = ["verb", "actor_label"]
+
+
+admin.site.login_form = ThrottledAdminAuthenticationForm

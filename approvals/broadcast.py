@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Literal, TypedDict
 
@@ -184,41 +185,88 @@ async def unsubscribe(channel: str, groups: Iterable[str]) -> None:
             await layer.group_discard(group, channel)
 
 
+class _CallWaiters:
+    """Every long-poll of one event loop (one web process) waits on one channel-layer channel.
+
+    One receive loop per process reads that channel for good and wakes the long-polls of the call a
+    ``call.changed`` names; the channel joins ``call.<id>`` while anyone waits on that call. A receive per
+    long-poll, cancelled every few seconds, hangs other receivers of the same channel layer (channels-redis
+    serialises receives behind one lock) and costs a BRPOP each.
+    """
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.channel = ""
+        self.waiters: dict[str, set[asyncio.Event]] = {}
+        self.lock = asyncio.Lock()
+        self.task: asyncio.Task[None] | None = None
+
+    async def add(self, call_id: str, event: asyncio.Event) -> None:
+        async with self.lock:
+            if not self.channel:
+                self.channel = await self.layer.new_channel()
+            if self.task is None or self.task.done():
+                self.task = asyncio.get_running_loop().create_task(self._receive())
+            if call_id not in self.waiters:
+                await self.layer.group_add(call_group(call_id), self.channel)
+                self.waiters[call_id] = set()
+            self.waiters[call_id].add(event)
+
+    async def remove(self, call_id: str, event: asyncio.Event) -> None:
+        async with self.lock:
+            events = self.waiters.get(call_id)
+            if events is None:
+                return
+            events.discard(event)
+            if not events:
+                del self.waiters[call_id]
+                with contextlib.suppress(Exception):
+                    await self.layer.group_discard(call_group(call_id), self.channel)
+
+    async def _receive(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("long-poll listener: channel layer unavailable; long-polls poll meanwhile")
+                await asyncio.sleep(1.0)
+                continue
+            for event in self.waiters.get(str(message.get("call")), ()):
+                event.set()
+
+
+_waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _CallWaiters] = weakref.WeakKeyDictionary()
+
+
 async def wait_until_final(call_id: object, seconds: float, load: Callable[[], Awaitable[ToolCall]]) -> None:
     """Return once the call is final or ``seconds`` have passed, woken by ``call.changed`` notices.
 
     The call is re-read every few seconds as well, so a notice lost in transit costs latency, not correctness;
-    if the channel layer fails (a Redis hiccup) the wait goes on by polling instead of failing the request.
+    while the channel layer is unavailable (Redis down) the wait goes on by re-reading every second.
     """
-    layer = get_channel_layer()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    group = call_group(call_id)
-    channel: str | None = None
+    waiters = _waiters.get(loop)
+    if waiters is None:
+        waiters = _waiters[loop] = _CallWaiters(get_channel_layer())
+    key, woken = str(call_id), asyncio.Event()
     try:
-        channel = await layer.new_channel()
-        await layer.group_add(group, channel)
+        await waiters.add(key, woken)
+        interval = 5.0
     except Exception:
         logger.warning("long-poll for %s falls back to polling: channel layer unavailable", call_id)
-        channel = None
+        interval = 1.0
     try:
         while True:
+            woken.clear()
             if (await load()).is_final:
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
-            if channel is None:
-                await asyncio.sleep(min(remaining, 1.0))
-                continue
-            try:
-                await asyncio.wait_for(layer.receive(channel), timeout=min(remaining, 5.0))
-            except TimeoutError:
-                pass
-            except Exception:
-                logger.warning("long-poll for %s: channel layer error, polling instead", call_id)
-                channel = None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=min(remaining, interval))
     finally:
-        if channel is not None:
-            with contextlib.suppress(Exception):
-                await layer.group_discard(group, channel)
+        await waiters.remove(key, woken)

@@ -295,6 +295,9 @@ class ToolCall(models.Model):
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (NULL: none given)
     callback_url = models.URLField(max_length=500, blank=True)
     result = models.JSONField(null=True, blank=True)
+    # A result over ELICIT_MAX_RESULT is stored truncated: flagged, with the size the server sent (bytes).
+    result_truncated = models.BooleanField(default=False)
+    result_size = models.PositiveBigIntegerField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     input_responses = models.JSONField(null=True, blank=True)  # relays: what goes back to the agent
     attempts = models.PositiveIntegerField(default=0)  # transient failures retried on the current send

@@ -23,4 +23,6 @@ def enqueue_on_commit(task: str, *args: Any) -> None:
     """Queue ``task(*args)`` once the current transaction commits (at once outside one); none on rollback."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
-    transaction.on_commit(partial(current_app.send_task, task, args=args))
+    # robust: a broker that fails after the commit must not turn the committed request into an error;
+    # the work is in PostgreSQL, and beat's recover_stuck queues it again.
+    transaction.on_commit(partial(current_app.send_task, task, args=args), robust=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
+from approvals import safejson
 from approvals.models import AuditEvent, InputRequest, Round, ToolCall
 from approvals.permissions import answerable_input_requests, visible_calls
 
@@ -62,6 +66,8 @@ def call_detail(call: ToolCall) -> dict[str, Any]:
             for rnd in call.rounds.all()
         ],
         "result": call.result,
+        "result_truncated": call.result_truncated,
+        "result_size": call.result_size,
         "error": call.error,
         "created_at": _iso(call.created_at),
         "updated_at": _iso(call.updated_at),
@@ -123,13 +129,60 @@ def approvals_summary(ir: InputRequest) -> dict[str, Any]:
     }
 
 
+# What a list never loads: the server's whole answer and state for the round, the call's result, the
+# elicitation's params as sent (inbox_item needs none of them), and the server's credentials.
+_INBOX_DEFER = (
+    "params",
+    "content",
+    "round__raw",
+    "round__request_state",
+    "round__call__result",
+    "round__call__input_responses",
+    "round__call__server__headers",
+    "round__call__server__discover",
+)
+
+
 def inbox(user: Any) -> QuerySet[InputRequest]:
     return (
         answerable_input_requests(user)
         .pending()
         .select_related("round__call__server", "team", "escalation_team")
-        .order_by("created_at", "key")
+        .defer(*_INBOX_DEFER)
+        .order_by("created_at", "key", "id")
     )
+
+
+class BadCursor(ValueError):
+    pass
+
+
+def inbox_cursor(ir: InputRequest) -> str:
+    """An opaque position after `ir` in the inbox's order (created_at, key, id)."""
+    raw = json.dumps([ir.created_at.isoformat(), ir.key, str(ir.pk)], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def inbox_page(user: Any, *, limit: int, cursor: str | None = None) -> tuple[list[InputRequest], str | None]:
+    """Up to `limit` items after `cursor`, and the cursor of the next page (None on the last one)."""
+    rows = inbox(user)
+    if cursor:
+        try:
+            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+            at_text, key, pk = json.loads(text)
+            at = datetime.fromisoformat(at_text)
+            pk = uuid.UUID(pk)
+            if not isinstance(key, str) or safejson.text_problem(key):
+                raise ValueError("bad key")
+        except (ValueError, TypeError) as exc:
+            raise BadCursor("cursor is not one the inbox gave") from exc
+        rows = rows.filter(
+            Q(created_at__gt=at) | Q(created_at=at, key__gt=key) | Q(created_at=at, key=key, pk__gt=pk)
+        )
+    page = list(rows[: limit + 1])
+    if len(page) > limit:
+        return page[:limit], inbox_cursor(page[limit - 1])
+    return page, None
 
 
 # --- the reviewer dashboard ------------------------------------------------------------------------------

@@ -15,11 +15,13 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_login_failed
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.dispatch import receiver
 from django.http import HttpRequest
+from django.utils.translation import ngettext
 from ninja.throttling import SimpleRateThrottle
 
 # Set on the request when a sign-in was refused unheard: seconds until the next attempt may count.
@@ -74,6 +76,28 @@ def sign_in_retry_after(request: HttpRequest, username: Any) -> float | None:
 
 def minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60))
+
+
+def too_many_attempts(seconds: float) -> str:
+    count = minutes(seconds)
+    return ngettext(
+        "Too many attempts, try again in %(count)d minute.",
+        "Too many attempts, try again in %(count)d minutes.",
+        count,
+    ) % {"count": count}
+
+
+class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
+    """The admin's sign-in form, saying why a throttled sign-in was refused."""
+
+    def clean(self) -> dict[str, Any]:
+        try:
+            return super().clean()
+        except ValidationError:
+            wait = getattr(self.request, RETRY_AFTER, None)
+            if wait:
+                raise ValidationError(too_many_attempts(wait), code="throttled") from None
+            raise
 
 
 class ThrottledModelBackend(ModelBackend):

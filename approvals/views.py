@@ -22,7 +22,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import permissions, schema_forms, selectors, throttling, urlsafety
+from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import InputRequest, ToolCall
 from approvals.services import answers, presence
@@ -63,9 +63,11 @@ def _reviewer_tz(request: HttpRequest) -> str:
 
 def _filters(request: HttpRequest) -> dict[str, str]:
     mode = request.GET.get("mode", "")
+    server, tool = request.GET.get("server", "")[:50], request.GET.get("tool", "")[:200]
     return {
-        "server": request.GET.get("server", "")[:50],
-        "tool": request.GET.get("tool", "")[:200],
+        # No slug or tool name holds a NUL (PostgreSQL refuses it in a query): such a filter matches nothing.
+        "server": server if not safejson.text_problem(server) else "\ufffd",
+        "tool": tool if not safejson.text_problem(tool) else "\ufffd",
         "mode": mode if mode in InputRequest.Mode.values else "",
     }
 
@@ -287,7 +289,7 @@ class SignInView(LoginView):
         wait = getattr(self.request, throttling.RETRY_AFTER, None)
         if not wait:
             return super().form_invalid(form)
-        context = self.get_context_data(form=form, retry_minutes=throttling.minutes(wait))
+        context = self.get_context_data(form=form, retry_message=throttling.too_many_attempts(wait))
         response = self.render_to_response(context, status=429)
         response["Retry-After"] = str(math.ceil(wait))
         return response

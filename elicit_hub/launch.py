@@ -21,6 +21,16 @@ def manage(*args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
 
 
+def demo_step(*args: str) -> bool:
+    """A demo set-up step: a failure is reported and the hub goes on without it."""
+    try:
+        manage(*args)
+    except subprocess.CalledProcessError as exc:
+        print(f"\n  warning: `manage.py {args[0]}` failed (exit {exc.returncode}); the hub goes on.\n")
+        return False
+    return True
+
+
 def wait_for(url: str, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -43,7 +53,7 @@ def main() -> int:
     if embedded:
         engines.start()
     manage("migrate", "--no-input", "-v", "0")
-    manage("bootstrap_demo")
+    demo_step("bootstrap_demo")
     demo_url = os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
     env = dict(
         os.environ,
@@ -58,7 +68,7 @@ def main() -> int:
         if wait_for(f"{hub}/accounts/login/") and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
             print(f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs)\n", flush=True)
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
-                manage("demo_agent", "--hub", hub)
+                demo_step("demo_agent", "--hub", hub)
         return procs.wait()
     except KeyboardInterrupt:
         return procs.wait()

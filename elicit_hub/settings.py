@@ -16,8 +16,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+from channels_redis.core import RedisChannelLayer
 from csp import constants as csp
 from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from elicit_hub import engines
 
@@ -121,11 +124,15 @@ MIDDLEWARE = [
     "elicit_hub.content_policy.HubCSPMiddleware",
     # Daphne serves no static files; WhiteNoise does, from the app and project static folders.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # 503 while PostgreSQL or Redis is down (JSON under /api/); refuses writes while Redis is.
+    "approvals.outage.OutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them.
+    "approvals.middleware.BodyLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -155,11 +162,26 @@ TEMPLATES = [
 USING_EMBEDDED_ENGINES = not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL")
 DATABASE_URL = os.environ.get("DATABASE_URL") or engines.database_url()
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    # No persistent connections (CONN_MAX_AGE 0): each process draws from its own pool instead, and a
+    # request or task hands its connection back when it ends. Health checks test a connection as it leaves
+    # the pool, so the first request after a PostgreSQL restart gets a working one.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://...).")
+# Connections per process (web server, each worker child): at most ELICIT_DB_POOL_MAX, ELICIT_DB_POOL_MIN
+# kept open. A request that finds the pool empty waits ELICIT_DB_POOL_TIMEOUT s, then gets a 503.
+# ELICIT_DB_POOL_MAX=0 turns the pool off (e.g. behind PgBouncer): a connection per request, closed after it.
+ELICIT_DB_POOL_MAX = env_int("ELICIT_DB_POOL_MAX", 10)
+ELICIT_DB_POOL_MIN = env_int("ELICIT_DB_POOL_MIN", 1)
+ELICIT_DB_POOL_TIMEOUT = env_int("ELICIT_DB_POOL_TIMEOUT", 10, minimum=1)
+if ELICIT_DB_POOL_MAX:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(ELICIT_DB_POOL_MIN, ELICIT_DB_POOL_MAX),
+        "max_size": ELICIT_DB_POOL_MAX,
+        "timeout": ELICIT_DB_POOL_TIMEOUT,
+    }
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
 
@@ -185,11 +207,27 @@ def _db_of(query: str) -> str:
     return "0"
 
 
+# Redis timeouts, in seconds. Every client gets explicit ones, so nothing hangs while Redis is away: a
+# command or a connect gives up after ELICIT_REDIS_TIMEOUT. A blocking read waits longer than the pop it
+# blocks on (channels-redis blocks BRPOP_WAIT s per receive, Celery's broker 1 s); redis-py's default read
+# timeout (5 s, as long as channels-redis's pop) closed every idle websocket within seconds.
+ELICIT_REDIS_TIMEOUT = env_int("ELICIT_REDIS_TIMEOUT", 3, minimum=1)
+CHANNEL_LAYER_BRPOP_WAIT = RedisChannelLayer.brpop_timeout
+CELERY_BROKER_BRPOP_WAIT = 1  # kombu's redis transport: Channel.brpop_timeout
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # A host dict: channels-redis hands everything but `address` to redis-py's from_url, for
+            # redis://, rediss:// and unix:// alike.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": CHANNEL_LAYER_BRPOP_WAIT + ELICIT_REDIS_TIMEOUT,
+                    "socket_connect_timeout": ELICIT_REDIS_TIMEOUT,
+                }
+            ],
             "prefix": ELICIT_NAMESPACE,
             "capacity": 1000,
             "expiry": 30,
@@ -202,6 +240,13 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": ELICIT_NAMESPACE,
+        "OPTIONS": {
+            "socket_timeout": ELICIT_REDIS_TIMEOUT,
+            "socket_connect_timeout": ELICIT_REDIS_TIMEOUT,
+            # One immediate retry on a fresh connection: the first command after a Redis restart finds
+            # its pooled connection dead.
+            "retry": Retry(NoBackoff(), 1),
+        },
     }
 }
 
@@ -282,7 +327,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A message whose worker died is redelivered after this many seconds; every countdown must stay below it
 # (system check approvals.E001), or Redis would hand a delayed task to a second worker early.
 CELERY_VISIBILITY_TIMEOUT = env_int("ELICIT_VISIBILITY_TIMEOUT", 3600, minimum=5)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+    "socket_timeout": CELERY_BROKER_BRPOP_WAIT + ELICIT_REDIS_TIMEOUT,
+    "socket_connect_timeout": ELICIT_REDIS_TIMEOUT,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = ELICIT_REDIS_TIMEOUT
+# Publishing a task retries briefly, then raises: a request must not hang on a broker that is away.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
@@ -350,6 +407,21 @@ ELICIT_SIGN_IN_CLIENT_RATE = env_str("ELICIT_SIGN_IN_CLIENT_RATE", "20/15m")
 # Proxies in front of the hub that append the client's address to X-Forwarded-For: the limits above key on
 # that address. 0 (the default) uses the socket's peer and ignores the header, which a client could forge.
 NINJA_NUM_PROXIES = env_int("ELICIT_NUM_PROXIES", 0)
+# What the hub accepts from outside (docs/api.md, "Limits"). A request body over ELICIT_MAX_BODY bytes is
+# refused with 413 before it is parsed (Django's own limit is set to the same value); JSON nested deeper than
+# ELICIT_MAX_JSON_DEPTH levels, or holding NaN/Infinity, NUL or lone surrogates, is refused with 400.
+ELICIT_MAX_BODY = env_int("ELICIT_MAX_BODY", 1024 * 1024, minimum=1024)
+ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4)
+DATA_UPLOAD_MAX_MEMORY_SIZE = ELICIT_MAX_BODY
+# What the hub accepts from an MCP server. A round with more input requests, or an input request with a
+# longer message or a bigger requestedSchema (compact JSON bytes), is declined to the server and shown as
+# unsupported; a tool result over ELICIT_MAX_RESULT bytes is stored truncated, flagged, with its full size.
+ELICIT_MAX_INPUT_REQUESTS = env_int("ELICIT_MAX_INPUT_REQUESTS", 50, minimum=1)
+ELICIT_MAX_MESSAGE = env_int("ELICIT_MAX_MESSAGE", 10_000, minimum=100)
+ELICIT_MAX_SCHEMA = env_int("ELICIT_MAX_SCHEMA", 64 * 1024, minimum=1024)
+ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
+# GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
+ELICIT_INBOX_MAX = env_int("ELICIT_INBOX_MAX", 200, minimum=1)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 

@@ -11,3 +11,5 @@ urlpatterns = [
     path("audit/", include("approvals.audit.urls")),
     path("", include("approvals.urls")),
 ]
+
+handler500 = "approvals.outage.server_error"

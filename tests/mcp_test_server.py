@@ -296,9 +296,48 @@ async def scripted(request: Request) -> Response:
                 "_meta": {"vendor/x": 1},
             },
         )
+    if method == "tools/call" and mode in OVERSIZED:
+        return _oversized(mode, rid, body.get("params") or {}, int(request.query_params.get("n", "10")))
     if method == "tools/call":
         return _rpc(rid, {"resultType": "complete", "content": [{"type": "text", "text": f"{mode} ok"}]})
     return _rpc_error(rid, -32601, "Method not found", status=404)
+
+
+# Servers that send too much (``?n=`` sets how much), or what cannot be stored; once the hub answers a
+# round (inputResponses), they complete, saying which actions they received.
+OVERSIZED = {"many_inputs", "long_message", "big_schema", "big_result", "nul_result", "surrogate_result"}
+
+
+def _form(message: str, schema_extra: str = "") -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "description": schema_extra}}}
+    return {
+        "method": "elicitation/create",
+        "params": {"mode": "form", "message": message, "requestedSchema": schema},
+    }
+
+
+def _oversized(mode: str, rid: Any, params: dict[str, Any], n: int) -> Response:
+    answered = params.get("inputResponses")
+    if answered:
+        actions = sorted({str((r or {}).get("action")) for r in answered.values()})
+        text = f"answered {len(answered)}: {','.join(actions)}"
+        return _rpc(rid, {"resultType": "complete", "content": [{"type": "text", "text": text}]})
+    if mode == "big_result":
+        return _rpc(
+            rid, {"resultType": "complete", "content": [{"type": "text", "text": "x" * n}], "isError": True}
+        )
+    if mode in ("nul_result", "surrogate_result"):
+        bad = "\\u0000" if mode == "nul_result" else "\\ud800"
+        content = '[{"type":"text","text":"a' + bad + 'b"}]'
+        raw = '{"jsonrpc":"2.0","id":' + json.dumps(rid) + ',"result":{"resultType":"complete","content":'
+        return Response(raw + content + "}}", media_type="application/json")
+    if mode == "many_inputs":
+        requests = {f"k{i}": _form(f"Question {i}") for i in range(n)}
+    elif mode == "long_message":
+        requests = {"fine": _form("A short question"), "long": _form("m" * n)}
+    else:
+        requests = {"fine": _form("A short question"), "big": _form("Pick", "d" * n)}
+    return _rpc(rid, {"resultType": "input_required", "inputRequests": requests, "requestState": "st"})
 
 
 @mcp.custom_route("/_seen", methods=["GET"])

@@ -28,6 +28,7 @@ CORE = (
     "approvals.permissions",
     "approvals.queueing",
     "approvals.rules",
+    "approvals.safejson",
     "approvals.schema_forms",
     "approvals.selectors",
     "approvals.urlsafety",

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
 from approvals.models import InputRequest, Membership
 from tests import factories
 
@@ -76,6 +78,24 @@ def world() -> Any:
         requested_schema=None,
         message=f"Sign in {EVIL}",
     )
+    # The audit pages show what reviewers saw and sent, and the recorded data.
+    for ir in (form_ir, url_ir):
+        ir.refresh_from_db()
+        audit.record(
+            actor=Actor.system(),
+            verb="input.requested",
+            call=call,
+            input_request=ir,
+            data={"message": ir.message, "mode": ir.mode},
+        )
+    audit.record(
+        actor=Actor.user(alice),
+        verb="input.answered",
+        call=call,
+        input_request=form_ir,
+        data={"action": "decline", "reason": f"No {EVIL}", "content": {"note": EVIL}},
+    )
+    audit.record(actor=Actor.system(), verb="call.cancelled", call=call, data={"why": EVIL})
     return SimpleNamespace(alice=alice, call=call, form_ir=form_ir, url_ir=url_ir)
 
 

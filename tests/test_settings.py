@@ -60,6 +60,7 @@ def test_production_settings_pass_check_deploy_without_warnings() -> None:
             },
             "PostgreSQL",
         ),
+        ({"DJANGO_DEBUG": "true", "ELICIT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "ELICIT_OUTBOUND_ALLOW"),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env: dict[str, str], message: str) -> None:
@@ -104,3 +105,24 @@ def test_development_uses_a_private_key_of_its_own_made_once(tmp_path) -> None:
     result = manage("shell", "-c", show, DJANGO_DEBUG="true")
     assert result.returncode == 0, result.stderr
     assert f"KEY {(engines.VAR_DIR / 'secret_key').read_text().strip()}" in result.stdout
+
+
+def test_outbound_requests_reach_only_public_addresses_unless_listed() -> None:
+    """Production allows no internal address by default; development allows loopback for the demo."""
+    script = "from django.conf import settings; print('ALLOW', repr(settings.ELICIT_OUTBOUND_ALLOW))"
+    saved = os.environ.pop("ELICIT_OUTBOUND_ALLOW", None)
+    try:
+        production = manage(
+            "shell",
+            "-c",
+            script,
+            DJANGO_SECRET_KEY="z" * 20 + "-a-third-production-secret-0123456789abcdef",
+            DJANGO_ALLOWED_HOSTS="hub.example.com",
+        )
+        development = manage("shell", "-c", script, DJANGO_DEBUG="true")
+    finally:
+        if saved is not None:
+            os.environ["ELICIT_OUTBOUND_ALLOW"] = saved
+    assert production.returncode == 0, production.stderr
+    assert "ALLOW ''" in production.stdout
+    assert "ALLOW '127.0.0.0/8,::1'" in development.stdout

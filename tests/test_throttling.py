@@ -65,6 +65,7 @@ def test_after_too_many_wrong_passwords_even_the_right_one_is_refused(settings, 
     # The admin's sign-in is the same backend: refused there too.
     admin = client.post("/admin/login/", {"username": name, "password": f"pw-{name}"}, REMOTE_ADDR=address)
     assert SESSION_KEY not in client.session and admin.status_code == 200
+    assert "Too many attempts, try again in" in admin.content.decode()
 
 
 def test_the_count_is_per_user_name_and_successes_do_not_count(settings, address) -> None:

@@ -4,30 +4,43 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI, Status
+from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
-from ninja.throttling import AuthRateThrottle
+from ninja.parser import Parser
 
-from approvals import broadcast, selectors
+from approvals import broadcast, outage, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, ErrorOut, RelayIn, RespondIn
 from approvals.models import ToolCall
 from approvals.services import answers, calls
-from approvals.services.errors import ServiceError
+from approvals.services.errors import Invalid, ServiceError
+
+
+class StrictJsonParser(Parser):
+    """Every API body goes through one strict parse: no NaN/Infinity, NUL, lone surrogates or deep nesting
+    (approvals.safejson), so nothing that PostgreSQL or the audit log would choke on reaches a service."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return safejson.loads(request.body, max_depth=settings.ELICIT_MAX_JSON_DEPTH)
+
 
 api = NinjaAPI(
     title="Elicit Hub API",
     version="1",
     description="Agents ask the hub to call MCP tools; humans answer the servers' input requests.",
     urls_namespace="api",
-    throttle=[AuthRateThrottle(settings.ELICIT_API_RATE)],
+    throttle=[outage.RateThrottle(settings.ELICIT_API_RATE)],
+    parser=StrictJsonParser(),
 )
+outage.install(api)
 
 ERRORS: dict[int | str, Any] = {
     400: ErrorOut,
@@ -35,6 +48,7 @@ ERRORS: dict[int | str, Any] = {
     403: ErrorOut,
     404: ErrorOut,
     409: ErrorOut,
+    413: ErrorOut,
     429: ErrorOut,
 }
 
@@ -82,6 +96,18 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    cause = exc.__cause__
+    if isinstance(cause, safejson.Unstorable):
+        where = cause.where.removeprefix("$").removeprefix(".") or "body"
+        return error(
+            request,
+            400,
+            "invalid_body",
+            f"The request body holds {cause.reason} at {cause.where}.",
+            {where: cause.reason},
+        )
+    if isinstance(cause, ValueError):  # json.JSONDecodeError, UnicodeDecodeError
+        return error(request, 400, "invalid_body", "The request body is not valid JSON (UTF-8).")
     code = {400: "invalid_body", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
     return error(request, exc.status_code, code.get(exc.status_code, "error"), str(exc))
 
@@ -115,8 +141,16 @@ def call_create(request: AgentRequest, payload: CallIn) -> Status:
     return Status(202 if created else 200, _created(call, "calls"))
 
 
+def _own_call_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
+    """`_own_call`, then the connection goes back to the pool: a long-poll holds none while it waits."""
+    try:
+        return _own_call(agent, call_id, kind)
+    finally:
+        connection.close()
+
+
 async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
-    load = sync_to_async(_own_call)
+    load = sync_to_async(_own_call_released)
     call = await load(agent, call_id, kind)
     wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
     if wait and not call.is_final:
@@ -173,9 +207,29 @@ def relay_cancel(request: AgentRequest, relay_id: UUID) -> dict:
 
 
 @api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])
-def inbox(request: HttpRequest) -> list[dict]:
-    """Pending input requests this user may answer, oldest first."""
-    return [selectors.inbox_item(ir) for ir in selectors.inbox(request.user)]
+def inbox(
+    request: HttpRequest,
+    response: HttpResponse,
+    limit: int | None = Query(None, ge=1, description="At most this many items (capped by the hub)."),
+    cursor: str | None = Query(None, max_length=2000, description="From the previous page's Next-Cursor."),
+) -> list[dict]:
+    """Pending input requests this user may answer, oldest first, a page at a time.
+
+    A page holds at most ``limit`` items (and never more than the hub's cap, ELICIT_INBOX_MAX). When more
+    exist, the response carries ``Inbox-More: true``, ``Next-Cursor`` and a ``Link`` with ``rel="next"``;
+    pass the cursor back to get the next page."""
+    size = min(limit or settings.ELICIT_INBOX_MAX, settings.ELICIT_INBOX_MAX)
+    try:
+        page, next_cursor = selectors.inbox_page(request.user, limit=size, cursor=cursor)
+    except selectors.BadCursor:
+        raise Invalid(
+            "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
+        ) from None
+    response["Inbox-More"] = "true" if next_cursor else "false"
+    if next_cursor:
+        response["Next-Cursor"] = next_cursor
+        response["Link"] = f'</api/v1/inbox?{urlencode({"limit": size, "cursor": next_cursor})}>; rel="next"'
+    return [selectors.inbox_item(ir) for ir in page]
 
 
 @api.post(

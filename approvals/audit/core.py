@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+import redis.exceptions
 from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
@@ -357,7 +358,11 @@ def store_chain_state(report: ChainReport) -> dict[str, Any]:
 
 
 def last_chain_state() -> dict[str, Any] | None:
-    return cache.get(CHAIN_STATE_KEY)
+    """The last check's result; None when there is none, or while Redis (where it is kept) is down."""
+    try:
+        return cache.get(CHAIN_STATE_KEY)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return None
 
 
 # --- retention -----------------------------------------------------------------------------------------

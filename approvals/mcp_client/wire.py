@@ -32,6 +32,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from approvals import safejson
 from approvals.mcp_client.outcomes import (
     REDACTED,
     Completed,
@@ -46,6 +47,10 @@ from approvals.mcp_client.outcomes import (
 PROTOCOL_VERSION = "2026-07-28"
 ELICITATION_METHOD = "elicitation/create"
 MAX_MESSAGE = 300
+# How deep a server's answer may nest (objects and arrays); deeper ones are malformed. Generous: results of
+# real tools are far shallower, and the hub walks what it stores without recursion anyway.
+MAX_DEPTH = 64
+MAX_KEY = 500  # the longest inputRequests key the hub stores
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -115,6 +120,8 @@ def check_input_requests(value: Any, what: str = "tools/call") -> dict[str, dict
         raise _malformed(what, "inputRequests is not an object")
     checked: dict[str, dict[str, Any]] = {}
     for key, request in value.items():
+        if len(key) > MAX_KEY:
+            raise _malformed(what, f"an input request key is longer than {MAX_KEY} characters")
         if not isinstance(request, dict) or not isinstance(request.get("method"), str):
             raise _malformed(what, f"input request {key!r} has no method")
         method = request["method"]
@@ -161,6 +168,10 @@ def read_call_result(raw: Any, what: str = "tools/call") -> Outcome:
     """
     if not isinstance(raw, dict):
         raise _malformed(what, "the result is not an object")
+    unstorable = safejson.problem(raw, max_depth=MAX_DEPTH)
+    if unstorable is not None:
+        # NUL, lone surrogates, NaN or absurd nesting: nothing the hub could store or show.
+        raise _malformed(what, f"{unstorable[0]} at {unstorable[1]}")
     result_type = raw.get("resultType", "complete")
     if result_type == "input_required":
         state = raw.get("requestState")

@@ -13,6 +13,8 @@ from django.core.validators import validate_email
 from jsonschema import FormatChecker
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 
+from approvals.safejson import text_problem
+
 from ._common import MAX_VALUE_LENGTH, _, kind_of, ngettext, show_number
 
 # With the format-nongpl extra installed this checks uri and date-time too (without it they
@@ -62,6 +64,8 @@ def _hub_rule_problem(kind: str, value: object) -> str | None:
         if "\x00" in value:
             # PostgreSQL cannot store NUL in text or jsonb, and no person types one.
             return _("Remove the null character")
+        if text_problem(value):
+            return _("Remove the characters that are not valid text")
         if len(value) > MAX_VALUE_LENGTH:
             return _length_message("maxLength", MAX_VALUE_LENGTH)
     if isinstance(value, float) and not math.isfinite(value):

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
 
-from approvals import broadcast, permissions, schema_forms
+from approvals import broadcast, permissions, safejson, schema_forms
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
@@ -85,6 +85,12 @@ def input_respond(
     _check_policy(ir, call, user)
     content = validate_answer(ir, action, content)
     reason = (reason or "")[:2000]
+    if unstorable := safejson.text_problem(reason):
+        raise Invalid(
+            f"The reason holds {unstorable}; remove it and send again.",
+            code="invalid_body",
+            fields={"reason": f"holds {unstorable}"},
+        )
     with transaction.atomic():
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
         rnd = Round.objects.select_for_update(of=("self",)).select_related("call__server").get(pk=ir.round_id)

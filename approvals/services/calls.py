@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -9,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals import broadcast, netguard
+from approvals import broadcast, netguard, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
@@ -17,6 +18,8 @@ from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
+
+MAX_KEY = 500  # InputRequest.key's length
 
 FINAL_EVENT: dict[str, str] = {
     ToolCall.Status.COMPLETED: "call.completed",
@@ -152,10 +155,15 @@ def relay_submit(
             fields={"input_requests": "required"},
         )
     problems = {
-        key: "must be an object with method and params"
+        key[:MAX_KEY]: "must be an object with method and params"
         for key, value in input_requests.items()
         if not isinstance(value, dict) or not isinstance(value.get("params"), dict)
     }
+    problems.update(
+        (key[:MAX_KEY], f"keys are at most {MAX_KEY} characters")
+        for key in input_requests
+        if len(key) > MAX_KEY
+    )
     if problems:
         raise Invalid("Some input requests are malformed.", code="invalid_body", fields=problems)
     known = McpServer.objects.filter(slug=server_slug).first()
@@ -209,6 +217,28 @@ def relay_submit(
     return call, True
 
 
+def bounded_result(result: Any) -> tuple[Any, int | None, bool]:
+    """(what to store, the size the server sent in bytes, truncated?) for a tool result.
+
+    Over ELICIT_MAX_RESULT the result keeps its isError and one text item: the start of its text content
+    (or of its JSON when it has none), cut to fit the limit."""
+    if result is None:
+        return None, None, False
+    size = safejson.size(result)
+    limit = settings.ELICIT_MAX_RESULT
+    if size <= limit:
+        return result, size, False
+    items = result.get("content") if isinstance(result, dict) else None
+    texts = [i["text"] for i in items or [] if isinstance(i, dict) and isinstance(i.get("text"), str)]
+    whole = "\n".join(texts) if texts else json.dumps(result, ensure_ascii=False)
+    budget = max(0, limit - 1024)  # room for the JSON around the text and its escapes
+    start = whole.encode("utf-8")[:budget].decode("utf-8", "ignore")
+    while safejson.size(start) > budget:  # escapes (quotes, control characters) take more than one byte
+        start = start[: len(start) * 3 // 4]
+    is_error = bool(result.get("isError")) if isinstance(result, dict) else False
+    return {"content": [{"type": "text", "text": start}], "isError": is_error}, size, True
+
+
 def call_finish(
     *,
     call: ToolCall,
@@ -220,20 +250,27 @@ def call_finish(
 ) -> bool:
     """Move a call to a final status (conditional on it still being open), audit it, tell the agent."""
     now = timezone.now()
+    result, size, truncated = bounded_result(result)
     updated = (
         ToolCall.objects.filter(pk=call.pk)
         .exclude(status__in=ToolCall.Status.finals())
-        .update(status=status, result=result, error=error, finished_at=now, updated_at=now)
+        .update(
+            status=status,
+            result=result,
+            result_size=size,
+            result_truncated=truncated,
+            error=error,
+            finished_at=now,
+            updated_at=now,
+        )
     )
     if not updated:
         return False
     call.refresh_from_db()
-    audit.record(
-        actor=actor or Actor.system(),
-        verb=verb or FINAL_EVENT[status],
-        call=call,
-        data={"error": error} if error else {"is_error": bool((result or {}).get("isError"))},
-    )
+    data: dict[str, Any] = {"error": error} if error else {"is_error": bool((result or {}).get("isError"))}
+    if truncated:
+        data.update(result_truncated=True, result_size=size)
+    audit.record(actor=actor or Actor.system(), verb=verb or FINAL_EVENT[status], call=call, data=data)
     webhooks.webhook_queue(call=call, event_type=FINAL_EVENT.get(status, "call.completed"))
     transaction.on_commit(lambda: broadcast.call_changed(call))
     return True

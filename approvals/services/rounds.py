@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import broadcast, schema_forms, urlsafety
+from approvals import broadcast, safejson, schema_forms, urlsafety
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
@@ -42,19 +42,57 @@ def expiry_action(call: ToolCall, rnd: Round | None = None) -> str:
     return server_choice or settings.ELICIT_EXPIRY_POLICY
 
 
-def _describe(key: str, request: dict[str, Any]) -> InputRequest:
-    """An unsaved InputRequest for one entry of inputRequests, marked unsupported when it cannot be shown."""
+def too_many_problem(count: int) -> str:
+    """Why a round is refused as a whole (too many input requests in it), or ""."""
+    limit = settings.ELICIT_MAX_INPUT_REQUESTS
+    if count <= limit:
+        return ""
+    return f"the server asked for {count} inputs in one round; the hub accepts at most {limit}"
+
+
+def _size_problem(params: dict[str, Any]) -> str:
+    """Why one elicitation is too big to show (its message or its requestedSchema), or ""."""
+    message = params.get("message")
+    if isinstance(message, str) and len(message) > settings.ELICIT_MAX_MESSAGE:
+        return (
+            f"its message is {len(message)} characters long; the hub shows at most "
+            f"{settings.ELICIT_MAX_MESSAGE}"
+        )
+    schema = params.get("requestedSchema")
+    if schema is not None and (size := safejson.size(schema)) > settings.ELICIT_MAX_SCHEMA:
+        return f"its requestedSchema is {size} bytes; the hub accepts at most {settings.ELICIT_MAX_SCHEMA}"
+    return ""
+
+
+def _unsupported(ir: InputRequest, problem: str) -> InputRequest:
+    ir.problem = f"Not shown to reviewers: {problem.rstrip('.')}. The hub answered decline."
+    ir.status = InputRequest.Status.UNSUPPORTED
+    ir.action = InputRequest.Action.DECLINE
+    return ir
+
+
+def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequest:
+    """An unsaved InputRequest for one entry of inputRequests, marked unsupported when it cannot be shown.
+
+    Over a limit (``refused``: the whole round; or this request's own size) it keeps only a bounded part of
+    what the server sent: the start of the message, and neither the schema nor the other params."""
     params = request.get("params")
     if not isinstance(params, dict):
         params = {}
     mode = params.get("mode") or "form"
     ir = InputRequest(
         key=key,
-        method=str(request.get("method", "")),
+        method=str(request.get("method", ""))[:100],
         mode=mode if mode in InputRequest.Mode.values else InputRequest.Mode.FORM,
         message=str(params.get("message", "")),
         params=params,
     )
+    oversized = refused or _size_problem(params)
+    if oversized:
+        ir.message = ir.message[: settings.ELICIT_MAX_MESSAGE]
+        ir.params = {"mode": ir.mode}
+        ir.requested_schema = {}
+        return _unsupported(ir, oversized)
     problem = ""
     if ir.method != "elicitation/create":
         problem = f"the hub does not answer {ir.method or 'unnamed'} requests"
@@ -76,10 +114,16 @@ def _describe(key: str, request: dict[str, Any]) -> InputRequest:
         ir.requested_schema = {}
         problem = f"unknown elicitation mode {mode!r}"
     if problem:
-        ir.problem = f"Not shown to reviewers: {problem.rstrip('.')}. The hub answered decline."
-        ir.status = InputRequest.Status.UNSUPPORTED
-        ir.action = InputRequest.Action.DECLINE
+        _unsupported(ir, problem)
     return ir
+
+
+def _bounded_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """The server's answer as kept for the record, or only its size when it is over ELICIT_MAX_RESULT."""
+    size = safejson.size(raw)
+    if size <= settings.ELICIT_MAX_RESULT:
+        return raw
+    return {"resultType": raw.get("resultType"), "truncated": True, "size": size}
 
 
 def round_open(
@@ -94,13 +138,14 @@ def round_open(
     """Park one round. Must run inside the caller's transaction, with the call already claimed."""
     number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     now = timezone.now()
-    rows = [_describe(key, request) for key, request in input_requests.items()]
+    refused = too_many_problem(len(input_requests))
+    rows = [_describe(key, request, refused) for key, request in input_requests.items()]
     routes = [route(call=call, ir=ir) for ir in rows]
     ttls = [r.policy.ttl for r in routes if r.policy and r.policy.ttl]
     rnd = Round.objects.create(
         call=call,
         number=number,
-        raw=raw,
+        raw=_bounded_raw(raw),
         request_state=request_state,
         opened_at=received_at,
         # The strictest policy sets the round's clock.
@@ -116,13 +161,15 @@ def round_open(
         if ir.status != InputRequest.Status.PENDING:
             ir.answered_at = now
     InputRequest.objects.bulk_create(rows)
-    audit.record(
-        actor=SYSTEM,
-        verb="round.opened",
-        call=call,
-        data={"round": number, "keys": list(input_requests), "has_request_state": request_state is not None},
-    )
-    for ir in rows:
+    opened: dict[str, Any] = {"round": number, "keys": list(input_requests)}
+    if refused:
+        # One event for the whole refused round, not one per request (there may be thousands).
+        limit = settings.ELICIT_MAX_INPUT_REQUESTS
+        opened = {"round": number, "keys": list(input_requests)[:limit], "key_count": len(rows)}
+        opened["problem"] = rows[0].problem
+    opened["has_request_state"] = request_state is not None
+    audit.record(actor=SYSTEM, verb="round.opened", call=call, data=opened)
+    for ir in rows if not refused else []:
         audit.record(
             actor=SYSTEM,
             verb="input.unsupported" if ir.problem else "input.requested",

@@ -55,6 +55,17 @@ def agent_create(
     return agent, token
 
 
+def agent_token_rotate(*, agent: AgentClient) -> str:
+    """A new token for an existing agent; the old one stops working at once. Returns the new token."""
+    token = new_token(AGENT_PREFIX)
+    AgentClient.objects.filter(pk=agent.pk).update(token_hash=hash_token(token), token_prefix=token[:10])
+    return token
+
+
+def token_matches(agent: AgentClient, token: str) -> bool:
+    return bool(token) and agent.token_hash == hash_token(token)
+
+
 def personal_token_create(*, user: Any, name: str = "") -> tuple[PersonalToken, str]:
     token = new_token(PERSONAL_PREFIX)
     record = PersonalToken.objects.create(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import secrets
 from pathlib import Path
 from typing import Any
@@ -8,11 +9,20 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connection
 
 from approvals.models import AgentClient, McpServer, Membership, Team
 from approvals.services import tokens
 
-TOKEN_FILE = Path(settings.BASE_DIR) / "var" / "demo-agent.token"
+VAR_DIR = Path(settings.BASE_DIR) / "var"
+
+
+def token_file() -> Path:
+    """Where the demo agent's token is kept: one file per database, since a token belongs to the database
+    that stores its hash (``make run`` may run against the embedded engines or a DATABASE_URL)."""
+    db = connection.settings_dict
+    where = f"{db.get('HOST') or ''}|{db.get('PORT') or ''}|{db['NAME']}"
+    return VAR_DIR / f"demo-agent.{hashlib.sha256(where.encode()).hexdigest()[:12]}.token"
 
 
 class Command(BaseCommand):
@@ -35,12 +45,22 @@ class Command(BaseCommand):
             team="release",
             stdout=self.stdout,
         )
-        if not AgentClient.objects.filter(name="demo-agent").exists() or not TOKEN_FILE.exists():
-            AgentClient.objects.filter(name="demo-agent").delete()
-            _, token = tokens.agent_create(
+        path = token_file()
+        kept = path.read_text().strip() if path.exists() else ""
+        agent = AgentClient.objects.filter(name="demo-agent").first()
+        if agent is not None and tokens.token_matches(agent, kept):
+            return
+        if agent is None:
+            agent, token = tokens.agent_create(
                 name="demo-agent", servers=[McpServer.objects.get(slug="demo")], with_webhook_secret=True
             )
-            TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
-            TOKEN_FILE.touch(mode=0o600)
-            TOKEN_FILE.write_text(token)
             self.stdout.write("demo agent created (its token is kept in var/ for `manage.py demo_agent`)")
+        else:
+            # The kept token is missing or belongs to another database: give the agent a new one (it may
+            # have calls, so it is never deleted).
+            token = tokens.agent_token_rotate(agent=agent)
+            self.stdout.write("demo agent has a new token (kept in var/ for `manage.py demo_agent`)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(token)

@@ -5,7 +5,7 @@ from typing import Any
 import httpx
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.management.commands.bootstrap_demo import TOKEN_FILE
+from approvals.management.commands.bootstrap_demo import token_file
 
 DEMO_CALLS = [
     ("create_deployment", {"branch": "main"}),
@@ -26,11 +26,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, hub: str, token: str, server: str, **options: Any) -> None:
         if not token:
-            if not TOKEN_FILE.exists():
+            path = token_file()
+            if not path.exists():
                 raise CommandError(
-                    "no demo agent token; run `manage.py bootstrap_demo` first or pass --token"
+                    "no demo agent token for this database; run `manage.py bootstrap_demo` or pass --token"
                 )
-            token = TOKEN_FILE.read_text().strip()
+            token = path.read_text().strip()
         headers = {"Authorization": f"Bearer {token}"}
         for tool, arguments in DEMO_CALLS:
             try:

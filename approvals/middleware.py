@@ -1,0 +1,38 @@
+"""Request bodies over the hub's limit: answered 413 before any view or form reads them.
+
+Django refuses a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (set to ``ELICIT_MAX_BODY``) when it is first
+read, with a bare 400 (a traceback page with DEBUG on). Reading it here, first, turns that into the hub's own
+answers: the JSON error shape under /api/, a readable page elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+def too_large(request: HttpRequest) -> HttpResponse:
+    limit = settings.ELICIT_MAX_BODY
+    if request.path.startswith("/api/"):
+        message = f"The request body is larger than {limit} bytes, the most the hub accepts."
+        return JsonResponse({"error": {"code": "body_too_large", "message": message}}, status=413)
+    return render(request, "413.html", {"limit": limit}, status=413)
+
+
+class BodyLimitMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method not in SAFE_METHODS:
+            try:
+                request.body  # noqa: B018  (read now: Django checks the size on the first read)
+            except RequestDataTooBig:
+                return too_large(request)
+        return self.get_response(request)

@@ -1,0 +1,165 @@
+"""While an engine (PostgreSQL or Redis) is down: 503 with Retry-After, never a 500, nothing stored half-way.
+
+- The API answers ``{"error": {"code": "engine_unavailable", ...}}`` (handlers installed on the NinjaAPI).
+- Dashboard pages get the readable ``503.html`` (``OutageMiddleware``, and ``handler500`` for faults raised
+  outside a view).
+- Writes need both engines: a write's side effects (Celery tasks, live notices) go through Redis after its
+  transaction commits, so an unsafe request first checks that Redis answers, and while it does not, is
+  refused before anything is stored. Reads need only PostgreSQL.
+- The API's rate limit is kept in Redis; while Redis is away it falls back to counting in each process's
+  memory (the same limit per process), so it neither fails the request nor stops limiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import kombu.exceptions
+import redis.exceptions
+from django.core.cache import cache
+from django.core.cache.backends.locmem import LocMemCache
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.views.decorators.csrf import requires_csrf_token
+from ninja import NinjaAPI
+from ninja.throttling import AuthRateThrottle
+
+logger = logging.getLogger(__name__)
+
+# Seconds a client is told to wait before trying again.
+RETRY_AFTER = 5
+API_PREFIX = "/api/"
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS", "TRACE"}
+
+
+class EngineUnavailable(Exception):
+    """An engine the request needs does not answer."""
+
+    def __init__(self, engine: str) -> None:
+        super().__init__(f"{engine} is unavailable")
+        self.engine = engine
+
+
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Connection failures, a pool that found no free connection in time (psycopg_pool.PoolTimeout arrives
+# as OperationalError), a connection lost mid-request (InterfaceError).
+DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+ENGINE_ERRORS: tuple[type[Exception], ...] = (
+    EngineUnavailable,
+    *DATABASE_ERRORS,
+    *REDIS_ERRORS,
+    kombu.exceptions.OperationalError,
+)
+
+
+def engine_of(exc: object) -> str | None:
+    """The engine an exception says is down ("postgresql", "redis"), or None for any other exception."""
+    if isinstance(exc, EngineUnavailable):
+        return exc.engine
+    if isinstance(exc, DATABASE_ERRORS):
+        return "postgresql"
+    if isinstance(exc, (*REDIS_ERRORS, kombu.exceptions.OperationalError)):
+        return "redis"
+    return None
+
+
+def _body(engine: str) -> dict[str, Any]:
+    return {
+        "error": {
+            "code": "engine_unavailable",
+            "message": f"The hub's {'database' if engine == 'postgresql' else 'queue'} is unavailable; "
+            f"nothing was stored. Retry after {RETRY_AFTER} seconds.",
+        }
+    }
+
+
+def api_response(engine: str) -> HttpResponse:
+    response = JsonResponse(_body(engine), status=503)
+    response["Retry-After"] = str(RETRY_AFTER)
+    return response
+
+
+def page_response(request: HttpRequest) -> HttpResponse:
+    # Rendered without a context processor or the user: the engines behind them are what is down.
+    response = HttpResponse(render_to_string("503.html", {"retry_after": RETRY_AFTER}), status=503)
+    response["Retry-After"] = str(RETRY_AFTER)
+    return response
+
+
+def install(api: NinjaAPI) -> None:
+    """Answer engine faults in the API with a JSON 503."""
+
+    def on_engine_error(request: HttpRequest, exc: Exception | type[Exception]) -> HttpResponse:
+        engine = engine_of(exc) or "postgresql"
+        logger.warning(
+            "API %s %s: %s unavailable (%s)", request.method, request.path, engine, type(exc).__name__
+        )
+        return api_response(engine)
+
+    for error in ENGINE_ERRORS:
+        api.add_exception_handler(error, on_engine_error)
+
+
+def redis_answers() -> bool:
+    try:
+        return bool(cache._cache.get_client(write=True).ping())  # type: ignore[attr-defined]
+    except REDIS_ERRORS:
+        return False
+
+
+class OutageMiddleware:
+    """Refuse a write while Redis is down (before anything is stored); turn an engine fault in a view into
+    a 503: JSON under /api/, the readable page elsewhere."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method not in SAFE_METHODS and not redis_answers():
+            logger.warning("%s %s refused: Redis unavailable", request.method, request.path)
+            return self._respond(request, "redis")
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        engine = engine_of(exc)
+        if engine is None:
+            return None
+        logger.warning("%s %s: %s unavailable (%s)", request.method, request.path, engine, type(exc).__name__)
+        return self._respond(request, engine)
+
+    @staticmethod
+    def _respond(request: HttpRequest, engine: str) -> HttpResponse:
+        if request.path.startswith(API_PREFIX):
+            return api_response(engine)
+        return page_response(request)
+
+
+@requires_csrf_token
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: a fault outside a view (e.g. in a middleware) that is an engine outage is still a 503."""
+    engine = engine_of(sys.exc_info()[1])
+    if engine is not None:
+        return OutageMiddleware._respond(request, engine)
+    return HttpResponse(render_to_string("500.html"), status=500)
+
+
+class RateThrottle(AuthRateThrottle):
+    """ninja's per-token throttle, kept in Redis; while Redis is away, kept in this process's memory."""
+
+    def __init__(self, rate: str | None = None) -> None:
+        super().__init__(rate)
+        self.local = AuthRateThrottle(rate)
+        self.local.cache = LocMemCache("elicit-hub-throttle", {"MAX_ENTRIES": 10000})
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        try:
+            return super().allow_request(request)
+        except REDIS_ERRORS:
+            logger.warning("rate limit counted in process memory: Redis unavailable")
+        allowed = self.local.allow_request(request)
+        self.history, self.now = self.local.history, self.local.now
+        return allowed

@@ -1,0 +1,109 @@
+"""The engines under real use: an idle websocket stays up, long-polls hold no database connection.
+
+Both run against a real Daphne on the suite's PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import connection
+from django.test import Client
+
+from approvals import broadcast
+from approvals.models import Membership, ToolCall
+from approvals.services import tokens
+from tests import factories
+from tests.live import Daphne, child_env
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _session_cookie(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+@pytest.mark.usefixtures("live_db")
+def test_an_idle_socket_stays_open_and_still_receives_events(web: Daphne) -> None:
+    """channels-redis blocks 5 s in BRPOP; a Redis read timeout at or below that closed every idle socket
+    with 1011 within seconds. Left idle for 30 s, the same connection must still get the next event."""
+    alice = factories.user("alice")
+    team = factories.team(f"release-{uuid.uuid4().hex[:8]}", (alice, Membership.Role.REVIEWER))
+    server = factories.server("deploy", name="Deploy bot", default_team=team)
+    cookie = _session_cookie(alice)
+
+    def open_request() -> Any:
+        rnd = factories.open_round(factories.call(server), team_=team)
+        return rnd.input_requests.select_related("round__call", "team").get()
+
+    async def scenario() -> None:
+        async with websockets.connect(
+            web.url.replace("http", "ws") + "/ws/queue/",
+            origin=web.url,  # type: ignore[arg-type]
+            additional_headers={"Cookie": f"sessionid={cookie}"},
+            ping_interval=None,  # no keep-alive frames: the socket is truly idle
+        ) as ws:
+            hello = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert hello["type"] == "hello"
+            # Idle: nothing is sent either way. A closed socket ends this recv with ConnectionClosed.
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(ws.recv(), 30)
+            ir = await sync_to_async(open_request)()
+            await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+            card = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert card["type"] == "card"
+            assert card["input_requests"] == [str(ir.pk)]
+
+    async_to_sync(scenario)()
+
+
+def _backends(application_name: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name]
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.usefixtures("live_db")
+def test_long_polls_hold_no_database_connection_while_they_wait() -> None:
+    """Twelve agents long-polling one web process with a pool of four: the process never has more than
+    four connections, and every long-poll and every plain read in between is answered."""
+    server = factories.server("deploy", name="Deploy bot")
+    agent, token = tokens.agent_create(name="poller", servers=[server])
+    call = factories.call(server, agent)
+    assert not call.is_final
+    name = f"longpoll-{uuid.uuid4().hex[:8]}"
+    env = child_env(ELICIT_DB_POOL_MAX="4", ELICIT_DB_POOL_MIN="0", ELICIT_DB_POOL_TIMEOUT="3")
+    env["DATABASE_URL"] += f"?application_name={name}"
+    web = Daphne(env).start()
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        url = f"{web.url}/api/v1/calls/{call.pk}"
+
+        async def scenario() -> tuple[list[int], list[int], int]:
+            async with httpx.AsyncClient(headers=headers, timeout=60) as client:
+                polls = [asyncio.ensure_future(client.get(url, params={"wait": 6})) for _ in range(12)]
+                peak, reads = 0, []
+                while not all(p.done() for p in polls):
+                    peak = max(peak, await sync_to_async(_backends)(name))
+                    reads.append((await client.get(url)).status_code)
+                    await asyncio.sleep(0.2)
+                return [(await p).status_code for p in polls], reads, peak
+
+        polls, reads, peak = async_to_sync(scenario)()
+        assert polls == [200] * 12
+        assert reads and set(reads) == {200}
+        assert 0 < peak <= 4
+        assert ToolCall.objects.get(pk=call.pk).status == call.status
+    finally:
+        web.stop()
