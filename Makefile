@@ -2,7 +2,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format typecheck install engines-stop conformance clean
+.PHONY: run test lint format typecheck install engines-stop conformance bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -27,13 +27,18 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 typecheck: $(STAMP)
-	DJANGO_DEBUG=true $(VENV)/bin/mypy elicit_hub approvals
+	DJANGO_DEBUG=true $(VENV)/bin/mypy elicit_hub approvals bench
 
 engines-stop: $(STAMP)
 	$(PY) -m elicit_hub.engines stop
 
 conformance: $(STAMP)
 	bash .ci/conformance.sh
+
+# Benchmarks, not shipped with the hub: BENCH="loop --calls 200", "live", "seed_audit --count N", "audit".
+BENCH ?= loop
+bench: $(STAMP)
+	$(PY) -m bench $(BENCH)
 
 clean:
 	-$(PY) -m elicit_hub.engines stop

@@ -24,6 +24,7 @@ from approvals.models import (
     ToolCall,
     WebhookDelivery,
 )
+from approvals.services.servers import parse_header_lines
 from approvals.throttling import ThrottledAdminAuthenticationForm
 
 
@@ -69,13 +70,10 @@ class McpServerForm(forms.ModelForm):
 
     def clean_new_headers(self) -> dict[str, str] | None:
         raw = self.cleaned_data.get("new_headers") or ""
-        headers = {}
-        for line in filter(None, (line.strip() for line in raw.splitlines())):
-            key, sep, value = line.partition(":")
-            if not sep or not key.strip():
-                raise forms.ValidationError("Each line must look like “Name: value”.")
-            headers[key.strip()] = value.strip()
-        return headers or None
+        try:
+            return parse_header_lines(raw.splitlines()) or None
+        except ValueError:
+            raise forms.ValidationError("Each line must look like “Name: value”.") from None
 
     def save(self, commit: bool = True) -> McpServer:
         server = super().save(commit=False)

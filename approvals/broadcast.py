@@ -80,11 +80,6 @@ def next_seq(group: str) -> int | None:
         return None
 
 
-def current_seq(group: str) -> int:
-    """The last number handed out for `group` (0 if none, or after Redis lost its data)."""
-    return int(cache.get(_seq_key(group)) or 0)
-
-
 async def acurrent_seqs(groups: Iterable[str]) -> dict[str, int]:
     keys = {_seq_key(group): group for group in groups}
     found = await cache.aget_many(list(keys))

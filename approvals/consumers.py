@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
-from uuid import UUID
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -24,7 +23,7 @@ from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 
 from approvals import broadcast, permissions, selectors
-from approvals.models import InputRequest, Team, ToolCall
+from approvals.models import InputRequest, Team, ToolCall, is_uuid
 from approvals.services import presence
 
 MAX_WATCHED_CALLS = 20
@@ -143,7 +142,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "watching", "call": call_id})
 
     def _may_view_call(self, call_id: str) -> bool:
-        call = ToolCall.objects.filter(pk=call_id).first() if _is_uuid(call_id) else None
+        call = ToolCall.objects.filter(pk=call_id).first() if is_uuid(call_id) else None
         return call is not None and permissions.can_view_call(self.user, call)
 
     # --- group events
@@ -197,7 +196,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         return self._scope_value
 
     def _card_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        ids = sorted(pk for pk in event.get("input_requests", []) if _is_uuid(pk))
+        ids = sorted(pk for pk in event.get("input_requests", []) if is_uuid(pk))
         event_key = (event.get("group"), event.get("seq"), tuple(ids))
         # Every socket in this process gets the same event: the round is read (and the card rendered) once.
         shared = _memo(("card", *event_key), lambda: _load_card(ids), cache=event.get("seq") is not None)
@@ -242,7 +241,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     def _presence_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
         pk = event.get("input_request", "")
-        if not _is_uuid(pk) or not permissions.answerable_input_requests(self.user).filter(pk=pk).exists():
+        if not is_uuid(pk) or not permissions.answerable_input_requests(self.user).filter(pk=pk).exists():
             return None
         me = self.user.get_username()
         others = [name for name in event.get("viewers", []) if name != me]
@@ -292,11 +291,3 @@ def _memo(key: tuple[Any, ...], build: Callable[[], T], *, cache: bool = True) -
     if len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)
     return value
-
-
-def _is_uuid(value: object) -> bool:
-    try:
-        UUID(str(value))
-    except ValueError:
-        return False
-    return True

@@ -22,6 +22,20 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 
+def send_idempotency_key(call_id: object, round_number: int) -> str:
+    """The ``Idempotency-Key`` of a call's sends: round 0 is its first tools/call, round n the n-th retry."""
+    return f"elicit-{call_id}-r{round_number}"
+
+
+def is_uuid(value: object) -> bool:
+    """Whether ``value`` reads as a UUID (every id the hub hands out)."""
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 class Team(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=120)
@@ -232,25 +246,34 @@ class ToolCallQuerySet(models.QuerySet["ToolCall"]):
         return self.exclude(status__in=ToolCall.Status.finals())
 
 
+class CallStatus(models.TextChoices):
+    """A call's status (``ToolCall.Status``). ``finals()`` are the ones it never leaves; the rest are open."""
+
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    AWAITING_INPUT = "awaiting_input", _("Awaiting input")
+    RESUMING = "resuming", _("Resuming")
+    ANSWERED = "answered", _("Answered")  # relays only: every input request has its answer
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
+
+    @classmethod
+    def finals(cls) -> list[str]:
+        return [cls.COMPLETED, cls.FAILED, cls.EXPIRED, cls.CANCELLED, cls.ANSWERED]
+
+    @classmethod
+    def opens(cls) -> list[str]:
+        return [status for status in cls if status not in cls.finals()]
+
+
 class ToolCall(models.Model):
     class Kind(models.TextChoices):
         CALL = "call", _("Hub-driven call")
         RELAY = "relay", _("Relay")
 
-    class Status(models.TextChoices):
-        QUEUED = "queued", _("Queued")
-        RUNNING = "running", _("Running")
-        AWAITING_INPUT = "awaiting_input", _("Awaiting input")
-        RESUMING = "resuming", _("Resuming")
-        ANSWERED = "answered", _("Answered")  # relays only: every input request has its answer
-        COMPLETED = "completed", _("Completed")
-        FAILED = "failed", _("Failed")
-        EXPIRED = "expired", _("Expired")
-        CANCELLED = "cancelled", _("Cancelled")
-
-        @classmethod
-        def finals(cls) -> list[str]:
-            return [cls.ANSWERED, cls.COMPLETED, cls.FAILED, cls.EXPIRED, cls.CANCELLED]
+    Status = CallStatus
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.CALL)
@@ -294,8 +317,7 @@ class ToolCall(models.Model):
                 name="toolcall_idempotency_per_agent",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["completed", "failed", "expired", "cancelled", "answered"])
-                | Q(finished_at__isnull=True),
+                condition=Q(status__in=CallStatus.finals()) | Q(finished_at__isnull=True),
                 name="toolcall_finished_only_when_final",
             ),
             models.CheckConstraint(
@@ -313,7 +335,7 @@ class ToolCall(models.Model):
         indexes = [
             models.Index(
                 fields=["status", "updated_at"],
-                condition=Q(status__in=["queued", "running", "awaiting_input", "resuming"]),
+                condition=Q(status__in=CallStatus.opens()),
                 name="toolcall_open_idx",
             ),
             models.Index(fields=["finished_at"], name="toolcall_finished_idx"),
@@ -333,6 +355,12 @@ class ToolCall(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in self.Status.finals()
+
+    @property
+    def tool_annotations(self) -> dict[str, Any]:
+        """What the server says about the tool in its cached tools/list: claims, never facts."""
+        tool = self.server.tool(self.tool) if self.server else None
+        return dict((tool or {}).get("annotations") or {})
 
 
 class RoundQuerySet(models.QuerySet["Round"]):
@@ -405,7 +433,7 @@ class Round(models.Model):
     @property
     def idempotency_key(self) -> str:
         """Sent with every send of this round's retry, so a server can recognise a re-send."""
-        return f"elicit-{self.call_id}-r{self.number}"
+        return send_idempotency_key(self.call_id, self.number)
 
 
 class InputRequestQuerySet(models.QuerySet["InputRequest"]):

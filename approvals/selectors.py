@@ -270,12 +270,6 @@ def round_card_for_everyone(input_request_ids: Any) -> RoundCard | None:
     return cards[0] if cards else None
 
 
-def round_card(user: Any, round_id: int) -> RoundCard | None:
-    """The queue card of one round for this user (answered requests included), or None if none is theirs."""
-    cards = _cards(list(_dashboard_requests(user).filter(round_id=round_id)))
-    return cards[0] if cards else None
-
-
 def queue_filter_choices(user: Any) -> dict[str, list[tuple[str, str]]]:
     pending = answerable_input_requests(user).pending()
     servers = (

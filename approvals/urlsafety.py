@@ -48,6 +48,13 @@ class UrlAnalysis:
         return [warning.code for warning in self.warnings]
 
 
+def refusal(url: object) -> str:
+    """Why a url-mode URL will never be opened (so it is not shown for consent), or "" when it may be."""
+    if not isinstance(url, str) or not url.strip():
+        return _("The server sent no address.")
+    return analyse(url).refused
+
+
 def analyse(url: str, *, server_url: str = "") -> UrlAnalysis:
     """Parse `url`; refuse what must never be opened, and warn about what deserves a second look."""
     try:

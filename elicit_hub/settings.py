@@ -363,6 +363,8 @@ ELICIT_MCP_TIMEOUT = env_int("ELICIT_MCP_TIMEOUT", 30, minimum=1)
 ELICIT_WEBHOOK_MAX_ATTEMPTS = env_int("ELICIT_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
+# Team notices (email, chat webhook) are retried with the webhooks' backoff, this many tries in all.
+ELICIT_NOTIFY_MAX_ATTEMPTS = env_int("ELICIT_NOTIFY_MAX_ATTEMPTS", 5, minimum=1)
 # Webhook targets must be https; development and tests may allow http to loopback.
 ELICIT_WEBHOOK_ALLOW_HTTP = env_bool("ELICIT_WEBHOOK_ALLOW_HTTP", DEBUG)
 # Outbound requests (callbacks, MCP servers, chat webhooks) go only to public addresses, and to the networks
@@ -420,9 +422,6 @@ ELICIT_MAX_SCHEMA = env_int("ELICIT_MAX_SCHEMA", 64 * 1024, minimum=1024)
 ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
 # GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
 ELICIT_INBOX_MAX = env_int("ELICIT_INBOX_MAX", 200, minimum=1)
-# Fault injection for the crash tests only: a worker sleeps this long between claiming a send and sending
-# it, so a test can kill it exactly there. Always 0 in real deployments.
-ELICIT_FAULT_PAUSE_BEFORE_SEND = env_int("ELICIT_FAULT_PAUSE_BEFORE_SEND", 0)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 

@@ -103,13 +103,15 @@ class Process:
 
 
 class CeleryWorker(Process):
-    def __init__(self, env: dict[str, str], name: str = "worker") -> None:
+    """``module`` runs it: ``celery``, or ``tests.fault_worker`` (the same worker with faults injected)."""
+
+    def __init__(self, env: dict[str, str], name: str = "worker", module: str = "celery") -> None:
         super().__init__(
             name,
             [
                 sys.executable,
                 "-m",
-                "celery",
+                module,
                 "-A",
                 "elicit_hub",
                 "worker",

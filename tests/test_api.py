@@ -1,4 +1,4 @@
-"""The HTTP contract (API.md): auth, errors as JSON, idempotency, permissions, validation of answers."""
+"""The HTTP contract (docs/api.md): auth, errors as JSON, idempotency, permissions, validation of answers."""
 
 from __future__ import annotations
 

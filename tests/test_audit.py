@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import io
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,48 @@ def test_every_verb_written_is_registered_and_every_registered_verb_is_written()
             written |= verbs_written(path.read_text(encoding="utf-8"))
     assert written - set(verbs.VERBS) == set()
     assert set(verbs.VERBS) - written == set()
+
+
+def test_append_many_extends_the_chain_as_record_does() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    first = audit.record(actor=Actor.system(), verb="call.submitted")
+    at = timezone.now() - timedelta(days=3)
+    system = {"actor_type": "system", "actor_id": "", "actor_label": "hub"}
+    rows = [
+        {**system, "at": at, "verb": "call.retry_scheduled", "data": {"code": "timeout"}},
+        {**system, "at": at, "verb": "input.answered", "data": {"action": "decline", "token": "S3"}},
+        {**system, "at": at, "verb": "call.failed", "server_slug": "deploy", "data": {}},
+    ]
+    assert audit.append_many(rows) == 3
+    last = audit.record(actor=Actor.system(), verb="call.cancelled")
+
+    events = list(AuditEvent.objects.order_by("id"))
+    assert [e.verb for e in events] == ["call.submitted", *(r["verb"] for r in rows), "call.cancelled"]
+    assert events[1].prev_hash == first.hash and last.prev_hash == events[3].hash
+    assert (events[2].action, events[2].outcome) == ("decline", "answered")
+    assert events[2].data["token"] == "[redacted]" and events[3].server_slug == "deploy"
+    assert audit.verify().ok and audit.verify().checked == 5
+    with pytest.raises(ValueError, match="registry of audit verbs"):
+        audit.append_many([{**system, "at": at, "verb": "call.teleported", "data": {}}])
+    assert AuditEvent.objects.count() == 5
+
+
+def test_the_audit_seeder_writes_a_chain_that_verifies() -> None:
+    from bench import seed_audit
+
+    call_command(seed_audit.Command(), count=120, batch=50, days=2.0, stdout=io.StringIO())
+    assert AuditEvent.objects.count() == 120
+    assert audit.verify().ok
+    assert {"call.submitted", "input.requested", "round.opened"} <= set(
+        AuditEvent.objects.values_list("verb", flat=True)
+    )
+
+
+def test_bench_without_a_name_lists_the_benchmarks(capsys) -> None:
+    from bench.__main__ import main
+
+    assert main([]) == 2
+    assert "seed_audit" in capsys.readouterr().err

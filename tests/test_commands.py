@@ -74,3 +74,22 @@ def test_create_token_acts_as_the_user() -> None:
     assert tokens.authenticate(token).user == dave
     with pytest.raises(CommandError):
         run("create_token", "nobody")
+
+
+@pytest.mark.parametrize("line", ["nocolon-s3cret", ": s3cret"])
+def test_the_admin_and_add_server_read_header_lines_alike(line: str) -> None:
+    from approvals.admin import McpServerForm
+
+    ok = McpServerForm(
+        data={"slug": "a", "name": "A", "url": "http://127.0.0.1:9/a", "on_expiry": "", "enabled": "on"}
+        | {"new_headers": "Authorization: Bearer x\n\n  X-Team:  blue  "}
+    )
+    assert ok.is_valid(), ok.errors
+    assert ok.cleaned_data["new_headers"] == {"Authorization": "Bearer x", "X-Team": "blue"}
+    run("add_server", "b", "http://127.0.0.1:9/b", "--header", "Authorization: Bearer x")
+    assert McpServer.objects.get(slug="b").headers == {"Authorization": "Bearer x"}
+
+    bad = McpServerForm(data={"slug": "c", "name": "C", "url": "http://127.0.0.1:9/c", "new_headers": line})
+    assert not bad.is_valid() and "Name: value" in str(bad.errors["new_headers"])
+    with pytest.raises(CommandError, match="Name: value"):
+        run("add_server", "d", "http://127.0.0.1:9/d", "--header", line)

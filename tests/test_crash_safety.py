@@ -34,12 +34,12 @@ def test_a_killed_worker_never_runs_the_tool_twice(phase: str, worker, demo_serv
     worker.kill()
     crash_env = dict(WORKER_ENV)
     if phase == "before":
-        crash_env["ELICIT_FAULT_PAUSE_BEFORE_SEND"] = "30"
+        crash_env["ELICIT_TEST_PAUSE_BEFORE_SEND"] = "30"
     elif phase == "during":
         demo_support.hold(demo_server.url, "create_deployment", "before", 4)
     else:
         demo_support.hold(demo_server.url, "create_deployment", "after", 4)
-    doomed = CeleryWorker(child_env(**crash_env), name=f"doomed-{phase}").start()
+    doomed = CeleryWorker(child_env(**crash_env), name=f"doomed-{phase}", module="tests.fault_worker").start()
     try:
         assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
         rnd = Round.objects.get(call_id=call_id, number=1)

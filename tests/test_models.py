@@ -117,3 +117,29 @@ def test_secrets_stay_out_of_repr_and_str(call: ToolCall) -> None:
     for text in texts:
         assert "SECRET" not in text
         assert call.agent.token_hash not in text
+
+
+def test_final_and_open_statuses_split_every_status_once() -> None:
+    finals, opens = ToolCall.Status.finals(), ToolCall.Status.opens()
+    assert set(finals) | set(opens) == set(ToolCall.Status.values) and not set(finals) & set(opens)
+    assert ToolCall.Status.ANSWERED in finals and ToolCall.Status.RESUMING in opens
+
+
+def test_every_send_of_a_call_carries_one_idempotency_key_format(call: ToolCall) -> None:
+    from approvals.services.sending import Send
+
+    rnd = factories.open_round(call, number=2)
+    assert Send(call, None).idempotency_key == f"elicit-{call.pk}-r0"
+    assert Send(call, rnd).idempotency_key == rnd.idempotency_key == f"elicit-{call.pk}-r2"
+
+
+def test_tool_annotations_are_read_from_the_cached_tool_list(call: ToolCall) -> None:
+    from approvals.templatetags.approvals_ui import server_claims
+
+    assert call.tool_annotations == {}
+    call.server.tools = [
+        {"name": "other", "annotations": {"readOnlyHint": True}},
+        {"name": call.tool, "annotations": {"destructiveHint": True, "openWorldHint": True}},
+    ]
+    assert call.tool_annotations == {"destructiveHint": True, "openWorldHint": True}
+    assert server_claims(call) == ["may make destructive changes", "reaches outside systems"]

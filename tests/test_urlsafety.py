@@ -69,3 +69,36 @@ def test_registrable_domain_uses_the_public_suffix_list_offline() -> None:
     assert registrable_domain("a.b.c.example.co.uk") == "example.co.uk"
     assert registrable_domain("foo.s3.amazonaws.com") == "foo.s3.amazonaws.com"
     assert registrable_domain("127.0.0.1") == "127.0.0.1"
+
+
+# --- the same check decides what the hub shows for consent (one home: urlsafety) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (None, "sent no address"),
+        ("", "sent no address"),
+        ("javascript:alert(1)", "“javascript:”"),
+        ("https://user:pw@example.com/", "user name or password"),
+        ("https:///path-only", "has no host"),
+        ("https://a..example.com/", "host name is not valid"),
+    ],
+)
+def test_a_url_the_hub_would_refuse_to_open_is_never_shown_for_consent(url, problem: str) -> None:
+    from approvals.models import InputRequest
+    from approvals.services.rounds import _describe
+
+    ir = _describe("login", {"method": "elicitation/create", "params": {"mode": "url", "url": url}})
+    assert ir.status == InputRequest.Status.UNSUPPORTED and ir.action == InputRequest.Action.DECLINE
+    assert problem in ir.problem and ".." not in ir.problem
+    assert ir.problem.startswith("Not shown to reviewers:")
+
+
+def test_an_openable_url_is_shown_for_consent() -> None:
+    from approvals.models import InputRequest
+    from approvals.services.rounds import _describe
+
+    url = "https://login.example.com/authorize?x=1"
+    ir = _describe("login", {"method": "elicitation/create", "params": {"mode": "url", "url": url}})
+    assert ir.status == InputRequest.Status.PENDING and ir.problem == "" and ir.url == url

@@ -1,1 +1,2 @@
-"""The HTTP API, version 1 (contract: API.md). Built on django-ninja, which also serves the OpenAPI docs."""
+"""The HTTP API, version 1 (contract: docs/api.md). Built on django-ninja, which also serves the OpenAPI
+document (/api/v1/openapi.json) and its docs page."""

@@ -14,8 +14,9 @@ check recorded outside it (``AuditHead``), so a tail cut behind the triggers' ba
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -111,6 +112,52 @@ def record(
         event.hash = compute_hash(event)
         event.save(force_insert=True)
     return event
+
+
+def append_many(rows: Sequence[Mapping[str, Any]]) -> int:
+    """Append many events in one transaction with one COPY, in order: for seeding and imports, fast.
+
+    Each row gives ``at``, ``actor_type``, ``actor_id``, ``actor_label``, ``verb`` and ``data``, and may give
+    ``call_id``, ``input_request_id``, ``server_slug``, ``team_slug`` and ``tool``; the chain's own columns
+    (ids, hashes, action, outcome) are computed here. Verbs must be registered and data is redacted, as in
+    ``record``. Holds the chain lock until the caller's transaction commits, like ``record``.
+    """
+    if not rows:
+        return 0
+    prepared = []
+    for row in rows:
+        verb = row["verb"]
+        if not verbs.is_registered(verb):
+            raise ValueError(f"{verb!r} is not in the registry of audit verbs (approvals.audit.verbs)")
+        data = redact(dict(row.get("data") or {}))
+        action, outcome = derive_action_outcome(verb, data)
+        prepared.append(
+            {
+                "call_id": None,
+                "input_request_id": None,
+                "server_slug": "",
+                "team_slug": "",
+                "tool": "",
+                **row,
+                "data": data,
+                "action": action,
+                "outcome": outcome,
+            }
+        )
+    columns = list(ROW_FIELDS)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
+        seq = "pg_get_serial_sequence('approvals_auditevent', 'id')"
+        cursor.execute(f"SELECT setval({seq}, nextval({seq}) + %s - 1)", [len(prepared)])
+        (last_id,) = cursor.fetchone()
+        previous = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+        with cursor.cursor.copy(f"COPY approvals_auditevent ({', '.join(columns)}) FROM STDIN") as copy:
+            for event_id, values in enumerate(prepared, start=last_id - len(prepared) + 1):
+                values.update(id=event_id, prev_hash=previous, hash="")
+                values["hash"] = previous = event_hash(previous, export_row(values))
+                values["data"] = json.dumps(values["data"], ensure_ascii=False)
+                copy.write_row([values[column] for column in columns])
+    return len(prepared)
 
 
 def _team_of(call: ToolCall | None, input_request: InputRequest | None) -> str:

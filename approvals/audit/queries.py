@@ -23,7 +23,7 @@ from django.utils import timezone
 from approvals import schema_forms
 from approvals.audit import verbs
 from approvals.audit.core import redact
-from approvals.models import AuditEvent, InputRequest, Round, ToolCall
+from approvals.models import AuditEvent, InputRequest, Round, ToolCall, is_uuid
 from approvals.permissions import can_view_call, visible_audit_events, visible_calls
 
 PAGE_SIZE = 50
@@ -34,7 +34,7 @@ _EVENT_ID = re.compile(r"^#(\d{1,18})$")
 def filter_events(qs: QuerySet[AuditEvent], filters: dict[str, Any]) -> QuerySet[AuditEvent]:
     q = (filters.get("q") or "").strip()
     if q:
-        if _is_uuid(q):
+        if is_uuid(q):
             ident = uuid.UUID(q)
             qs = qs.filter(Q(call_id=ident) | Q(input_request_id=ident))
         elif match := _EVENT_ID.match(q):
@@ -76,7 +76,7 @@ SEARCH_WINDOW_MAX = 200_000
 
 def is_text_search(filters: dict[str, Any]) -> bool:
     q = (filters.get("q") or "").strip()
-    return bool(q) and not _EVENT_ID.match(q) and not _is_uuid(q)
+    return bool(q) and not _EVENT_ID.match(q) and not is_uuid(q)
 
 
 def page(
@@ -116,14 +116,6 @@ def _cut(rows: list[AuditEvent]) -> tuple[list[AuditEvent], int | None]:
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     return rows, (rows[-1].id if more else None)
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
 
 
 class Percentile(Aggregate):

@@ -6,7 +6,7 @@ Pure (no Django): Celery tasks pass it plain data. Protocol revision 2026-07-28 
     # Completed | ToolError | InputRequired; failures raise TransientError / PermanentError
 """
 
-from approvals.mcp_client.client import CLIENT_INFO, call_tool, discover, list_tools, run
+from approvals.mcp_client.client import call_tool, discover, list_tools, run
 from approvals.mcp_client.outcomes import (
     Completed,
     InputRequired,
@@ -19,9 +19,7 @@ from approvals.mcp_client.outcomes import (
 )
 from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
-    check_input_requests,
     classify_rpc_error,
-    encode_header_value,
     invalid_header_reason,
     param_headers,
     parse_retry_after,
@@ -29,7 +27,6 @@ from approvals.mcp_client.wire import (
 )
 
 __all__ = [
-    "CLIENT_INFO",
     "PROTOCOL_VERSION",
     "Completed",
     "InputRequired",
@@ -40,10 +37,8 @@ __all__ = [
     "ToolError",
     "TransientError",
     "call_tool",
-    "check_input_requests",
     "classify_rpc_error",
     "discover",
-    "encode_header_value",
     "invalid_header_reason",
     "list_tools",
     "param_headers",

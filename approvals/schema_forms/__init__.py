@@ -16,18 +16,16 @@ coercion (form strings -> JSON), validation (answers), defaults, timezones, fing
 schema's digest).
 """
 
-from ._common import MAX_PROPERTIES, MAX_VALUE_LENGTH, NON_FIELD, UnsupportedSchema
+from ._common import NON_FIELD, UnsupportedSchema
 from .checking import check_schema
 from .coercion import clean, coerce
 from .defaults import defaults
-from .describe import RADIO_LIMIT, Field, fields, humanize, is_confirmation, looks_sensitive, sensitive_fields
+from .describe import RADIO_LIMIT, Field, fields, humanize, is_confirmation, sensitive_fields
 from .fingerprint import fingerprint
 from .timezones import resolve_tz
 from .validation import is_valid, validate
 
 __all__ = [
-    "MAX_PROPERTIES",
-    "MAX_VALUE_LENGTH",
     "NON_FIELD",
     "RADIO_LIMIT",
     "Field",
@@ -41,7 +39,6 @@ __all__ = [
     "humanize",
     "is_confirmation",
     "is_valid",
-    "looks_sensitive",
     "resolve_tz",
     "sensitive_fields",
     "validate",

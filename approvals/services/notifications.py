@@ -16,8 +16,8 @@ from django.utils import timezone
 from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
+from approvals.services.webhooks import retry_countdown
 
-MAX_ATTEMPTS = 5
 HEADLINES = {
     "routed": "asks {team} for input",
     "escalated": "escalated to {team}: no answer yet",
@@ -79,11 +79,14 @@ def notification_send(*, notification_id: Any) -> float | None:
     except Exception as exc:  # any failure of the transport is retried, then recorded
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
         refused = isinstance(exc, netguard.OutboundRefused) and not exc.transient
-        gave_up = refused or attempt >= MAX_ATTEMPTS
-        Notification.objects.filter(pk=notice.pk).update(
-            last_error=error, status=Notification.Status.FAILED if gave_up else Notification.Status.PENDING
+        countdown = (
+            None if refused else retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
         )
-        return None if gave_up else float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**attempt))
+        Notification.objects.filter(pk=notice.pk).update(
+            last_error=error,
+            status=Notification.Status.FAILED if countdown is None else Notification.Status.PENDING,
+        )
+        return countdown
     Notification.objects.filter(pk=notice.pk).update(
         status=Notification.Status.SENT, sent_at=timezone.now(), last_error=""
     )

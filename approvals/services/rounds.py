@@ -8,13 +8,12 @@ from __future__ import annotations
 import functools
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import broadcast, safejson, schema_forms
+from approvals import broadcast, safejson, schema_forms, urlsafety
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
@@ -43,23 +42,6 @@ def expiry_action(call: ToolCall, rnd: Round | None = None) -> str:
     return server_choice or settings.ELICIT_EXPIRY_POLICY
 
 
-def url_problem(url: object) -> str:
-    """Why a url-mode URL cannot be shown for consent, or "" when it can."""
-    if not isinstance(url, str) or not url:
-        return "the server sent no URL"
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "the URL cannot be parsed"
-    if parts.scheme not in {"https", "http"}:
-        return f"the URL uses the {parts.scheme or 'empty'} scheme; only https and http are opened"
-    if not parts.hostname:
-        return "the URL has no host"
-    if parts.username or parts.password:
-        return "the URL carries a user name or password"
-    return ""
-
-
 def too_many_problem(count: int) -> str:
     """Why a round is refused as a whole (too many input requests in it), or ""."""
     limit = settings.ELICIT_MAX_INPUT_REQUESTS
@@ -83,7 +65,7 @@ def _size_problem(params: dict[str, Any]) -> str:
 
 
 def _unsupported(ir: InputRequest, problem: str) -> InputRequest:
-    ir.problem = f"Not shown to reviewers: {problem}. The hub answered decline."
+    ir.problem = f"Not shown to reviewers: {problem.rstrip('.')}. The hub answered decline."
     ir.status = InputRequest.Status.UNSUPPORTED
     ir.action = InputRequest.Action.DECLINE
     return ir
@@ -116,7 +98,7 @@ def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequ
         problem = f"the hub does not answer {ir.method or 'unnamed'} requests"
     elif mode == "url":
         ir.url = str(params.get("url") or "")
-        problem = url_problem(params.get("url"))
+        problem = urlsafety.refusal(params.get("url"))
         if problem and not ir.url:
             ir.url = "about:blank"
     elif mode == "form":

@@ -19,18 +19,13 @@ class Route:
     warnings: list[str] = field(default_factory=list)
 
 
-def annotations_of(call: ToolCall) -> dict[str, Any]:
-    tool = call.server.tool(call.tool) if call.server else None
-    return dict((tool or {}).get("annotations") or {})
-
-
 def route(*, call: ToolCall, ir: InputRequest) -> Route:
     subject = rules.Subject(
         server_slug=call.server_slug,
         tool=call.tool,
         mode=ir.mode,
         arguments=call.arguments or {},
-        annotations=annotations_of(call),
+        annotations=call.tool_annotations,
     )
     checked = []
     chosen: Route | None = None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from django.utils import timezone
 from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import Round, ToolCall
+from approvals.models import Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
 from approvals.services.rounds import input_responses, round_open
 from approvals.services.servers import server_config
@@ -77,7 +76,7 @@ class Send:
 
     @property
     def idempotency_key(self) -> str:
-        return self.round.idempotency_key if self.round else f"elicit-{self.call.pk}-r0"
+        return self.round.idempotency_key if self.round else send_idempotency_key(self.call.pk, 0)
 
     @property
     def attempts(self) -> int:
@@ -143,8 +142,6 @@ def call_send(*, call_id: Any) -> float | None:
             send = _claim(call_id)
             if send is None:
                 return None
-            if settings.ELICIT_FAULT_PAUSE_BEFORE_SEND:
-                time.sleep(settings.ELICIT_FAULT_PAUSE_BEFORE_SEND)
             # _claim only yields hub-driven calls, and the database refuses one of those without a server.
             assert send.call.server is not None
             try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.utils import timezone
 
@@ -9,6 +11,20 @@ from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import McpServer
+
+
+def parse_header_lines(lines: Iterable[str]) -> dict[str, str]:
+    """Headers sent to a server, from "Name: value" lines (blank lines skipped).
+
+    Raises ValueError naming the part before the first colon of a bad line, never its value.
+    """
+    headers = {}
+    for line in filter(None, (line.strip() for line in lines)):
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise ValueError(key)
+        headers[key.strip()] = value.strip()
+    return headers
 
 
 def server_config(server: McpServer) -> mcp_client.ServerConfig:

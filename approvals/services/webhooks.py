@@ -29,6 +29,14 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
+def retry_countdown(attempt: int, *, max_attempts: int) -> float | None:
+    """Seconds before the next try of an outbound delivery (agent webhooks, team notices), or None when
+    ``attempt`` was the last one allowed: 2, 4, 8, ... seconds, capped at ELICIT_WEBHOOK_RETRY_MAX."""
+    if attempt >= max_attempts:
+        return None
+    return float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**attempt))
+
+
 def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
     """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction."""
     if not call.callback_url:
@@ -92,10 +100,12 @@ def webhook_attempt(*, delivery_id: Any) -> float | None:
             status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
         )
         return None
-    if refused or number >= settings.ELICIT_WEBHOOK_MAX_ATTEMPTS:
+    countdown = (
+        None if refused else retry_countdown(number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS)
+    )
+    if countdown is None:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
         logger.warning(
             "webhook %s for call %s: gave up after %s attempts", delivery.event_type, delivery.call_id, number
         )
-        return None
-    return float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**number))
+    return countdown

@@ -139,8 +139,7 @@ def show_value(value: Any) -> str:
 @register.filter
 def server_claims(call: Any) -> list[str]:
     """What the server says about its tool (annotations): claims, not facts."""
-    tool = call.server.tool(call.tool) if call.server else None
-    hints = (tool or {}).get("annotations") or {}
+    hints = call.tool_annotations
     claims = []
     if hints.get("destructiveHint"):
         claims.append(str(_("may make destructive changes")))

@@ -8,6 +8,7 @@ from django.core.validators import URLValidator
 
 from approvals import netguard
 from approvals.models import McpServer, Team
+from approvals.services.servers import parse_header_lines
 
 
 class Command(BaseCommand):
@@ -37,12 +38,10 @@ class Command(BaseCommand):
             raise CommandError(
                 f"the server URL is refused: {exc.message} (ELICIT_OUTBOUND_ALLOW lists exceptions)"
             ) from None
-        headers = {}
-        for raw in header:
-            key, sep, value = raw.partition(":")
-            if not sep or not key.strip():
-                raise CommandError(f'--header must look like "Name: value", got {raw.split(":")[0]!r}...')
-            headers[key.strip()] = value.strip()
+        try:
+            headers = parse_header_lines(header)
+        except ValueError as exc:
+            raise CommandError(f'--header must look like "Name: value", got {str(exc)!r}...') from None
         default_team = None
         if team:
             default_team, _ = Team.objects.get_or_create(

@@ -3,11 +3,12 @@
 Opens N reviewer websockets (real sessions, same Origin as the browser), parks P pending requests in the
 queue, then submits calls one at a time and records, for every socket, when the card frame for each new
 round arrives. Latency = frame arrival - Round.opened_at (the moment the worker had the server's
-input_required in hand), both on this machine's clock. The engines' floor (a PostgreSQL commit plus a
-Redis publish reaching a subscriber) is measured in the same run with the shared floor script.
+input_required in hand), both on this machine's clock. With ``--floor SCRIPT``, the engines' floor (a
+PostgreSQL commit plus a Redis publish reaching a subscriber) is measured in the same run by that script,
+called as ``SCRIPT DATABASE_URL REDIS_URL 500``.
 
-    .venv/bin/python manage.py bench_live --sockets 50 --pending 500 --calls 40
-    .venv/bin/python manage.py bench_live --sockets 1 --pending 0 --calls 40
+    make bench BENCH="live --sockets 50 --pending 500 --calls 40"
+    make bench BENCH="live --sockets 1 --pending 0 --calls 40"
 """
 
 from __future__ import annotations
@@ -54,9 +55,7 @@ class Command(BaseCommand):
         parser.add_argument("--sockets", type=int, default=50)
         parser.add_argument("--pending", type=int, default=500)
         parser.add_argument("--calls", type=int, default=40)
-        parser.add_argument(
-            "--floor", default=str(Path(settings.BASE_DIR).parent / "shared" / "tools" / "floor.py")
-        )
+        parser.add_argument("--floor", default="", help="a script measuring the engines' floor")
 
     def handle(self, *args: Any, **o: Any) -> None:
         server = McpServer.objects.filter(slug=o["server"]).first()
@@ -145,8 +144,10 @@ class Command(BaseCommand):
         return ids, arrivals
 
     def _floor(self, script: str) -> None:
+        if not script:
+            return
         if not Path(script).exists():
-            self.stdout.write(f"floor: {script} not found (pass --floor)")
+            self.stdout.write(f"floor: {script} not found")
             return
         db = settings.DATABASES["default"]
         host = db.get("HOST") or ""

@@ -1,15 +1,15 @@
 """Seed the audit log with realistic, correctly chained events, fast: COPY in batches, hashes computed here.
 
-    manage.py seed_audit --count 1000000 --days 400
+    make bench BENCH="seed_audit --count 1000000 --days 400"
 
-Each batch holds the chain lock, reserves its ids from the sequence, links to the current head and is
-written with one COPY in one transaction, so the chain verifies afterwards and ordinary writers can keep
-appending between batches. Meant for benchmarks and demos; it never touches existing rows.
+Each batch is appended through the audit core's ``append_many`` (the chain lock, ids reserved from the
+sequence, a link to the current head, one COPY in one transaction), so the chain verifies afterwards and
+ordinary writers can keep appending between batches. Meant for benchmarks and demos; it never touches
+existing rows.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import uuid
@@ -18,11 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import connection, transaction
+from django.db import connection
 
-from approvals.audit.core import _CHAIN_LOCK, ROW_FIELDS, export_row
-from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
-from approvals.models import AuditEvent
+from approvals.audit import core as audit
 
 SERVERS = [
     ("deploy-bot", "release", ["create_deployment", "rollback_deployment", "promote_release"]),
@@ -200,28 +198,4 @@ class Command(BaseCommand):
     def _write_batch(
         self, source: Iterator[dict[str, Any]], size: int, first_at: datetime, step: timedelta
     ) -> None:
-        columns = list(ROW_FIELDS)
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
-            seq = "pg_get_serial_sequence('approvals_auditevent', 'id')"
-            cursor.execute(f"SELECT setval({seq}, nextval({seq}) + %s - 1)", [size])
-            (last_id,) = cursor.fetchone()
-            previous = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
-            with cursor.cursor.copy(f"COPY approvals_auditevent ({', '.join(columns)}) FROM STDIN") as copy:
-                for offset in range(size):
-                    item = next(source)
-                    action, outcome = derive_action_outcome(item["verb"], item["data"])
-                    values = {
-                        "id": last_id - size + 1 + offset,
-                        "at": first_at + step * offset,
-                        "call_id": None,
-                        "input_request_id": None,
-                        **item,
-                        "action": action,
-                        "outcome": outcome,
-                        "prev_hash": previous,
-                        "hash": "",
-                    }
-                    values["hash"] = previous = event_hash(previous, export_row(values))
-                    values["data"] = json.dumps(values["data"], ensure_ascii=False)
-                    copy.write_row([values[column] for column in columns])
+        audit.append_many([{**next(source), "at": first_at + step * offset} for offset in range(size)])

@@ -5,7 +5,7 @@ The figures come from the hop timestamps the hub stores on each round, not from 
   answer -> retry sent  Round.answered_at (the answer that completed it) -> Round.send_started_at
   throughput            calls / (last finished_at - first created_at)
 
-    .venv/bin/python manage.py bench_loop --calls 200 --concurrency 20
+    make bench BENCH="loop --calls 200 --concurrency 20"
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark the audit page's queries: p50/p95 per kind and overall, then EXPLAIN of the main search.
 
-    manage.py seed_audit --count 1000000          # on a throwaway database (see the issue notes)
-    manage.py bench_audit --runs 40
+    make bench BENCH="seed_audit --count 1000000"   # with DATABASE_URL naming a throwaway database
+    make bench BENCH="audit --runs 40"
 
 Every query is the one the page runs (the filter form, ``visible_audit_events``, keyset page of 50), timed
 end to end through the ORM, with words drawn from the seeded vocabulary so the cache is not one query's.
@@ -23,8 +23,8 @@ from django.db import connection, transaction
 
 from approvals.audit.forms import AuditFilterForm
 from approvals.audit.queries import SEARCH_WINDOW, events_for, is_text_search, page
-from approvals.management.commands.seed_audit import ENVS, REVIEWERS, SERVERS, SERVICES
 from approvals.models import AuditEvent
+from bench.seed_audit import ENVS, REVIEWERS, SERVERS, SERVICES
 
 COMMON = ["production", "staging", "deploy", "approve", "ausgerollt", "checkout", "payments", "refund"]
 PHRASES = ['"change freeze"', '"tests are red"', '"keine freigabe"', '"wrong environment"']

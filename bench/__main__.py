@@ -1,0 +1,35 @@
+"""Run one benchmark: ``python -m bench NAME [options]`` (``make bench BENCH="NAME [options]"``).
+
+    loop         the whole loop against a running hub: per-hop latency from stored timestamps
+    live         input_required received -> card frame on reviewers' websockets, against a running hub
+    seed_audit   append N realistic, correctly chained audit events (use a throwaway database)
+    audit        the audit page's queries on a seeded database: p50/p95 per kind, EXPLAIN
+
+``python -m bench NAME --help`` lists a benchmark's options. Each is a Django command run on the hub's
+settings, so ``DATABASE_URL`` and ``REDIS_URL`` choose the engines, as for ``manage.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+NAMES = ("loop", "live", "seed_audit", "audit")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in NAMES:
+        print(__doc__, file=sys.stderr)
+        return 2
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "elicit_hub.settings")
+    import django
+
+    django.setup()
+    command = importlib.import_module(f"bench.{argv[0]}").Command()
+    command.run_from_argv(["bench", argv[0], *argv[1:]])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
