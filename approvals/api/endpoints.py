@@ -142,11 +142,14 @@ def call_create(request: AgentRequest, payload: CallIn) -> Status:
 
 
 def _own_call_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
-    """`_own_call`, then the connection goes back to the pool: a long-poll holds none while it waits."""
+    """`_own_call`, then the connection goes back to the pool: a long-poll holds none while it waits.
+
+    Inside an atomic block (a caller's transaction) the connection is not ours to give back."""
     try:
         return _own_call(agent, call_id, kind)
     finally:
-        connection.close()
+        if not connection.in_atomic_block:
+            connection.close()
 
 
 async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
