@@ -9,11 +9,13 @@ import asyncio
 import json
 import uuid
 from typing import Any
+from unittest.mock import patch
 
 import httpx
 import pytest
 import websockets
 from asgiref.sync import async_to_sync, sync_to_async
+from channels_redis.core import RedisChannelLayer
 from django.db import connection
 from django.test import Client
 
@@ -126,3 +128,42 @@ def test_a_cancelled_receive_always_ends() -> None:
         return stuck
 
     assert async_to_sync(scenario)() == 0
+
+
+def test_a_receive_cancelled_twice_still_ends_its_inner_receive() -> None:
+    """A consumer shutting down cancels its receive twice (itself, then the event loop's shutdown). The
+    second cancellation must not orphan the library's receive while it drains: that orphan, having lost the
+    first cancellation, BRPOPs for good and the event loop's shutdown waits on it forever."""
+    from approvals.channel_layer import ChannelLayer
+
+    swallowed = []
+
+    async def stubborn_receive(self: Any, channel: str) -> dict[str, str]:
+        # Stands in for channels-redis at its unlucky moment: the first cancellation is lost.
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(channel)
+
+    async def scenario() -> tuple[bool, set[asyncio.Task[Any]]]:
+        layer = ChannelLayer.__new__(ChannelLayer)
+        receive = asyncio.ensure_future(layer.receive("specific.x!y"))
+        await asyncio.sleep(0.01)
+        receive.cancel()
+        await asyncio.sleep(0.01)
+        receive.cancel()  # the second cancellation arrives while the first is being drained
+        await asyncio.wait([receive], timeout=5)
+        await asyncio.sleep(0)
+        lingering = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in lingering:
+            task.cancel()  # so the test's own loop can close even when the assertion below fails
+        return receive.cancelled(), lingering
+
+    with patch.object(RedisChannelLayer, "receive", stubborn_receive):
+        cancelled, lingering = async_to_sync(scenario)()
+    assert swallowed == ["specific.x!y"]
+    assert cancelled
+    assert lingering == set()
