@@ -199,15 +199,26 @@ def check_url(
     return Checked(url, parsed.scheme, host, port, tuple(addresses))
 
 
-def _pinned(checked: Checked, url: Any) -> tuple[str, str | None]:
-    """The address to connect to for a request to `url`, and the TLS server name to verify."""
+def _pinned(checked: Checked, request: Any) -> Any:
+    """`request` (an ``httpx`` or ``httpx2`` request) sent to the checked address, verifying TLS for its
+    host name."""
+    url = request.url
     host = url.raw_host.decode("ascii").strip("[]")
     port = url.port or (443 if url.scheme == "https" else 80)
     if (url.scheme, host, port) != (checked.scheme, checked.host, checked.port):
         raise Refused(f"a request left the checked origin for {host}")
     # One address, so the connection goes where the check looked; IPv4 first, as most hosts reach it.
     address = min(checked.addresses, key=lambda a: ":" in a)
-    return address, (None if address == host else host)
+    extensions = dict(request.extensions)
+    if address != host:
+        extensions["sni_hostname"] = host
+    return type(request)(
+        request.method,
+        url.copy_with(host=address),
+        headers=request.headers,
+        stream=request.stream,
+        extensions=extensions,
+    )
 
 
 class GuardedTransport(httpx.BaseTransport):
@@ -219,20 +230,9 @@ class GuardedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
-            checked = check_url(str(request.url), allow=self._allow)
-            address, server_name = _pinned(checked, request.url)
+            pinned = _pinned(check_url(str(request.url), allow=self._allow), request)
         except Refused as exc:
             raise OutboundRefused(exc.message, transient=exc.transient, request=request) from None
-        extensions = dict(request.extensions)
-        if server_name:
-            extensions["sni_hostname"] = server_name
-        pinned = httpx.Request(
-            request.method,
-            request.url.copy_with(host=address),
-            headers=request.headers,
-            stream=request.stream,
-            extensions=extensions,
-        )
         return self._inner.handle_request(pinned)
 
     def close(self) -> None:
@@ -261,19 +261,9 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
         allow = self._allow if self._allow is not None else configured()
         try:
             checked = await anyio.to_thread.run_sync(functools.partial(check_url, url, allow=allow))
-            address, server_name = _pinned(checked, request.url)
+            pinned = _pinned(checked, request)
         except Refused as exc:
             raise AsyncOutboundRefused(exc.message, request=request) from None
-        extensions = dict(request.extensions)
-        if server_name:
-            extensions["sni_hostname"] = server_name
-        pinned = httpx2.Request(
-            request.method,
-            request.url.copy_with(host=address),
-            headers=request.headers,
-            stream=request.stream,
-            extensions=extensions,
-        )
         return await self._inner.handle_async_request(pinned)
 
     async def aclose(self) -> None:
