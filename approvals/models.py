@@ -79,10 +79,68 @@ class ExpiryAction(models.TextChoices):
     ABANDON = "abandon", _("Abandon the call")
 
 
+class Holder(models.Model):
+    """A running session-holder process (``manage.py run_holder``): it keeps handshake-era sessions and stdio
+    servers open while people decide. Its heartbeat says it is alive; a holder whose heartbeat is stale is
+    declared lost and the calls it held end with an outcome that says so."""
+
+    name = models.CharField(max_length=120, unique=True)  # host:pid:random, fresh on every start
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    sessions = models.PositiveIntegerField(default=0)  # sessions open at the last heartbeat
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class McpServer(models.Model):
+    class Transport(models.TextChoices):
+        HTTP = "http", _("Streamable HTTP")
+        STDIO = "stdio", _("stdio (a command the hub runs)")
+
+    class Era(models.TextChoices):
+        AUTO = "auto", _("Automatic (probe, then fall back to the handshake)")
+        MODERN = "2026-07-28", _("2026-07-28 (stateless)")
+        HANDSHAKE = "handshake", _("Handshake era (2025-06-18 / 2025-11-25 sessions)")
+
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=120, help_text=_("How the hub names this server to reviewers."))
-    url = models.URLField(max_length=500)
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.HTTP)
+    url = models.URLField(max_length=500, blank=True)
+    # stdio servers (registered by an admin, never by an agent): the command, its arguments, its environment.
+    command = models.CharField(max_length=500, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    # Environment of a stdio server; may hold credentials. Write-only, like `headers`.
+    env = models.JSONField(default=dict, blank=True)
+    era = models.CharField(
+        max_length=12,
+        choices=Era.choices,
+        default=Era.AUTO,
+        help_text=_(
+            "Which protocol era the hub speaks to this server. Dual-era servers whose tools use ctx.elicit() "
+            "only work on a handshake-era connection."
+        ),
+    )
+    # The last probe: era, protocol version, server info, capabilities, tool count, latency, error.
+    probe = models.JSONField(null=True, blank=True, editable=False)
+    probed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    elicitation_wait = models.PositiveIntegerField(
+        default=60, help_text=_("Seconds this server waits for an answer to an elicitation it pushes.")
+    )
+    call_timeout = models.PositiveIntegerField(
+        default=600, help_text=_("Seconds a tools/call may run before its outcome is unknown.")
+    )
+    tool_timeouts = models.JSONField(
+        default=dict, blank=True, help_text=_('Per-tool limits in seconds, e.g. {"build": 1800}.')
+    )
+    honours_idempotency_key = models.BooleanField(
+        default=False,
+        help_text=_("The server runs a tools/call re-sent with the same Idempotency-Key only once."),
+    )
+    # The holder that runs this stdio server now (a lease: exactly one at a time).
+    stdio_holder = models.ForeignKey(
+        Holder, null=True, blank=True, on_delete=models.SET_NULL, related_name="stdio_servers", editable=False
+    )
     # Credentials sent with every request, e.g. {"Authorization": "Bearer ..."}. Write-only: never shown.
     headers = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
@@ -99,6 +157,12 @@ class McpServer(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name = "MCP server"
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(transport="http") & ~Q(url="")) | (Q(transport="stdio") & ~Q(command="")),
+                name="mcpserver_transport_has_target",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -305,6 +369,12 @@ class ToolCall(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The last progress notification: {"progress", "total", "message", "at"}.
+    progress = models.JSONField(null=True, blank=True)
+    # The holder process whose session runs this call (handshake era and stdio), while it runs there.
+    holder = models.ForeignKey(
+        Holder, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls", editable=False
+    )
 
     objects = ToolCallQuerySet.as_manager()
 
@@ -383,9 +453,17 @@ class Round(models.Model):
         EXPIRED = "expired", _("Expired")
         CANCELLED = "cancelled", _("Cancelled")
         ABANDONED = "abandoned", _("Abandoned")
+        GONE = "gone", _("The server stopped waiting")
+
+    class Kind(models.TextChoices):
+        RETRY = "retry", _("input_required: answered by retrying the call")
+        PUSH = "push", _("elicitation/create on an open session: answered on that session")
 
     call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.RETRY)
+    # Push rounds: when the server stops waiting for the answer (its clock, shown to reviewers).
+    server_deadline = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
     outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True)
     # The server's input_required result verbatim, minus requestState, which is kept apart below.
@@ -452,6 +530,7 @@ class InputRequest(models.Model):
         EXPIRED = "expired", _("Expired")
         UNSUPPORTED = "unsupported", _("Unsupported")
         CANCELLED = "cancelled", _("Cancelled")
+        GONE = "gone", _("No longer asked")  # the server stopped waiting, or the session holding it ended
 
     class Action(models.TextChoices):
         ACCEPT = "accept", _("Accept")
