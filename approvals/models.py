@@ -173,6 +173,16 @@ class McpServer(models.Model):
     def tool(self, name: str) -> dict | None:
         return next((tool for tool in self.tools or [] if tool.get("name") == name), None)
 
+    @property
+    def needs_session(self) -> bool:
+        """Calls to this server run on a holder's session (stdio servers, and the handshake era), not on a
+        Celery worker's stateless 2026-07-28 request. Under "auto" the last probe decides."""
+        if self.transport == self.Transport.STDIO or self.era == self.Era.HANDSHAKE:
+            return True
+        if self.era == self.Era.MODERN:
+            return False
+        return (self.probe or {}).get("era") == "handshake"
+
 
 class Policy(models.Model):
     """What a routed request needs before its answer goes to the server, and what happens when no one acts."""
