@@ -126,3 +126,21 @@ def register(url: str, slug: str, era: str = McpServer.Era.AUTO) -> Hub:
     hub.server.era = era
     hub.server.save()
     return hub
+
+
+def register_many(urls: dict[str, str], era: str = McpServer.Era.AUTO) -> Hub:
+    """Several servers (slug: URL) for team "release" in one era, one agent allowed to call them all."""
+    from approvals.services import tokens
+    from tests.hub import Agent
+
+    slugs = list(urls)
+    hub = register(urls[slugs[0]], slugs[0], era)
+    servers = [hub.server] + [
+        McpServer.objects.create(
+            slug=slug, name=slug, url=urls[slug], era=era, default_team=hub.server.default_team
+        )
+        for slug in slugs[1:]
+    ]
+    _, token = tokens.agent_create(name="ci-agent-all", servers=servers)
+    hub.agent = Agent(token)
+    return hub
