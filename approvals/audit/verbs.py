@@ -34,6 +34,7 @@ VERBS: tuple[str, ...] = (
     "input.expired",
     # MCP servers
     "server.tools_refreshed",
+    "server.probed",
     # The audit log itself
     "audit.exported",
     "audit.pruned",

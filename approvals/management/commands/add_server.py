@@ -8,7 +8,7 @@ from django.core.validators import URLValidator
 
 from approvals import netguard
 from approvals.models import McpServer, Team
-from approvals.services.servers import parse_header_lines
+from approvals.services.servers import parse_header_lines, probe_summary, server_probe
 
 
 class Command(BaseCommand):
@@ -24,9 +24,27 @@ class Command(BaseCommand):
         parser.add_argument(
             "--header", action="append", default=[], help='"Name: value", sent with every request'
         )
+        parser.add_argument(
+            "--era",
+            choices=McpServer.Era.values,
+            default=None,
+            help="protocol era to speak (default: auto, or the setting of a server already registered)",
+        )
+        parser.add_argument(
+            "--no-probe", action="store_true", help="register without asking the server anything"
+        )
 
     def handle(
-        self, *args: Any, slug: str, url: str, name: str, team: str, header: list[str], **options: Any
+        self,
+        *args: Any,
+        slug: str,
+        url: str,
+        name: str,
+        team: str,
+        header: list[str],
+        era: str | None,
+        no_probe: bool,
+        **options: Any,
     ) -> None:
         try:
             URLValidator(schemes=["http", "https"])(url)
@@ -54,10 +72,24 @@ class Command(BaseCommand):
                 "name": name or slug.replace("-", " ").title(),
                 "default_team": default_team,
                 **({"headers": headers} if headers else {}),
+                **({"era": era} if era else {}),
             },
         )
         verb = "registered" if created else "updated"
         self.stdout.write(
             f"{verb} MCP server {server.slug} at {server.url}"
             + (f" ({len(headers)} header(s))" if headers else "")
+            + f", era {server.era}"
         )
+        if no_probe:
+            return
+        found = server_probe(server)
+        self.stdout.write(f"probe: {probe_summary(found)}")
+        if not found["ok"]:
+            error = found.get("error") or {}
+            self.stdout.write(f"error: {error.get('code')}: {error.get('message')}")
+            if found.get("hint"):
+                self.stdout.write(f"hint: {found['hint']}")
+            self.stdout.write(
+                "the server is registered all the same; `manage.py check_server` probes it again"
+            )
