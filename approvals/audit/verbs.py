@@ -35,6 +35,8 @@ VERBS: tuple[str, ...] = (
     # MCP servers
     "server.tools_refreshed",
     "server.probed",
+    "server.stdio_leased",
+    "server.stdio_restarted",
     # The audit log itself
     "audit.exported",
     "audit.pruned",
