@@ -345,6 +345,7 @@ CELERY_BEAT_SCHEDULE = {
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
     "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
+    "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -360,6 +361,10 @@ ELICIT_MCP_MAX_RETRIES = env_int("ELICIT_MCP_MAX_RETRIES", 4)
 ELICIT_MCP_RETRY_BASE = env_int("ELICIT_MCP_RETRY_BASE", 2, minimum=1)
 ELICIT_MCP_RETRY_MAX = env_int("ELICIT_MCP_RETRY_MAX", 60, minimum=1)
 ELICIT_MCP_TIMEOUT = env_int("ELICIT_MCP_TIMEOUT", 30, minimum=1)
+# Beat probes each server again (era, tool list) once its tool list is older than this many seconds, at most
+# ELICIT_TOOLS_REFRESH_BATCH servers per run (every 5 minutes).
+ELICIT_TOOLS_REFRESH_INTERVAL = env_int("ELICIT_TOOLS_REFRESH_INTERVAL", 3600, minimum=60)
+ELICIT_TOOLS_REFRESH_BATCH = env_int("ELICIT_TOOLS_REFRESH_BATCH", 50, minimum=1)
 # stdio servers: the unprivileged user they run as when the hub runs as root, the directory under which
 # each gets its own working directory, and how old a holder's heartbeat may be before its lease is taken.
 ELICIT_STDIO_USER = env_str("ELICIT_STDIO_USER", "nobody")

@@ -87,7 +87,7 @@ def test_add_server_with_neither_url_nor_command_is_refused() -> None:
 
 def test_registering_a_url_for_a_stdio_server_drops_its_command_and_environment() -> None:
     run("add_server", "tools", "--command", sys.executable, "--env", f"API_TOKEN={SECRET}")
-    run("add_server", "tools", "http://127.0.0.1:9/mcp")
+    run("add_server", "tools", "http://127.0.0.1:9/mcp", "--no-probe")
     server = McpServer.objects.get(slug="tools")
     assert (server.transport, server.url, server.command, server.args, server.env) == (
         McpServer.Transport.HTTP,
