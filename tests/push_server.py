@@ -1,0 +1,138 @@
+"""A handshake-era MCP server whose tools ask through ``ctx.elicit()`` (run as a subprocess).
+
+    python tests/push_server.py PORT [--wait SECONDS]
+
+Built on the official SDK (`MCPServer`, ``mcp`` 2.3) served over Streamable HTTP with sessions, by uvicorn
+on 127.0.0.1:PORT. Its elicitations are server-to-client ``elicitation/create`` requests sent in the middle of
+``tools/call``, so they only work on a handshake-era connection. ``--wait`` is how long a tool waits for an
+answer before it gives up (default 60 s).
+
+- ``ask(question)``: a form elicitation; returns what the person typed, or that they declined / cancelled,
+  or that it stopped waiting.
+- ``ask_url()``: a url-mode elicitation (``ctx.elicit_url``).
+- ``needs_auth()``: refuses with ``URLElicitationRequiredError`` (-32042) until ``POST /_authorize``.
+- ``count_steps(steps)``: reports progress, then returns.
+- ``echo(text)``, ``slow(seconds)``.
+- ``GET /_counts``: how many times each tool ran (``tools/call`` received).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp_types import ElicitRequestURLParams
+from pydantic import BaseModel, Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+COUNTS: Counter[str] = Counter()
+STATE: dict[str, Any] = {"wait": 60.0, "authorized": False}
+
+mcp = MCPServer("push-test-server", version="1.0.0")
+
+
+class Answer(BaseModel):
+    text: str = Field(description="Your answer")
+
+
+@mcp.tool()
+async def ask(question: str, ctx: Context) -> str:
+    """Ask a person a question through elicitation/create, and return what they said."""
+    COUNTS["ask"] += 1
+    with anyio.move_on_after(STATE["wait"]) as waited:
+        result = await ctx.elicit(question, Answer)
+    if waited.cancelled_caught:
+        return "stopped waiting"
+    if result.action == "accept":
+        return f"accepted: {result.data.text}"
+    return result.action + "d" if result.action == "decline" else "cancelled"
+
+
+@mcp.tool()
+async def ask_url(ctx: Context) -> str:
+    """Send the person to a URL (url-mode elicitation)."""
+    COUNTS["ask_url"] += 1
+    with anyio.move_on_after(STATE["wait"]) as waited:
+        result = await ctx.elicit_url("Sign in to the test service", "https://example.com/sign-in", "el-1")
+    if waited.cancelled_caught:
+        return "stopped waiting"
+    return f"url {result.action}"
+
+
+@mcp.tool()
+async def needs_auth() -> str:
+    """Refuse with -32042 until the person has been to the URL."""
+    COUNTS["needs_auth"] += 1
+    if not STATE["authorized"]:
+        raise UrlElicitationRequiredError(
+            [
+                ElicitRequestURLParams(
+                    message="Authorize access to your files",
+                    url="https://example.com/authorize",
+                    elicitation_id="auth-1",
+                )
+            ]
+        )
+    return "authorized work done"
+
+
+@mcp.tool()
+async def count_steps(steps: int, ctx: Context) -> str:
+    """Report progress for each step."""
+    COUNTS["count_steps"] += 1
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+        await anyio.sleep(0.05)
+    return f"{steps} steps"
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Return the text."""
+    COUNTS["echo"] += 1
+    return f"echo: {text}"
+
+
+@mcp.tool()
+async def slow(seconds: float) -> str:
+    """Sleep, then answer."""
+    COUNTS["slow"] += 1
+    await anyio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+async def counts(request: Request) -> JSONResponse:
+    return JSONResponse(dict(COUNTS))
+
+
+async def authorize(request: Request) -> JSONResponse:
+    STATE["authorized"] = True
+    return JSONResponse({"ok": True})
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    if "--wait" in sys.argv:
+        STATE["wait"] = float(sys.argv[sys.argv.index("--wait") + 1])
+    inner = mcp.streamable_http_app(json_response=False, stateless_http=False)
+    app = Starlette(
+        routes=[
+            Route("/_counts", counts),
+            Route("/_authorize", authorize, methods=["POST"]),
+            Mount("/", app=inner),
+        ],
+        lifespan=lambda app: inner.router.lifespan_context(inner),
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
