@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from approvals import netguard
+from approvals.audit.core import Actor
 from approvals.models import (
     AgentClient,
     AuditEvent,
@@ -24,7 +25,8 @@ from approvals.models import (
     ToolCall,
     WebhookDelivery,
 )
-from approvals.services.servers import parse_header_lines
+from approvals.services import stdio as stdio_rules
+from approvals.services.servers import parse_header_lines, probe_summary, server_probe
 from approvals.throttling import ThrottledAdminAuthenticationForm
 
 
@@ -51,22 +53,68 @@ def _guarded_url(url: str) -> str:
     return url
 
 
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea for secrets: what was typed is never rendered back, not even when the form has errors."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
 class McpServerForm(forms.ModelForm):
     new_headers = forms.CharField(
         label="Set credentials",
         required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off"}),
         help_text='One "Name: value" per line, e.g. "Authorization: Bearer ..."; replaces stored headers. '
         "Stored values are never shown; leave empty to keep them.",
     )
     clear_headers = forms.BooleanField(label="Remove stored credentials", required=False)
+    # stdio servers (a command the hub runs): its arguments, and its environment (write-only, like headers).
+    arguments = forms.CharField(
+        label="Arguments",
+        required=False,
+        max_length=stdio_rules.MAX_ARGS * (stdio_rules.MAX_ARG + 1),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="stdio: one argument per line, passed as they are (no shell).",
+    )
+    new_env = forms.CharField(
+        label="Set environment",
+        required=False,
+        max_length=stdio_rules.MAX_ENV * (stdio_rules.MAX_ENV_VALUE + 130),
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text='stdio: one "NAME=value" per line; replaces the stored environment. Stored values are '
+        "never shown; leave empty to keep them. The server gets only these over a minimal PATH and HOME.",
+    )
+    clear_env = forms.BooleanField(label="Remove stored environment", required=False)
 
     class Meta:
         model = McpServer
-        fields = ["slug", "name", "url", "enabled", "default_team", "round_ttl", "on_expiry"]
+        fields = [
+            "slug",
+            "name",
+            "transport",
+            "url",
+            "command",
+            "era",
+            "enabled",
+            "default_team",
+            "round_ttl",
+            "on_expiry",
+        ]
+        help_texts = {"command": "stdio: an absolute path, or a name found on the hub's PATH."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["transport"].required = False  # Streamable HTTP unless stdio is chosen
+        self.fields["era"].required = False  # left out: automatic
+        if self.instance.pk and not self.is_bound:
+            self.initial["arguments"] = "\n".join(self.instance.args or [])
 
     def clean_url(self) -> str:
         return _guarded_url(self.cleaned_data.get("url") or "")
+
+    def clean_era(self) -> str:
+        return self.cleaned_data.get("era") or McpServer.Era.AUTO
 
     def clean_new_headers(self) -> dict[str, str] | None:
         raw = self.cleaned_data.get("new_headers") or ""
@@ -75,12 +123,49 @@ class McpServerForm(forms.ModelForm):
         except ValueError:
             raise forms.ValidationError("Each line must look like “Name: value”.") from None
 
+    def clean_arguments(self) -> list[str]:
+        raw = self.cleaned_data.get("arguments") or ""
+        try:
+            return stdio_rules.check_args(line.rstrip("\r") for line in raw.split("\n") if line.strip())
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_new_env(self) -> dict[str, str] | None:
+        raw = self.cleaned_data.get("new_env") or ""
+        try:
+            return stdio_rules.parse_env_lines(raw.split("\n")) or None
+        except ValueError as exc:
+            raise forms.ValidationError(f"The environment: {exc}.") from None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        transport = cleaned.get("transport") or McpServer.Transport.HTTP
+        cleaned["transport"] = transport
+        if transport == McpServer.Transport.STDIO:
+            if cleaned.get("url"):
+                self.add_error("url", "A stdio server has no URL.")
+            try:
+                cleaned["command"] = stdio_rules.check_command(cleaned.get("command") or "")
+            except ValueError as exc:
+                self.add_error("command", str(exc))
+        else:
+            if not cleaned.get("url") and "url" not in self.errors:
+                self.add_error("url", "A Streamable HTTP server needs its URL.")
+            if cleaned.get("command") or cleaned.get("arguments") or cleaned.get("new_env"):
+                self.add_error("command", "Only a stdio server has a command, arguments or environment.")
+        return cleaned
+
     def save(self, commit: bool = True) -> McpServer:
         server = super().save(commit=False)
         if self.cleaned_data.get("clear_headers"):
             server.headers = {}
         elif self.cleaned_data.get("new_headers"):
             server.headers = self.cleaned_data["new_headers"]
+        server.args = self.cleaned_data.get("arguments") or []
+        if self.cleaned_data.get("clear_env"):
+            server.env = {}
+        elif self.cleaned_data.get("new_env"):
+            server.env = self.cleaned_data["new_env"]
         if commit:
             server.save()
         return server
@@ -89,12 +174,70 @@ class McpServerForm(forms.ModelForm):
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
-    list_display = ["slug", "name", "url", "enabled", "default_team", "credentials"]
+    list_display = [
+        "slug",
+        "name",
+        "transport",
+        "url",
+        "era",
+        "probe_state",
+        "enabled",
+        "default_team",
+        "credentials",
+    ]
+    list_filter = ["era"]
     search_fields = ["slug", "name", "url"]
+    readonly_fields = ["probe_details"]
+
+    def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
+        """Saved first, then probed: an unreachable or incompatible server is flagged at once and still
+        registered."""
+        super().save_model(request, obj, form, change)
+        if obj.transport != McpServer.Transport.HTTP:
+            return
+        found = server_probe(obj, actor=Actor.user(request.user))
+        summary = f"Probe of {obj.slug}: {probe_summary(found)}"
+        if found.get("ok"):
+            self.message_user(request, summary, messages.SUCCESS)
+            return
+        error = found.get("error") or {}
+        hint = f" Hint: {found['hint']}." if found.get("hint") else ""
+        self.message_user(
+            request,
+            f"{summary}. {error.get('message', '')}.{hint} The server is registered all the same.",
+            messages.WARNING,
+        )
+
+    @admin.display(description="probe")
+    def probe_state(self, obj: McpServer) -> str:
+        return probe_summary(obj.probe)
+
+    @admin.display(description="last probe")
+    def probe_details(self, obj: McpServer) -> str:
+        found = obj.probe
+        if not found:
+            return "Not probed yet: saving an HTTP server probes it."
+        lines = [probe_summary(found)]
+        if found.get("protocol_version"):
+            lines.append(f"Protocol version: {found['protocol_version']}")
+        if found.get("capabilities"):
+            lines.append("Capabilities: " + ", ".join(sorted(found["capabilities"])))
+        error = found.get("error")
+        if error:
+            lines.append(f"Error: {error.get('code')}: {error.get('message')}")
+        if found.get("hint"):
+            lines.append(f"Hint: {found['hint']}")
+        if obj.probed_at:
+            lines.append(f"Probed at {obj.probed_at:%Y-%m-%d %H:%M:%S %Z}")
+        if obj.tools:
+            lines.append("Tools: " + ", ".join(str(tool.get("name")) for tool in obj.tools[:100]))
+        return "\n".join(lines)
 
     @admin.display(description="credentials")
     def credentials(self, obj: McpServer) -> str:
-        return f"{len(obj.headers)} header(s) set" if obj.headers else "none"
+        held = [f"{len(obj.headers)} header(s)"] if obj.headers else []
+        held += [f"{len(obj.env)} environment variable(s)"] if obj.env else []
+        return " and ".join(held) + " set" if held else "none"
 
 
 @admin.register(AgentClient)

@@ -345,6 +345,7 @@ CELERY_BEAT_SCHEDULE = {
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
     "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
+    "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -359,7 +360,28 @@ if ELICIT_EXPIRY_POLICY not in {"cancel", "abandon"}:
 ELICIT_MCP_MAX_RETRIES = env_int("ELICIT_MCP_MAX_RETRIES", 4)
 ELICIT_MCP_RETRY_BASE = env_int("ELICIT_MCP_RETRY_BASE", 2, minimum=1)
 ELICIT_MCP_RETRY_MAX = env_int("ELICIT_MCP_RETRY_MAX", 60, minimum=1)
+# Each exchange with an MCP server (tools/list, server/discover) is bounded by ELICIT_MCP_TIMEOUT; a
+# tools/call by its server's call_timeout or the tool's entry in tool_timeouts (default 600 s), capped here.
 ELICIT_MCP_TIMEOUT = env_int("ELICIT_MCP_TIMEOUT", 30, minimum=1)
+ELICIT_MAX_CALL_TIMEOUT = env_int("ELICIT_MAX_CALL_TIMEOUT", 3000, minimum=1)
+# A run_call task lists tools and then waits for the call: its time limits sit above the longest allowed
+# call (and below the broker's visibility timeout, system check approvals.E001). A task cut by the limit
+# leaves its send claimed; the redelivered task re-sends it only when that is safe.
+ELICIT_CALL_TASK_SOFT_TIME_LIMIT = ELICIT_MAX_CALL_TIMEOUT + 4 * ELICIT_MCP_TIMEOUT + 30
+ELICIT_CALL_TASK_TIME_LIMIT = ELICIT_CALL_TASK_SOFT_TIME_LIMIT + 15
+CELERY_TASK_ANNOTATIONS = {
+    name: {"soft_time_limit": ELICIT_CALL_TASK_SOFT_TIME_LIMIT, "time_limit": ELICIT_CALL_TASK_TIME_LIMIT}
+    for name in ("approvals.tasks.run_call", "approvals.tasks.resume_call")
+}
+# Beat probes each server again (era, tool list) once its tool list is older than this many seconds, at most
+# ELICIT_TOOLS_REFRESH_BATCH servers per run (every 5 minutes).
+ELICIT_TOOLS_REFRESH_INTERVAL = env_int("ELICIT_TOOLS_REFRESH_INTERVAL", 3600, minimum=60)
+ELICIT_TOOLS_REFRESH_BATCH = env_int("ELICIT_TOOLS_REFRESH_BATCH", 50, minimum=1)
+# stdio servers: the unprivileged user they run as when the hub runs as root, the directory under which
+# each gets its own working directory, and how old a holder's heartbeat may be before its lease is taken.
+ELICIT_STDIO_USER = env_str("ELICIT_STDIO_USER", "nobody")
+ELICIT_STDIO_DIR = Path(env_str("ELICIT_STDIO_DIR", str(engines.VAR_DIR / "stdio")))
+ELICIT_STDIO_LEASE_STALE = env_int("ELICIT_STDIO_LEASE_STALE", 30, minimum=1)
 ELICIT_WEBHOOK_MAX_ATTEMPTS = env_int("ELICIT_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)

@@ -34,6 +34,9 @@ VERBS: tuple[str, ...] = (
     "input.expired",
     # MCP servers
     "server.tools_refreshed",
+    "server.probed",
+    "server.stdio_leased",
+    "server.stdio_restarted",
     # The audit log itself
     "audit.exported",
     "audit.pruned",
