@@ -4,8 +4,9 @@
 
 Built on the official SDK (`MCPServer.run("stdio")`). Tools: ``echo``; ``where`` (its working directory,
 user id and environment names, and the values of the names it is asked for); ``shout`` (writes a line to
-stderr, answers "ok"); ``crash`` (writes to stderr and exits at once, mid-call); ``ask`` (``ctx.elicit()``:
-a question pushed to the client on the open session); ``started`` (when this process started).
+stderr, answers "ok"); ``crash`` (writes to stderr and exits at once, mid-call); ``block`` (blocks the whole
+process); ``ask`` (``ctx.elicit()``: a question pushed to the client on the open session); ``started``
+(when this process started).
 """
 
 from __future__ import annotations
@@ -51,6 +52,13 @@ def shout(text: str) -> str:
 def crash(text: str = "crashing now") -> str:
     print(text, file=sys.stderr, flush=True)
     os._exit(3)
+
+
+@mcp.tool()
+def block(seconds: float = 600) -> str:
+    """Blocks the whole server (it reads nothing meanwhile, so a closed stdin goes unnoticed)."""
+    time.sleep(seconds)
+    return "unblocked"
 
 
 @mcp.tool()

@@ -8,8 +8,10 @@ import logging
 import os
 import pwd
 import shutil
+import signal
 import stat
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -303,3 +305,66 @@ async def test_a_command_that_exits_at_once_is_retried_and_the_call_is_refused_a
 async def call_briefly(supervisor: StdioSupervisor) -> Any:
     async with supervisor.session(wait=3) as (client, dispatcher):
         return await call_on(client, dispatcher, SessionHooks(elicit=no_elicit), "echo", {}, timeout=5)
+
+
+HOLDER_SCRIPT = """
+import asyncio, sys
+import django
+django.setup()
+from mcp import Client
+from mcp.client.stdio import stdio_client
+from approvals.holder.stdio import RunAs, server_parameters, working_dir
+from approvals.services.stdio import Launch
+
+async def main():
+    run_as = RunAs.configured()
+    launch = Launch(slug="orphan", command=sys.executable, args=[sys.argv[1]])
+    params = server_parameters(launch, working_dir("orphan", run_as), run_as)
+    async with Client(stdio_client(params), mode="legacy") as client:
+        where = await client.call_tool("where", {})
+        print(where.content[0].text.replace(chr(10), " "), flush=True)
+        await client.call_tool("block", {"seconds": 600})
+
+asyncio.run(main())
+"""
+
+
+async def test_the_server_dies_with_its_holder_even_if_it_ignores_its_closed_stdin(_stdio_dir: Path) -> None:
+    """The holder is SIGKILLed while the server is blocked (it would never read the EOF on its stdin): the
+    parent-death signal ends it, so a holder that takes over the lease never runs a second copy beside it."""
+    import subprocess
+
+    from tests.live import child_env
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_SCRIPT, str(SERVER_SCRIPT)],
+        env=child_env(ELICIT_STDIO_DIR=str(_stdio_dir)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid = 0
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        pid = int(json.loads(line)["pid"])
+        assert Path(f"/proc/{pid}").exists()
+        holder.kill()
+        holder.wait()
+        for _ in range(200):
+            if not _alive(pid):
+                break
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        holder.kill()
+        holder.wait()
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

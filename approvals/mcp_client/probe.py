@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from approvals import netguard
 from approvals.mcp_client.client import (
     CLIENT_INFO,
+    MAX_TOOL_PAGES,
     _check_url,
     _classify,
     _leaves,
@@ -361,4 +362,54 @@ async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None
     return _success(found)
 
 
-__all__ = ["AUTO", "HANDSHAKE", "MODERN", "MODERN_ONLY_HINT", "ProbeResult", "TransientError", "probe"]
+async def probe_open(client: Client, *, latency_ms: int | None = None) -> ProbeResult:
+    """Describe the server behind an already open client (a stdio server's session, say): its era,
+    version, identity and capabilities as negotiated, and every tool page listed on it now. Never raises an
+    `McpError`: a failed listing gives ``ok`` false."""
+    version = client.protocol_version
+    era = HANDSHAKE if version in HANDSHAKE_PROTOCOL_VERSIONS else MODERN
+    discover = client.session.discover_result
+    wire = Wire(None)
+    try:
+        tools = await _list_open(client, wire)
+    except McpError as exc:
+        return _failure(exc)
+    found = _Found(
+        era=era,
+        protocol_version=version,
+        server_info=_dump(client.server_info),
+        capabilities=_dump(client.server_capabilities) or {},
+        latency_ms=latency_ms or 0,
+        tools=tools,
+        discover=_dump(discover) if era == MODERN else None,
+    )
+    return _success(found)
+
+
+async def _list_open(client: Client, wire: Wire) -> list[dict[str, Any]]:
+    """Every tool page on an open client (not wired through a `Wire`: the tools are read from the SDK's
+    models)."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    try:
+        for _ in range(MAX_TOOL_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(_dump(tool) or {} for tool in page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    except Exception as exc:
+        raise _classify(exc, wire, "tools/list", []) from None
+    return tools
+
+
+__all__ = [
+    "AUTO",
+    "HANDSHAKE",
+    "MODERN",
+    "MODERN_ONLY_HINT",
+    "ProbeResult",
+    "TransientError",
+    "probe",
+    "probe_open",
+]
