@@ -25,6 +25,7 @@ from mcp.client.stdio import stdio_client
 from approvals.mcp_client import (
     PermanentError,
     ServerConfig,
+    ToolError,
     TransientError,
     call_tool,
     classify_rpc_error,
@@ -507,3 +508,36 @@ def test_a_probe_on_an_open_session_is_stored_for_a_stdio_server() -> None:
     server.refresh_from_db()
     assert server.probe["era"] == HANDSHAKE and {t["name"] for t in server.tools} == {"echo", "wipe", "ask"}
     assert server.needs_session
+
+
+@pytest.mark.django_db
+def test_an_unknown_tool_or_a_header_mismatch_lists_the_tools_again_unless_just_listed(
+    modern: Running,
+) -> None:
+    old = timezone.now() - timedelta(minutes=5)
+    server = McpServer.objects.create(
+        slug="m", name="M", url=modern.url, tools=[{"name": "echo"}], tools_fetched_at=old
+    )
+    unknown = ToolError({"content": [{"type": "text", "text": "Unknown tool: gone"}], "isError": True})
+    servers.server_after_send(server, "echo", outcome=unknown)
+    server.refresh_from_db()
+    assert server.tools_fetched_at > old and len(server.tools) > 1
+    listed_at = server.tools_fetched_at
+
+    # Just listed: several workers meeting the same unknown tool do not list it again each.
+    servers.server_after_send(server, "gone", error=PermanentError("unknown_tool", "x"))
+    server.refresh_from_db()
+    assert server.tools_fetched_at == listed_at
+
+    McpServer.objects.filter(pk=server.pk).update(tools_fetched_at=old)
+    server.refresh_from_db()
+    servers.server_after_send(server, "echo", error=PermanentError("header_mismatch", "x"))
+    server.refresh_from_db()
+    assert server.tools_fetched_at > old
+
+    # A tool the stored list has, answered normally: nothing to do.
+    McpServer.objects.filter(pk=server.pk).update(tools_fetched_at=old)
+    server.refresh_from_db()
+    servers.server_after_send(server, "echo", outcome=ToolError({"content": [], "isError": True}))
+    server.refresh_from_db()
+    assert server.tools_fetched_at == old
