@@ -368,3 +368,24 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+async def test_a_tool_list_change_between_calls_updates_the_stored_tools(
+    running: tuple[McpServer, StdioSupervisor],
+) -> None:
+    server, supervisor = running
+    assert value(await call(supervisor, "grow", {"name": "brand_new"})) == "growing"
+
+    def names() -> set[str]:
+        return {tool["name"] for tool in McpServer.objects.get(pk=server.pk).tools or []}
+
+    for _ in range(100):
+        if "brand_new" in await sync_to_async(names)():
+            break
+        await stdio_holder.asyncio.sleep(0.1)
+    assert "brand_new" in await sync_to_async(names)()
+    changed = await sync_to_async(
+        lambda: list(AuditEvent.objects.filter(verb="server.tools_refreshed").values_list("data", flat=True))
+    )()
+    assert changed[-1]["why"] == "list_changed" and "brand_new" in changed[-1]["tools"]
+    assert value(await call(supervisor, "brand_new")) == "new"

@@ -33,12 +33,13 @@ import os
 import pwd
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import mcp_types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp import Client
@@ -48,6 +49,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from approvals.mcp_client.outcomes import TransientError
 from approvals.mcp_client.session import Dispatcher, Mode, open_client
 from approvals.models import McpServer
+from approvals.services import servers as servers_service
 from approvals.services import stdio as stdio_service
 
 logger = logging.getLogger(__name__)
@@ -133,6 +135,21 @@ def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | N
     return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
 
 
+class _StdioDispatcher(Dispatcher):
+    """A stdio session's dispatcher: `notifications/tools/list_changed` arriving between calls (no call's
+    hooks to hear it) still updates the stored tool list."""
+
+    def __init__(self, on_tools_changed: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_tools_changed = on_tools_changed
+
+    async def message_handler(self, message: Any) -> None:
+        if self.hooks is None and isinstance(message, mcp_types.ToolListChangedNotification):
+            self._on_tools_changed()
+            return
+        await super().message_handler(message)
+
+
 class StdioSupervisor:
     """Runs one stdio server for one holder process; see the module docstring."""
 
@@ -155,6 +172,7 @@ class StdioSupervisor:
         self._stopping = False
         self._calls = asyncio.Lock()
         self._starting = asyncio.Lock()
+        self._relisting: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -314,7 +332,9 @@ class StdioSupervisor:
         read_fd, write_fd = os.pipe()
         errlog: TextIO = os.fdopen(write_fd, "w")
         pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug))
-        dispatcher = Dispatcher(secrets=[value for value in launch.env.values() if len(value) >= 4])
+        dispatcher = _StdioDispatcher(
+            self._tools_changed, secrets=[value for value in launch.env.values() if len(value) >= 4]
+        )
         began = time.monotonic()
         try:
             async with open_client(
@@ -358,6 +378,21 @@ class StdioSupervisor:
             "hint": None,
         }
         await sync_to_async(stdio_service.stdio_probed)(server_id=self.server_id, found=found, tools=tools)
+
+    def _tools_changed(self) -> None:
+        """Between calls the server said its tools changed: list them on the session (as soon as no call
+        runs on it) and store them. Calls pass the notice to their own hooks instead."""
+        if self._relisting is None or self._relisting.done():
+            self._relisting = asyncio.create_task(self._relist())
+
+    async def _relist(self) -> None:
+        try:
+            async with self.session() as (client, _):
+                with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
+                    tools = await _list_tools(client)
+            await sync_to_async(servers_service.server_tools_changed)(self.server_id, tools=tools)
+        except Exception as exc:
+            logger.warning("%r: listing the changed tools failed: %s", self, type(exc).__name__)
 
     async def _until_ended(self) -> None:
         """Wait until the process exits, a restart or stop is asked, or the lease is lost."""
