@@ -26,6 +26,7 @@ from approvals.models import (
     WebhookDelivery,
 )
 from approvals.services import stdio as stdio_rules
+from approvals.services.sending import check_call_timeout, check_tool_timeouts
 from approvals.services.servers import parse_header_lines, probe_summary, server_probe
 from approvals.throttling import ThrottledAdminAuthenticationForm
 
@@ -100,18 +101,38 @@ class McpServerForm(forms.ModelForm):
             "default_team",
             "round_ttl",
             "on_expiry",
+            # Long tools: how long a tools/call may run, and whether a re-send is safe.
+            "call_timeout",
+            "tool_timeouts",
+            "honours_idempotency_key",
         ]
         help_texts = {"command": "stdio: an absolute path, or a name found on the hub's PATH."}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["transport"].required = False  # Streamable HTTP unless stdio is chosen
+        self.fields["call_timeout"].required = False  # the model's default (600 s) when left empty
         self.fields["era"].required = False  # left out: automatic
         if self.instance.pk and not self.is_bound:
             self.initial["arguments"] = "\n".join(self.instance.args or [])
 
     def clean_url(self) -> str:
         return _guarded_url(self.cleaned_data.get("url") or "")
+
+    def clean_call_timeout(self) -> int:
+        value = self.cleaned_data.get("call_timeout")
+        if value is None:
+            return int(McpServer._meta.get_field("call_timeout").get_default())
+        try:
+            return check_call_timeout(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_tool_timeouts(self) -> dict[str, int]:
+        try:
+            return check_tool_timeouts(self.cleaned_data.get("tool_timeouts"))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean_era(self) -> str:
         return self.cleaned_data.get("era") or McpServer.Era.AUTO

@@ -228,17 +228,25 @@ async def test_a_stale_holders_lease_is_taken_over_and_the_old_supervisor_stops(
                 break
             await stdio_holder.asyncio.sleep(0.1)
         assert not old.running and old.lost
-        with pytest.raises(McpError):
+        with pytest.raises(McpError) as refused:
             await call(old, "echo", {"text": "old again"})
+        assert refused.value.code == "connect_failed" and "another holder" in refused.value.message
+        await new.stop()  # releases the lease: the old holder may take it back
+        await sync_to_async(
+            lambda: Holder.objects.filter(name="host:1:old").update(heartbeat_at=timezone.now())
+        )()
+        assert value(await call(old, "echo", {"text": "old again"})) == "old again"
+        assert not old.lost
     finally:
         await old.stop()
         await new.stop()
     leased = await sync_to_async(
         lambda: list(AuditEvent.objects.filter(verb="server.stdio_leased").values_list("data", flat=True))
     )()
-    assert leased[-1] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    assert leased[-2] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    assert leased[-1] == {"server": server.slug, "holder": "host:1:old"}
     holder = await sync_to_async(lambda: McpServer.objects.get(pk=server.pk).stdio_holder)()
-    assert holder is None  # the new holder released it; the old one did not touch it
+    assert holder is None
 
 
 async def test_a_disabled_server_is_not_leased() -> None:
@@ -368,3 +376,24 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+async def test_a_tool_list_change_between_calls_updates_the_stored_tools(
+    running: tuple[McpServer, StdioSupervisor],
+) -> None:
+    server, supervisor = running
+    assert value(await call(supervisor, "grow", {"name": "brand_new"})) == "growing"
+
+    def names() -> set[str]:
+        return {tool["name"] for tool in McpServer.objects.get(pk=server.pk).tools or []}
+
+    for _ in range(100):
+        if "brand_new" in await sync_to_async(names)():
+            break
+        await stdio_holder.asyncio.sleep(0.1)
+    assert "brand_new" in await sync_to_async(names)()
+    changed = await sync_to_async(
+        lambda: list(AuditEvent.objects.filter(verb="server.tools_refreshed").values_list("data", flat=True))
+    )()
+    assert changed[-1]["why"] == "list_changed" and "brand_new" in changed[-1]["tools"]
+    assert value(await call(supervisor, "brand_new")) == "new"
