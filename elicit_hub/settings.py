@@ -345,6 +345,7 @@ CELERY_BEAT_SCHEDULE = {
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
     "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
+    "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -360,6 +361,12 @@ ELICIT_MCP_MAX_RETRIES = env_int("ELICIT_MCP_MAX_RETRIES", 4)
 ELICIT_MCP_RETRY_BASE = env_int("ELICIT_MCP_RETRY_BASE", 2, minimum=1)
 ELICIT_MCP_RETRY_MAX = env_int("ELICIT_MCP_RETRY_MAX", 60, minimum=1)
 ELICIT_MCP_TIMEOUT = env_int("ELICIT_MCP_TIMEOUT", 30, minimum=1)
+# Holder processes (manage.py run_holder): heartbeat and poll intervals, when a silent one is declared lost,
+# and how many calls one holds at once.
+ELICIT_HOLDER_HEARTBEAT = env_int("ELICIT_HOLDER_HEARTBEAT", 5, minimum=1)
+ELICIT_HOLDER_POLL = env_int("ELICIT_HOLDER_POLL", 3, minimum=1)
+ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
+ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
 ELICIT_WEBHOOK_MAX_ATTEMPTS = env_int("ELICIT_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)

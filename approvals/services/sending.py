@@ -27,6 +27,7 @@ from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Round, ToolCall, send_idempotency_key
+from approvals.services import holding
 from approvals.services.calls import call_finish
 from approvals.services.rounds import input_responses, round_open
 from approvals.services.servers import server_config
@@ -91,6 +92,8 @@ def _claim(call_id: Any) -> Send | None:
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
         rnd = call.rounds.exclude(status=Round.Status.CLOSED).order_by("-number").first()
+        if rnd is not None and rnd.kind == Round.Kind.PUSH:
+            return None  # answered on the holder's session, never re-sent
         if rnd is None:
             if call.rounds.exists():
                 return None
@@ -135,6 +138,8 @@ def call_send(*, call_id: Any) -> float | None:
 
     Returns a countdown in seconds when a transient fault should be retried later, else None.
     """
+    if holding.hand_to_holders(call_id):
+        return None  # it runs on a holder's session, never from here
     with send_lock(call_id) as acquired:
         if not acquired:
             return None
