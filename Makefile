@@ -2,7 +2,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format typecheck install engines-stop conformance bench clean
+.PHONY: run test lint format typecheck install engines-stop conformance interop-install bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -34,6 +34,10 @@ engines-stop: $(STAMP)
 
 conformance: $(STAMP)
 	bash .ci/conformance.sh
+
+# The pinned third-party MCP servers of tests/interop (the tests install them too when missing).
+interop-install:
+	bash .ci/interop.sh
 
 # Benchmarks, not shipped with the hub: BENCH="loop --calls 200", "live", "seed_audit --count N", "audit".
 BENCH ?= loop

@@ -24,6 +24,7 @@ from approvals.models import (
     ToolCall,
     WebhookDelivery,
 )
+from approvals.services import stdio as stdio_rules
 from approvals.services.servers import parse_header_lines
 from approvals.throttling import ThrottledAdminAuthenticationForm
 
@@ -51,19 +52,60 @@ def _guarded_url(url: str) -> str:
     return url
 
 
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea for secrets: what was typed is never rendered back, not even when the form has errors."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
 class McpServerForm(forms.ModelForm):
     new_headers = forms.CharField(
         label="Set credentials",
         required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off"}),
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off"}),
         help_text='One "Name: value" per line, e.g. "Authorization: Bearer ..."; replaces stored headers. '
         "Stored values are never shown; leave empty to keep them.",
     )
     clear_headers = forms.BooleanField(label="Remove stored credentials", required=False)
+    # stdio servers (a command the hub runs): its arguments, and its environment (write-only, like headers).
+    arguments = forms.CharField(
+        label="Arguments",
+        required=False,
+        max_length=stdio_rules.MAX_ARGS * (stdio_rules.MAX_ARG + 1),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="stdio: one argument per line, passed as they are (no shell).",
+    )
+    new_env = forms.CharField(
+        label="Set environment",
+        required=False,
+        max_length=stdio_rules.MAX_ENV * (stdio_rules.MAX_ENV_VALUE + 130),
+        widget=WriteOnlyTextarea(attrs={"rows": 3, "autocomplete": "off"}),
+        help_text='stdio: one "NAME=value" per line; replaces the stored environment. Stored values are '
+        "never shown; leave empty to keep them. The server gets only these over a minimal PATH and HOME.",
+    )
+    clear_env = forms.BooleanField(label="Remove stored environment", required=False)
 
     class Meta:
         model = McpServer
-        fields = ["slug", "name", "url", "enabled", "default_team", "round_ttl", "on_expiry"]
+        fields = [
+            "slug",
+            "name",
+            "transport",
+            "url",
+            "command",
+            "enabled",
+            "default_team",
+            "round_ttl",
+            "on_expiry",
+        ]
+        help_texts = {"command": "stdio: an absolute path, or a name found on the hub's PATH."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["transport"].required = False  # Streamable HTTP unless stdio is chosen
+        if self.instance.pk and not self.is_bound:
+            self.initial["arguments"] = "\n".join(self.instance.args or [])
 
     def clean_url(self) -> str:
         return _guarded_url(self.cleaned_data.get("url") or "")
@@ -75,12 +117,49 @@ class McpServerForm(forms.ModelForm):
         except ValueError:
             raise forms.ValidationError("Each line must look like “Name: value”.") from None
 
+    def clean_arguments(self) -> list[str]:
+        raw = self.cleaned_data.get("arguments") or ""
+        try:
+            return stdio_rules.check_args(line.rstrip("\r") for line in raw.split("\n") if line.strip())
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_new_env(self) -> dict[str, str] | None:
+        raw = self.cleaned_data.get("new_env") or ""
+        try:
+            return stdio_rules.parse_env_lines(raw.split("\n")) or None
+        except ValueError as exc:
+            raise forms.ValidationError(f"The environment: {exc}.") from None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        transport = cleaned.get("transport") or McpServer.Transport.HTTP
+        cleaned["transport"] = transport
+        if transport == McpServer.Transport.STDIO:
+            if cleaned.get("url"):
+                self.add_error("url", "A stdio server has no URL.")
+            try:
+                cleaned["command"] = stdio_rules.check_command(cleaned.get("command") or "")
+            except ValueError as exc:
+                self.add_error("command", str(exc))
+        else:
+            if not cleaned.get("url") and "url" not in self.errors:
+                self.add_error("url", "A Streamable HTTP server needs its URL.")
+            if cleaned.get("command") or cleaned.get("arguments") or cleaned.get("new_env"):
+                self.add_error("command", "Only a stdio server has a command, arguments or environment.")
+        return cleaned
+
     def save(self, commit: bool = True) -> McpServer:
         server = super().save(commit=False)
         if self.cleaned_data.get("clear_headers"):
             server.headers = {}
         elif self.cleaned_data.get("new_headers"):
             server.headers = self.cleaned_data["new_headers"]
+        server.args = self.cleaned_data.get("arguments") or []
+        if self.cleaned_data.get("clear_env"):
+            server.env = {}
+        elif self.cleaned_data.get("new_env"):
+            server.env = self.cleaned_data["new_env"]
         if commit:
             server.save()
         return server
@@ -89,12 +168,14 @@ class McpServerForm(forms.ModelForm):
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
-    list_display = ["slug", "name", "url", "enabled", "default_team", "credentials"]
+    list_display = ["slug", "name", "transport", "url", "enabled", "default_team", "credentials"]
     search_fields = ["slug", "name", "url"]
 
     @admin.display(description="credentials")
     def credentials(self, obj: McpServer) -> str:
-        return f"{len(obj.headers)} header(s) set" if obj.headers else "none"
+        held = [f"{len(obj.headers)} header(s)"] if obj.headers else []
+        held += [f"{len(obj.env)} environment variable(s)"] if obj.env else []
+        return " and ".join(held) + " set" if held else "none"
 
 
 @admin.register(AgentClient)

@@ -13,7 +13,7 @@ from django.utils import timezone
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
 from approvals.audit.tasks import verify_chain
 from approvals.models import Round, ToolCall
-from approvals.services import escalation, holding, notifications, sending, webhooks
+from approvals.services import escalation, holding, notifications, sending, servers, webhooks
 
 # A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
 STUCK_AFTER = timedelta(seconds=90)
@@ -68,6 +68,12 @@ def escalate_and_warn() -> int:
     now = timezone.now()
     escalation.warn_expiring(now=now)
     return escalation.escalate_due(now=now)
+
+
+@shared_task
+def refresh_tool_lists() -> int:
+    """Probe the servers whose tool list is older than ELICIT_TOOLS_REFRESH_INTERVAL."""
+    return servers.servers_refresh_stale()
 
 
 @shared_task(bind=True, max_retries=None)

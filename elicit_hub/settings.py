@@ -346,6 +346,7 @@ CELERY_BEAT_SCHEDULE = {
     "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
     "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
+    "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
@@ -367,6 +368,15 @@ ELICIT_HOLDER_HEARTBEAT = env_int("ELICIT_HOLDER_HEARTBEAT", 5, minimum=1)
 ELICIT_HOLDER_POLL = env_int("ELICIT_HOLDER_POLL", 3, minimum=1)
 ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
 ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
+# Beat probes each server again (era, tool list) once its tool list is older than this many seconds, at most
+# ELICIT_TOOLS_REFRESH_BATCH servers per run (every 5 minutes).
+ELICIT_TOOLS_REFRESH_INTERVAL = env_int("ELICIT_TOOLS_REFRESH_INTERVAL", 3600, minimum=60)
+ELICIT_TOOLS_REFRESH_BATCH = env_int("ELICIT_TOOLS_REFRESH_BATCH", 50, minimum=1)
+# stdio servers: the unprivileged user they run as when the hub runs as root, the directory under which
+# each gets its own working directory, and how old a holder's heartbeat may be before its lease is taken.
+ELICIT_STDIO_USER = env_str("ELICIT_STDIO_USER", "nobody")
+ELICIT_STDIO_DIR = Path(env_str("ELICIT_STDIO_DIR", str(engines.VAR_DIR / "stdio")))
+ELICIT_STDIO_LEASE_STALE = env_int("ELICIT_STDIO_LEASE_STALE", 30, minimum=1)
 ELICIT_WEBHOOK_MAX_ATTEMPTS = env_int("ELICIT_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)

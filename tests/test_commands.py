@@ -32,6 +32,7 @@ def test_add_server_stores_headers_without_printing_them(fake_dns) -> None:
         "release",
         "--header",
         "Authorization: Bearer s3cret-value",
+        "--no-probe",  # nothing listens at that public address; the probe tests use loopback servers
     )
     server = McpServer.objects.get(slug="deploy")
     assert server.headers == {"Authorization": "Bearer s3cret-value"}

@@ -8,6 +8,7 @@ its own process, on the test database; the agent and the reviewer use the HTTP A
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -17,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.models import AuditEvent, Holder, InputRequest, McpServer, Round, ToolCall
+from approvals.models import AgentClient, AuditEvent, Holder, InputRequest, McpServer, Round, ToolCall
 from approvals.services import holding, sending
 from tests.hub import Hub, set_up_hub
 from tests.live import HolderRunner, child_env, wait_until
@@ -241,3 +242,24 @@ def test_claims_take_each_call_once(hub: Hub) -> None:
     got += holding.holder_claim(holder_id=second.pk, limit=10)
     assert sorted(got) == sorted(ids)
     assert ToolCall.objects.get(pk=other.pk).holder_id is None
+
+
+def test_a_stdio_servers_elicitation_reaches_a_reviewer(hub: Hub, holder: HolderRunner) -> None:
+    from tests.test_stdio import SERVER_SCRIPT
+
+    local = McpServer.objects.create(
+        slug="local-tools",
+        name="Local tools",
+        transport=McpServer.Transport.STDIO,
+        command=sys.executable,
+        args=[str(SERVER_SCRIPT)],
+        era=McpServer.Era.HANDSHAKE,
+        default_team=hub.server.default_team,
+    )
+    AgentClient.objects.get(name="ci-agent").servers.add(local)
+    call_id = hub.agent.call("ask", {}, server="local-tools")
+    item = hub.reviewer.wait_for_request(call_id, "elicitation")
+    assert item["message"] == "What is your name?"
+    assert hub.reviewer.respond(item["id"], "accept", {"name": "Grace"}).status_code == 200
+    assert _text(_finished(hub, call_id)) == "hello Grace"
+    assert McpServer.objects.get(pk=local.pk).stdio_holder is not None

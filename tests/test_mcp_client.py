@@ -284,7 +284,7 @@ def test_http_5xx_and_429_are_transient_with_retry_after() -> None:
 
 
 def test_json_rpc_errors_are_permanent() -> None:
-    err = classify_rpc_error(-32602, "Unknown tool", None, HttpFacts(400, "application/json"))
+    err = classify_rpc_error(-32602, "Invalid arguments", None, HttpFacts(400, "application/json"))
     assert isinstance(err, PermanentError) and err.code == "rpc_error" and err.rpc_code == -32602
     err = classify_rpc_error(-32603, "boom", None, HttpFacts(200, "application/json"))
     assert isinstance(err, PermanentError) and err.code == "rpc_error" and err.rpc_code == -32603

@@ -38,6 +38,9 @@ VERBS: tuple[str, ...] = (
     "holder.lost",
     # MCP servers
     "server.tools_refreshed",
+    "server.probed",
+    "server.stdio_leased",
+    "server.stdio_restarted",
     # The audit log itself
     "audit.exported",
     "audit.pruned",

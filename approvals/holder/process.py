@@ -80,6 +80,10 @@ class _NotSent(Exception):
     """The call was cancelled or taken away before tools/call left."""
 
 
+class _NotHere(Exception):
+    """Another holder runs the call's stdio server: give the call back (nothing was sent)."""
+
+
 class HolderProcess:
     def __init__(
         self,
@@ -101,7 +105,7 @@ class HolderProcess:
         self.sessions = 0
         self.lost = False
         self.stdio = importlib.util.find_spec(STDIO_MODULE) is not None
-        self._supervisors: dict[int, Any] = {}
+        self._supervisors: dict[int, Any] = {}  # stdio servers this holder runs, by server id
 
     # ---- the process -------------------------------------------------------------------------------
 
@@ -121,6 +125,9 @@ class HolderProcess:
             for task in list(self.tasks.values()):
                 task.cancel()
             await asyncio.gather(*helpers, *self.tasks.values(), return_exceptions=True)
+            for supervisor in list(self._supervisors.values()):
+                with contextlib.suppress(Exception):
+                    await supervisor.stop()
             if not self.lost:
                 ended = await db(holding.holder_stop)(holder_id=self.holder_id)
                 logger.info("holder %s stopped; %d held calls ended with it", self.name, ended)
@@ -209,6 +216,11 @@ class HolderProcess:
                 outcome = await self._session(run)
             except _NotSent:
                 return
+            except _NotHere:
+                await shielded(
+                    holding.held_release, call_id=call_id, holder_id=self.holder_id, reason="run elsewhere"
+                )
+                return
             except McpError as exc:
                 if not run.sent and exc.transient and attempt < settings.ELICIT_MCP_MAX_RETRIES:
                     attempt += 1
@@ -257,10 +269,13 @@ class HolderProcess:
     async def _stdio_session(self, run: _Run) -> Completed | ToolError | None:
         held = run.held
         supervisor = self._supervisors.get(held.server_id)
-        if supervisor is None:
+        if supervisor is None or supervisor.lost:
             module = importlib.import_module(STDIO_MODULE)
             supervisor = module.StdioSupervisor(held.server_id, self.name)
             self._supervisors[held.server_id] = supervisor
+        if not await supervisor.start():
+            self._supervisors.pop(held.server_id, None)
+            raise _NotHere
         async with supervisor.session() as (client, dispatcher):
             self.sessions += 1
             try:

@@ -102,6 +102,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 def _classify(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> McpError:
     """Map whatever came out of the SDK (possibly an exception group) to one `McpError`."""
+    what = wire.method or what
     leaves = [leaf for leaf in _leaves(exc) if not isinstance(leaf, anyio.get_cancelled_exc_class())]
     if not leaves:
         return TransientError("network_error", f"{what} was interrupted")
@@ -362,7 +363,9 @@ async def call_tool(
     responses = _typed_input_responses(input_responses, what)
 
     async def op(client: Client, wire: Wire) -> Outcome:
+        wire.method = "tools/list"
         _, dropped = await _list_all(client, wire)
+        wire.method = None
         if name in dropped:
             raise PermanentError(
                 "invalid_tool_headers",
@@ -378,7 +381,9 @@ async def call_tool(
             if exc.code != HEADER_MISMATCH:
                 raise
             # The server saw other Mcp-Param-* headers than it expects: re-list and resend once.
+            wire.method = "tools/list"
             await _list_all(client, wire)
+            wire.method = None
             return await once()
 
     outcome = await _operate(
@@ -399,52 +404,56 @@ async def list_tools(server: ServerConfig) -> list[dict[str, Any]]:
     return await _operate(server, op, what="tools/list")
 
 
-async def discover(server: ServerConfig) -> dict[str, Any]:
-    """``server/discover``: the result JSON, suitable for `ServerConfig.discover`.
+async def discover_on(client: Client, wire: Wire) -> dict[str, Any]:
+    """``server/discover`` on an open client pinned to 2026-07-28: the result JSON.
 
     Raises ``PermanentError("protocol_unsupported")`` when the server does not speak 2026-07-28.
     """
     what = "server/discover"
     not_modern = f"this server does not speak MCP {PROTOCOL_VERSION}"
-
-    async def op(client: Client, wire: Wire) -> dict[str, Any]:
-        try:
-            raw = await client.session.send_discover(PROTOCOL_VERSION)
-        except MCPError as exc:
-            if exc.code == UNSUPPORTED_PROTOCOL_VERSION:
-                data = exc.data if isinstance(exc.data, dict) else {}
-                named = data.get("supported")
-                supported: list[Any] = named if isinstance(named, list) else []
-                mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
-                if not mutual:
-                    offered = ", ".join(map(str, supported)) or "no version it names"
-                    raise PermanentError(
-                        "protocol_unsupported", f"{not_modern} (it offers {offered})", rpc_code=exc.code
-                    ) from None
-                raw = await client.session.send_discover(mutual[-1])
-            elif (
-                exc.code in (METHOD_NOT_FOUND, INVALID_REQUEST) or wire.http.status in (400, 404, 405)
-            ) and (wire.http.status is None or wire.http.status < 500):
+    try:
+        raw = await client.session.send_discover(PROTOCOL_VERSION)
+    except MCPError as exc:
+        if exc.code == UNSUPPORTED_PROTOCOL_VERSION:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            named = data.get("supported")
+            supported: list[Any] = named if isinstance(named, list) else []
+            mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
+            if not mutual:
+                offered = ", ".join(map(str, supported)) or "no version it names"
                 raise PermanentError(
-                    "protocol_unsupported",
-                    f"{not_modern} (server/discover failed with error {exc.code})",
-                    rpc_code=exc.code,
+                    "protocol_unsupported", f"{not_modern} (it offers {offered})", rpc_code=exc.code
                 ) from None
-            else:
-                raise
-        try:
-            result = mcp_types.DiscoverResult.model_validate(raw, by_name=False)
-        except ValidationError as exc:
+            raw = await client.session.send_discover(mutual[-1])
+        elif (exc.code in (METHOD_NOT_FOUND, INVALID_REQUEST) or wire.http.status in (400, 404, 405)) and (
+            wire.http.status is None or wire.http.status < 500
+        ):
             raise PermanentError(
-                "malformed_response", f"the server's answer to {what} is malformed: {validation_summary(exc)}"
+                "protocol_unsupported",
+                f"{not_modern} (server/discover failed with error {exc.code})",
+                rpc_code=exc.code,
             ) from None
-        if not any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
-            raise PermanentError(
-                "protocol_unsupported", f"{not_modern} (it offers {', '.join(result.supported_versions)})"
-            )
-        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        else:
+            raise
+    try:
+        result = mcp_types.DiscoverResult.model_validate(raw, by_name=False)
+    except ValidationError as exc:
+        raise PermanentError(
+            "malformed_response", f"the server's answer to {what} is malformed: {validation_summary(exc)}"
+        ) from None
+    if not any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
+        raise PermanentError(
+            "protocol_unsupported", f"{not_modern} (it offers {', '.join(result.supported_versions)})"
+        )
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
-    return await _operate(server, op, what=what)
+
+async def discover(server: ServerConfig) -> dict[str, Any]:
+    """``server/discover``: the result JSON, suitable for `ServerConfig.discover`.
+
+    Raises ``PermanentError("protocol_unsupported")`` when the server does not speak 2026-07-28.
+    """
+    return await _operate(server, discover_on, what="server/discover")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

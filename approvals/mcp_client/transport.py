@@ -61,6 +61,9 @@ class Wire:
 
     def __init__(self, idempotency_key: str | None) -> None:
         self.idempotency_key = idempotency_key
+        # The method being sent when it is not the one the operation is named after (a tools/list before a
+        # tools/call): failures name it.
+        self.method: str | None = None
         self.http = HttpFacts()
         self.last_result: dict[str, Any] | None = None
         self._to_session: dict[Any, Any] = {}

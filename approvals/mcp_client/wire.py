@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,12 +25,14 @@ from mcp.shared.inbound import (
 )
 from mcp_types import (
     CONNECTION_CLOSED,
+    HEADER_MISMATCH,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
     REQUEST_TIMEOUT,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from approvals import safejson
@@ -58,7 +61,9 @@ __all__ = [
     "check_input_requests",
     "classify_rpc_error",
     "encode_header_value",
+    "handshake_hint",
     "invalid_header_reason",
+    "names_unknown_tool",
     "param_headers",
     "parse_retry_after",
     "read_call_result",
@@ -195,6 +200,53 @@ def read_call_result(raw: Any, what: str = "tools/call") -> Outcome:
 # ---- errors ------------------------------------------------------------------------------------
 
 
+# What servers of the handshake era answer a request that arrives without a session (the TypeScript SDK,
+# mcp 1.x / FastMCP 2.x, the Go SDK), or with a 2026-07-28 MCP-Protocol-Version header they do not know.
+SESSION_REFUSALS = (
+    "server not initialized",
+    "missing session id",
+    "no valid session id",
+    "session id required",
+    "mcp-session-id header is required",
+    "invalid or missing session id",
+)
+VERSION_REFUSALS = ("unsupported protocol version", "unsupported mcp-protocol-version")
+
+
+_UNKNOWN_TOOL = re.compile(
+    r"unknown tool|tool\b.{0,200}\bnot found|no such tool|tool not found", re.IGNORECASE
+)
+
+
+def names_unknown_tool(text: str) -> bool:
+    """True when a server's error text says the tool it was asked to call does not exist."""
+    return bool(_UNKNOWN_TOOL.search(text[:2000]))
+
+
+def handshake_hint(version: str | None = None) -> str:
+    """What to tell an admin whose server speaks only the handshake era."""
+    named = version or "2025-11-25 or earlier"
+    return f"this server speaks the handshake era ({named}); set its era to handshake or auto"
+
+
+def _handshake_version(text: str) -> str | None:
+    """The newest handshake-era version a refusal names, if any."""
+    named = [v for v in HANDSHAKE_PROTOCOL_VERSIONS if v in text]
+    return max(named) if named else None
+
+
+def _handshake_refusal(code: int, message: str, status: int | None) -> str | None:
+    """The hint when an error says the server wants a handshake-era session, else None."""
+    if status is not None and not 400 <= status < 500:
+        return None
+    lowered = message.lower()
+    if any(phrase in lowered for phrase in SESSION_REFUSALS):
+        return handshake_hint(_handshake_version(message))
+    if any(phrase in lowered for phrase in VERSION_REFUSALS) and code != UNSUPPORTED_PROTOCOL_VERSION:
+        return handshake_hint(_handshake_version(message))
+    return None
+
+
 @dataclass
 class HttpFacts:
     """What the last HTTP exchange looked like (the SDK folds these into generic JSON-RPC errors)."""
@@ -247,6 +299,14 @@ def classify_rpc_error(
     json_body = (http.content_type or "").lower().startswith("application/json")
     if code == REQUEST_TIMEOUT:
         return TransientError("timeout", f"no answer to {what} in time")
+    hint = _handshake_refusal(code, message or "", status)
+    if hint is not None:
+        # A handshake-era server refusing a stateless request: resending it can never work.
+        return PermanentError(
+            "protocol_unsupported",
+            f"the server refused {what} without a session ({text}): {hint}",
+            rpc_code=code,
+        )
     if status == 429:
         return TransientError(
             "rate_limited", f"the server is rate limiting {what} (HTTP 429)", retry_after=http.retry_after
@@ -255,7 +315,7 @@ def classify_rpc_error(
         return TransientError(
             "http_5xx", f"the server failed on {what} (HTTP {status})", retry_after=http.retry_after
         )
-    if code == CONNECTION_CLOSED:
+    if code == CONNECTION_CLOSED and (status is None or status < 400):
         return TransientError("network_error", f"the connection closed before {what} was answered ({text})")
     if status in (401, 403):
         return PermanentError("auth_failed", f"the server refused our credentials for {what} (HTTP {status})")
@@ -264,9 +324,13 @@ def classify_rpc_error(
     if code == UNSUPPORTED_PROTOCOL_VERSION:
         supported = data.get("supported") if isinstance(data, dict) else None
         offered = f" (it offers {', '.join(map(str, supported))})" if isinstance(supported, list) else ""
+        listed = supported if isinstance(supported, list) else []
+        older = [str(v) for v in listed if v in HANDSHAKE_PROTOCOL_VERSIONS]
+        newer = [str(v) for v in listed if v in MODERN_PROTOCOL_VERSIONS]
+        advice = f": {handshake_hint(max(older))}" if older and not newer else ""
         return PermanentError(
             "protocol_unsupported",
-            f"this server does not speak MCP {PROTOCOL_VERSION}{offered}",
+            f"this server does not speak MCP {PROTOCOL_VERSION} for {what}{offered}{advice}",
             rpc_code=code,
         )
     if code == INVALID_PARAMS and isinstance(data, dict) and data.get("reason") == "invalid_request_state":
@@ -289,6 +353,16 @@ def classify_rpc_error(
             return PermanentError(
                 "malformed_response", f"the server answered {what} with no result (HTTP 202)"
             )
+    if code == INVALID_PARAMS and names_unknown_tool(message or ""):
+        return PermanentError(
+            "unknown_tool", f"the server does not know the tool of {what}: {text}", rpc_code=code
+        )
+    if code == HEADER_MISMATCH:
+        return PermanentError(
+            "header_mismatch",
+            f"the server expects other Mcp-Param-* headers for {what}: {text}",
+            rpc_code=code,
+        )
     if code == INVALID_REQUEST and message.startswith("Redirect to"):
         return PermanentError("redirect_not_followed", text)
     return PermanentError("rpc_error", f"the server answered {what} with error {code}: {text}", rpc_code=code)

@@ -30,7 +30,7 @@ from approvals.models import Round, ToolCall, send_idempotency_key
 from approvals.services import holding
 from approvals.services.calls import call_finish
 from approvals.services.rounds import input_responses, round_open
-from approvals.services.servers import server_config
+from approvals.services.servers import server_after_send, server_config
 
 logger = logging.getLogger(__name__)
 SYSTEM = Actor.system()
@@ -164,7 +164,10 @@ def call_send(*, call_id: Any) -> float | None:
                 return _transient(send, exc)
             except mcp_client.PermanentError as exc:
                 _fail(send, exc)
+                server_after_send(send.call.server, send.call.tool, error=exc)
                 return None
+            # Before the answer is applied: a round routes on the tool's annotations in the stored list.
+            server_after_send(send.call.server, send.call.tool, outcome=outcome)
             if not _apply(send, outcome, received_at=timezone.now()):
                 return None
 

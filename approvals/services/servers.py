@@ -1,16 +1,25 @@
-"""MCP servers as the hub knows them: the tool list it caches (annotations feed routing and the UI)."""
+"""MCP servers as the hub knows them: the era they speak (the last probe) and the tool list it caches
+(annotations feed routing and the UI)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
+from approvals.mcp_client import probe as mcp_probe
 from approvals.models import McpServer
+
+logger = logging.getLogger(__name__)
+RETRY_UNREACHABLE = 300  # seconds
 
 
 def parse_header_lines(lines: Iterable[str]) -> dict[str, str]:
@@ -37,14 +46,212 @@ def server_config(server: McpServer) -> mcp_client.ServerConfig:
     )
 
 
-def server_refresh_tools(*, server: McpServer) -> list[dict]:
-    """Fetch tools/list (every page; tools with invalid x-mcp-header annotations dropped) and cache it."""
-    tools = mcp_client.run(mcp_client.list_tools(server_config(server)))
-    McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_fetched_at=timezone.now())
+def _store_tools(server: McpServer, tools: list[dict[str, Any]], **more: Any) -> None:
+    now = timezone.now()
+    McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_fetched_at=now, **more)
     server.tools = tools
+    server.tools_fetched_at = now
+    for name, value in more.items():
+        setattr(server, name, value)
+
+
+def server_probe(
+    server: McpServer, *, target: mcp_probe.Target | None = None, actor: Actor | None = None
+) -> dict[str, Any]:
+    """Probe the server for its era, identity, capabilities, tools and latency, and store what was found.
+
+    Never fails for a server that cannot be reached or understood: the probe JSON then says ``ok: false``
+    with the error and a hint, and the stored tool list is kept. `target` is how to reach a stdio server
+    (a transport factory from the process that runs it); HTTP servers are reached through the outbound
+    guard.
+    """
+    if target is None and server.transport == McpServer.Transport.HTTP:
+        target = server_config(server)
+    if target is None:
+        result = mcp_probe.ProbeResult(
+            ok=False,
+            era=None,
+            protocol_version=None,
+            server_info=None,
+            capabilities={},
+            tool_count=None,
+            latency_ms=None,
+            error={
+                "code": "not_running",
+                "message": "the stdio server is probed by the process that runs it",
+            },
+            hint="start the holder; it probes the server when it starts it",
+            probed_at=timezone.now().isoformat(),
+        )
+    else:
+        result = mcp_client.run(mcp_probe.probe(target, era=server.era))
+    found = result.as_json()
+    now = timezone.now()
+    update: dict[str, Any] = {"probe": found, "probed_at": now}
+    if result.era == mcp_probe.MODERN and result.discover is not None:
+        update["discover"] = result.discover
+    elif result.era == mcp_probe.HANDSHAKE:
+        update["discover"] = None
+    if result.tools is not None:
+        update["tools"] = result.tools
+        update["tools_fetched_at"] = now
+    McpServer.objects.filter(pk=server.pk).update(**update)
+    for name, value in update.items():
+        setattr(server, name, value)
+    audit.record(
+        actor=actor or Actor.system(),
+        verb="server.probed",
+        data={
+            "server": server.slug,
+            "ok": result.ok,
+            "era": result.era,
+            "protocol_version": result.protocol_version,
+            "tool_count": result.tool_count,
+            "latency_ms": result.latency_ms,
+            "error": result.error,
+        },
+    )
+    return found
+
+
+def server_refresh_tools(*, server: McpServer) -> list[dict]:
+    """Fetch tools/list (every page; tools with invalid x-mcp-header annotations dropped) and cache it.
+
+    A server that needs a session (handshake era, stdio) is probed instead, which lists its tools on one.
+    """
+    if server.needs_session:
+        server_probe(server)
+        return list(server.tools or [])
+    tools = mcp_client.run(mcp_client.list_tools(server_config(server)))
+    _store_tools(server, tools)
     audit.record(
         actor=Actor.system(),
         verb="server.tools_refreshed",
         data={"server": server.slug, "tools": [tool.get("name") for tool in tools]},
     )
     return tools
+
+
+def server_tools_changed(server_id: Any, *, tools: list[dict[str, Any]] | None = None) -> list[dict] | None:
+    """The server said its tool list changed (``notifications/tools/list_changed``): store the new list.
+
+    A process holding a session with the server may pass the `tools` it listed on that session (a stdio
+    server must not be started twice to list them); otherwise the hub lists them again itself. Returns the
+    stored list, or None when the server is gone or could not be reached (the old list is kept).
+    """
+    server = McpServer.objects.filter(pk=server_id).first()
+    if server is None:
+        return None
+    if tools is not None:
+        _store_tools(server, tools)
+        audit.record(
+            actor=Actor.system(),
+            verb="server.tools_refreshed",
+            data={
+                "server": server.slug,
+                "tools": [tool.get("name") for tool in tools],
+                "why": "list_changed",
+            },
+        )
+        return tools
+    try:
+        return server_refresh_tools(server=server)
+    except mcp_client.McpError as exc:
+        logger.warning("server %s: could not list its tools again: %s", server.slug, exc.code)
+        return None
+
+
+def server_refresh_if_stale(server: McpServer, *, max_age: float) -> bool:
+    """Re-list the server's tools unless they were fetched in the last `max_age` seconds (several workers
+    meeting the same unknown tool list it once). True when a refresh ran and succeeded."""
+    fresh = server.tools_fetched_at is not None and server.tools_fetched_at > timezone.now() - timedelta(
+        seconds=max_age
+    )
+    if fresh:
+        return False
+    try:
+        server_refresh_tools(server=server)
+    except mcp_client.McpError as exc:
+        logger.warning("server %s: could not list its tools again: %s", server.slug, exc.code)
+        return False
+    return True
+
+
+def servers_refresh_stale(*, now: Any = None) -> int:
+    """Beat: probe every enabled HTTP server whose tool list is older than ELICIT_TOOLS_REFRESH_INTERVAL
+    (this re-lists its tools and notices a change of era). Returns how many were probed."""
+    now = now or timezone.now()
+    interval = settings.ELICIT_TOOLS_REFRESH_INTERVAL
+    cutoff = now - timedelta(seconds=interval)
+    # A server that could not be reached is tried again after a few minutes, not at every tick.
+    retry = now - timedelta(seconds=min(interval, RETRY_UNREACHABLE))
+    due = (
+        McpServer.objects.filter(enabled=True, transport=McpServer.Transport.HTTP)
+        .filter(Q(tools_fetched_at__isnull=True) | Q(tools_fetched_at__lt=cutoff))
+        .filter(Q(probed_at__isnull=True) | Q(probed_at__lt=retry))
+    )
+    count = 0
+    for server in due.order_by("tools_fetched_at")[: settings.ELICIT_TOOLS_REFRESH_BATCH]:
+        server_probe(server)
+        count += 1
+    return count
+
+
+UNKNOWN_TOOL_RELIST_AFTER = 30  # seconds: a stored list this fresh is not fetched again for an unknown tool
+
+
+def _result_names_unknown_tool(result: dict[str, Any]) -> bool:
+    texts = [item.get("text") for item in result.get("content") or [] if isinstance(item, dict)]
+    return any(isinstance(text, str) and mcp_client.names_unknown_tool(text) for text in texts)
+
+
+def server_after_send(
+    server: McpServer,
+    tool: str,
+    *,
+    outcome: mcp_client.Outcome | None = None,
+    error: mcp_client.McpError | None = None,
+) -> None:
+    """What a 2026-07-28 send taught the hub about the server, acted on at once.
+
+    - It refused the stateless request as a handshake-era server would (``protocol_unsupported``) and its
+      era is ``auto``: probe it again, so the next call goes to a session if it speaks the handshake era.
+    - It does not know the tool, its ``Mcp-Param-*`` headers did not match, or it answered for a tool the
+      stored list lacks: list its tools again (routing rules read their annotations from that list).
+    """
+    if error is not None:
+        if error.code == "protocol_unsupported":
+            if server.era == McpServer.Era.AUTO and server.transport == McpServer.Transport.HTTP:
+                server_probe(server)
+        elif error.code in ("unknown_tool", "header_mismatch"):
+            server_refresh_if_stale(server, max_age=UNKNOWN_TOOL_RELIST_AFTER)
+        return
+    unknown = isinstance(outcome, mcp_client.ToolError) and _result_names_unknown_tool(outcome.result)
+    if unknown or server.tool(tool) is None:
+        server_refresh_if_stale(server, max_age=UNKNOWN_TOOL_RELIST_AFTER)
+
+
+def probe_summary(found: dict[str, Any] | None) -> str:
+    """One line for people: what the last probe found (the admin list, add_server, check_server)."""
+    if not found:
+        return "not probed yet"
+    parts = []
+    if found.get("era"):
+        version = found.get("protocol_version")
+        parts.append(f"era {found['era']}" + (f" ({version})" if version and version != found["era"] else ""))
+    info = found.get("server_info") or {}
+    if info.get("name"):
+        parts.append(f"server {info['name']} {info.get('version') or ''}".rstrip())
+    if found.get("tool_count") is not None:
+        parts.append(f"{found['tool_count']} tool(s)")
+    if found.get("latency_ms") is not None:
+        parts.append(f"{found['latency_ms']} ms")
+    state = "ok" if found.get("ok") else ("unreachable" if probe_unreachable(found) else "NOT USABLE")
+    return f"{state}: " + ", ".join(parts) if parts else state
+
+
+def probe_unreachable(found: dict[str, Any] | None) -> bool:
+    """The last probe could not reach the server at all (no era found, a connection-level error)."""
+    if not found or found.get("ok") or found.get("era"):
+        return False
+    return (found.get("error") or {}).get("code") in mcp_probe.UNREACHABLE

@@ -8,7 +8,11 @@ from django.core.validators import URLValidator
 
 from approvals import netguard
 from approvals.models import McpServer, Team
-from approvals.services.servers import parse_header_lines
+from approvals.services import stdio as stdio_rules
+from approvals.services.servers import parse_header_lines, probe_summary, server_probe
+
+# Registering a URL makes the server a Streamable HTTP one: no command, arguments or environment stay.
+NOT_STDIO = {"transport": McpServer.Transport.HTTP, "command": "", "args": [], "env": {}}
 
 
 class Command(BaseCommand):
@@ -16,7 +20,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("slug")
-        parser.add_argument("url")
+        parser.add_argument("url", nargs="?", default="", help="a Streamable HTTP server's URL")
         parser.add_argument("--name", default="")
         parser.add_argument(
             "--team", default="", help="slug of the team that answers its requests by default"
@@ -24,10 +28,45 @@ class Command(BaseCommand):
         parser.add_argument(
             "--header", action="append", default=[], help='"Name: value", sent with every request'
         )
+        stdio = parser.add_argument_group("stdio servers (a command the hub runs, instead of a URL)")
+        stdio.add_argument("--command", default="", help="an absolute path, or a name found on PATH")
+        stdio.add_argument(
+            "--arg",
+            action="append",
+            default=[],
+            help='one argument (repeat for more; --arg=-x for one starting with "-")',
+        )
+        stdio.add_argument(
+            "--env", action="append", default=[], help='"NAME=value" in its environment (repeat for more)'
+        )
+        parser.add_argument(
+            "--era",
+            choices=McpServer.Era.values,
+            default=None,
+            help="protocol era to speak (default: auto, or the setting of a server already registered)",
+        )
+        parser.add_argument(
+            "--no-probe", action="store_true", help="register without asking the server anything"
+        )
 
     def handle(
-        self, *args: Any, slug: str, url: str, name: str, team: str, header: list[str], **options: Any
+        self,
+        *args: Any,
+        slug: str,
+        url: str,
+        name: str,
+        team: str,
+        header: list[str],
+        era: str | None,
+        no_probe: bool,
+        **options: Any,
     ) -> None:
+        if options.get("command"):
+            if url or header:
+                raise CommandError("a stdio server (--command) has no URL and no --header")
+            return self.add_stdio(slug, name, team, era, options)
+        if options.get("arg") or options.get("env"):
+            raise CommandError("--arg and --env belong to a stdio server (--command)")
         try:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
@@ -50,14 +89,68 @@ class Command(BaseCommand):
         server, created = McpServer.objects.update_or_create(
             slug=slug,
             defaults={
+                **NOT_STDIO,
                 "url": url,
                 "name": name or slug.replace("-", " ").title(),
                 "default_team": default_team,
                 **({"headers": headers} if headers else {}),
+                **({"era": era} if era else {}),
             },
         )
         verb = "registered" if created else "updated"
         self.stdout.write(
             f"{verb} MCP server {server.slug} at {server.url}"
             + (f" ({len(headers)} header(s))" if headers else "")
+            + f", era {server.era}"
         )
+        if no_probe:
+            return
+        found = server_probe(server)
+        self.stdout.write(f"probe: {probe_summary(found)}")
+        if not found["ok"]:
+            error = found.get("error") or {}
+            self.stdout.write(f"error: {error.get('code')}: {error.get('message')}")
+            if found.get("hint"):
+                self.stdout.write(f"hint: {found['hint']}")
+            self.stdout.write(
+                "the server is registered all the same; `manage.py check_server` probes it again"
+            )
+
+    def add_stdio(self, slug: str, name: str, team: str, era: str | None, options: dict[str, Any]) -> None:
+        """A stdio server: the command (checked now, run by a holder), its arguments and environment."""
+        try:
+            command = stdio_rules.check_command(options["command"])
+            args = stdio_rules.check_args(options["arg"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            env = stdio_rules.parse_env_lines(options["env"])
+        except ValueError as exc:
+            raise CommandError(f"--env: {exc}") from None
+        default_team = None
+        if team:
+            default_team, _ = Team.objects.get_or_create(
+                slug=team, defaults={"name": team.replace("-", " ").title()}
+            )
+        server, created = McpServer.objects.update_or_create(
+            slug=slug,
+            defaults={
+                "transport": McpServer.Transport.STDIO,
+                "url": "",
+                "headers": {},
+                "command": command,
+                "args": args,
+                "name": name or slug.replace("-", " ").title(),
+                "default_team": default_team,
+                **({"env": env} if env else {}),
+                **({"era": era} if era else {}),
+            },
+        )
+        verb = "registered" if created else "updated"
+        self.stdout.write(
+            f"{verb} stdio MCP server {server.slug}: {command} with {len(args)} argument(s)"
+            + (f" and {len(env)} environment variable(s)" if env else "")
+            + f", era {server.era}"
+        )
+        # Started (and probed) by the holder that takes its lease; it is never started twice to probe it.
+        self.stdout.write("the holder starts it and probes it; `manage.py check_server` shows the probe")

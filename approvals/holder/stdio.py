@@ -1,0 +1,375 @@
+"""stdio servers: one supervisor per server a holder process runs.
+
+    supervisor = StdioSupervisor(server.pk, holder.name)
+    if await supervisor.start():                # False: another live holder runs this server
+        async with supervisor.session() as (client, dispatcher):
+            outcome = await call_on(client, dispatcher, hooks, "build", {...}, timeout=limit)
+    await supervisor.stop()                      # ends the process, releases the lease
+
+The supervisor
+- holds the PostgreSQL lease (`McpServer.stdio_holder`, see `approvals.services.stdio`): exactly one holder
+  runs each stdio server. It checks the lease is still its own every few seconds and stops the process
+  the moment it is not (its heartbeat went stale and another holder took over, or an admin disabled it);
+- starts the command with the SDK's `stdio_client` in its own working directory ``<ELICIT_STDIO_DIR>/<slug>``
+  (mode 0700), with only the server's configured environment over a minimal PATH/HOME/USER (never the hub's
+  environment, which holds the hub's secrets). When the hub runs as root the process runs as
+  ``ELICIT_STDIO_USER`` (default ``nobody``) through ``setpriv``, without supplementary groups and with
+  no-new-privileges; it is killed if the holder dies (parent-death signal);
+- sends its stderr, line by line, to the log (logger ``approvals.stdio.<slug>``), never to reviewers;
+- restarts it when it ends (a crash, or an exit of its own), with a backoff, and reads its registration
+  again at every start, so an admin's edits apply on the next restart;
+- gives exclusive use of the open client to one call at a time. A stdio connection is one session: an
+  ``elicitation/create`` that arrives on it names no call, so the hub could not tell which of two
+  concurrent calls asked. Calls to one stdio server are therefore serialised, and the session's
+  `Dispatcher` routes what arrives to the call running now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pwd
+import shutil
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from approvals.mcp_client.outcomes import TransientError
+from approvals.mcp_client.session import Dispatcher, Mode, open_client
+from approvals.models import McpServer
+from approvals.services import stdio as stdio_service
+
+logger = logging.getLogger(__name__)
+
+# The PATH a stdio server gets (after the directory of its own command), unless its environment sets one.
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+MAX_STDERR_LINE = 4096
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 60.0
+# A process that ran this long before it ended was not crash-looping: the backoff starts again.
+STABLE_AFTER = 60.0
+LEASE_CHECK_EVERY = 5.0
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The unprivileged user a stdio server runs as (None when the hub itself is not root)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def configured(cls) -> RunAs | None:
+        if os.geteuid() != 0:
+            return None
+        name = settings.ELICIT_STDIO_USER
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise RuntimeError(
+                f"ELICIT_STDIO_USER names {name!r}, which is not a user here; stdio servers never run as root"
+            ) from None
+        if entry.pw_uid == 0:
+            raise RuntimeError("ELICIT_STDIO_USER names root; stdio servers never run as root")
+        return cls(name=name, uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+def working_dir(slug: str, run_as: RunAs | None) -> Path:
+    """``<ELICIT_STDIO_DIR>/<slug>``, made if missing: mode 0700, owned by the user the server runs as.
+    The parent is 0711 so that user can reach its own directory without listing the others."""
+    if not slug or "/" in slug or slug in {".", ".."}:
+        raise ValueError(f"{slug!r} cannot name a working directory")
+    root = Path(settings.ELICIT_STDIO_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)  # noqa: S103 (traverse only: each server's own directory is 0700)
+    path = root / slug
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise RuntimeError(f"the working directory of {slug} is not a plain directory")
+    os.chmod(path, 0o700)
+    if run_as is not None:
+        os.chown(path, run_as.uid, run_as.gid)
+    return path
+
+
+def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | None) -> StdioServerParameters:
+    """The command line and environment of one start (the command resolved again: it may have moved)."""
+    command = stdio_service.check_command(launch.command)
+    user = run_as.name if run_as is not None else pwd.getpwuid(os.geteuid()).pw_name
+    env = {
+        "PATH": f"{os.path.dirname(command)}:{MINIMAL_PATH}",
+        "HOME": str(cwd),
+        "USER": user,
+        "LOGNAME": user,
+        # Set, so the SDK's defaults do not pass the hub's own values on.
+        "SHELL": "/bin/sh",
+        "TERM": "dumb",
+        "LANG": "C.UTF-8",
+        **launch.env,
+    }
+    argv = [command, *launch.args]
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        prefix = [setpriv]
+        if run_as is not None:
+            prefix += ["--reuid", str(run_as.uid), "--regid", str(run_as.gid), "--clear-groups"]
+        # The server dies with its holder (its pipes would close, but a server need not notice).
+        argv = [*prefix, "--no-new-privs", "--pdeathsig", "KILL", "--", *argv]
+    elif run_as is not None:
+        raise RuntimeError("setpriv (util-linux) is needed to run stdio servers unprivileged")
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
+
+
+class StdioSupervisor:
+    """Runs one stdio server for one holder process; see the module docstring."""
+
+    def __init__(self, server_id: int, holder_name: str) -> None:
+        self.server_id = server_id
+        self.holder_name = holder_name
+        self.slug = ""
+        self.restarts = 0  # processes started after the first
+        self.lost = False  # the lease went to another holder (or the server was disabled)
+        self.last_exit = ""  # why the last process ended
+        self.pid: int | None = None
+        self._client: Client | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._ended = asyncio.Event()  # set when the process's stderr closed: it has exited
+        self._restart_asked = False
+        self._suspect = False  # the last call failed: ping before the next one
+        self._stopping = False
+        self._calls = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<StdioSupervisor {self.slug or self.server_id} holder={self.holder_name}>"
+
+    # ---- life ------------------------------------------------------------------------------------------
+
+    async def start(self) -> bool:
+        """Take the lease and start the server (in the background); False if another live holder runs it."""
+        if self._task is not None:
+            return not self.lost
+        if not await sync_to_async(stdio_service.stdio_lease_take)(
+            server_id=self.server_id, holder_name=self.holder_name
+        ):
+            return False
+        self._task = asyncio.create_task(self._supervise(), name=f"stdio-{self.server_id}")
+        return True
+
+    async def stop(self) -> None:
+        """End the process and release the lease (if still held)."""
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        if not self.lost:
+            await sync_to_async(stdio_service.stdio_lease_release)(
+                server_id=self.server_id, holder_name=self.holder_name
+            )
+
+    async def __aenter__(self) -> StdioSupervisor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def restart(self) -> None:
+        """End the process now (a session the caller found broken); the supervisor starts a new one."""
+        self._restart_asked = True
+        self._wake.set()
+
+    # ---- one call at a time -----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def session(self, *, wait: float | None = None) -> AsyncIterator[tuple[Client, Dispatcher]]:
+        """Exclusive use of the open client for one call. Waits up to `wait` seconds (default: the hub's
+        MCP timeout) for the server to be up; raises `TransientError` ("connect_failed") if it is not:
+        nothing was sent, so the call may be tried again."""
+        limit = float(settings.ELICIT_MCP_TIMEOUT) if wait is None else wait
+        async with self._calls:
+            client, dispatcher = await self._open_session(limit)
+            try:
+                yield client, dispatcher
+            except BaseException:
+                # The call failed: the process may have died under it. The next call checks first.
+                self._suspect = True
+                raise
+
+    async def _open_session(self, limit: float) -> tuple[Client, Dispatcher]:
+        deadline = time.monotonic() + limit
+        while True:
+            if self._task is None or self._task.done() or self._stopping:
+                raise TransientError(
+                    "connect_failed", f"the stdio server {self.slug or self.server_id} is not run here"
+                )
+            try:
+                await asyncio.wait_for(self._ready.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise TransientError(
+                    "connect_failed",
+                    f"the stdio server {self.slug} is not running (last exit: {self.last_exit or 'none'})",
+                ) from None
+            client, dispatcher = self._client, self._dispatcher
+            assert client is not None and dispatcher is not None
+            if not self._suspect:
+                return client, dispatcher
+            # After a failed call: a ping tells a live session from one whose process is gone.
+            try:
+                with anyio.fail_after(min(5.0, max(0.1, deadline - time.monotonic()))):
+                    await _check_alive(client)
+            except Exception:
+                logger.warning("%r: the session does not answer a ping; restarting the server", self)
+                self._ready.clear()
+                self.restart()
+                continue
+            self._suspect = False
+            return client, dispatcher
+
+    # ---- the supervising task ---------------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        backoff = BACKOFF_MIN
+        first = True
+        while not self._stopping:
+            if not await self._lease_held():
+                self.lost = True
+                logger.warning("%r: the lease went to another holder; the server is no longer run here", self)
+                break
+            if not first:
+                self.restarts += 1
+                with contextlib.suppress(Exception):
+                    await sync_to_async(stdio_service.stdio_restarted)(
+                        server_id=self.server_id,
+                        holder_name=self.holder_name,
+                        reason=self.last_exit,
+                        restarts=self.restarts,
+                    )
+            first = False
+            began = time.monotonic()
+            try:
+                await self._run_once()
+            except Exception as exc:
+                self.last_exit = f"{type(exc).__name__}: {exc}"[:500]
+                logger.error("%r: the server failed: %s", self, self.last_exit)
+            if self._stopping or self.lost:
+                break
+            if time.monotonic() - began >= STABLE_AFTER:
+                backoff = BACKOFF_MIN
+            logger.warning("%r: restarting in %.0f s (%s)", self, backoff, self.last_exit)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _lease_held(self) -> bool:
+        return await sync_to_async(stdio_service.stdio_lease_held)(
+            server_id=self.server_id, holder_name=self.holder_name
+        )
+
+    async def _run_once(self) -> None:
+        launch = await sync_to_async(stdio_service.stdio_launch)(server_id=self.server_id)
+        self.slug = launch.slug
+        run_as = RunAs.configured()
+        cwd = working_dir(launch.slug, run_as)
+        params = server_parameters(launch, cwd, run_as)
+        mode: Mode = "legacy" if launch.era == McpServer.Era.HANDSHAKE else "auto"
+        self._ended.clear()
+        self._restart_asked = False
+        self._suspect = False
+        read_fd, write_fd = os.pipe()
+        errlog: TextIO = os.fdopen(write_fd, "w")
+        pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug))
+        dispatcher = Dispatcher(secrets=[value for value in launch.env.values() if len(value) >= 4])
+        try:
+            async with open_client(
+                stdio_client(params, errlog=errlog), mode=mode, dispatcher=dispatcher, timeout=launch.timeout
+            ) as client:
+                errlog.close()  # the process has its copy; EOF on the pipe now means it has exited
+                self._client, self._dispatcher = client, dispatcher
+                self._ready.set()
+                logger.info("%r: started %s", self, os.path.basename(launch.command))
+                await self._until_ended()
+        finally:
+            self._ready.clear()
+            self._client = self._dispatcher = None
+            errlog.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(pump), 5)
+            pump.cancel()
+
+    async def _until_ended(self) -> None:
+        """Wait until the process exits, a restart or stop is asked, or the lease is lost."""
+        while True:
+            with anyio.move_on_after(LEASE_CHECK_EVERY):
+                await self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                self.last_exit = "stopped"
+                return
+            if self._restart_asked and not self._ended.is_set():
+                # Asked because a session looked dead: its process has most likely just exited.
+                with anyio.move_on_after(1.0):
+                    await self._ended.wait()
+            if self._ended.is_set():
+                self.last_exit = "the process exited"
+                return
+            if self._restart_asked:
+                self.last_exit = "a restart was asked"
+                return
+            if not await self._lease_held():
+                self.lost = True
+                self.last_exit = "the lease went to another holder"
+                return
+
+    async def _pump_stderr(self, read_fd: int, slug: str) -> None:
+        """Each stderr line to the log (``approvals.stdio.<slug>``, at INFO, cut at MAX_STDERR_LINE); at
+        EOF the process (and whatever inherited its stderr) has exited."""
+        log = logging.getLogger(f"approvals.stdio.{slug}")
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2 * MAX_STDERR_LINE)
+        pipe = os.fdopen(read_fd, "rb", buffering=0)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        buffer = b""
+        try:
+            while chunk := await reader.read(MAX_STDERR_LINE):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                if len(buffer) > MAX_STDERR_LINE:
+                    lines.append(buffer)
+                    buffer = b""
+                for line in lines:
+                    text = line.decode("utf-8", "replace").rstrip("\r")
+                    if len(text) > MAX_STDERR_LINE:
+                        text = text[:MAX_STDERR_LINE] + " [cut]"
+                    log.info("%s", text)
+            if buffer:
+                log.info("%s", buffer.decode("utf-8", "replace")[:MAX_STDERR_LINE])
+        finally:
+            transport.close()
+            self._ready.clear()
+            self._ended.set()
+            self._wake.set()
+
+
+async def _check_alive(client: Client) -> None:
+    """One cheap request both ways, in either era (2026-07-28 removed ``ping``): one page of tools/list."""
+    await client.list_tools()

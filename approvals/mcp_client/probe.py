@@ -1,0 +1,364 @@
+"""Probing an MCP server: which protocol era it speaks, who it is, which tools it offers, how fast it answers.
+
+Pure (no Django). `probe` never raises for a server that cannot be reached or understood: it returns a
+`ProbeResult` with ``ok`` false, the error and a hint for the admin. Under era ``auto`` it tries
+2026-07-28 (``server/discover``) first and falls back to the ``initialize`` handshake; ``2026-07-28``
+and ``handshake`` try only that era (and look at the other one only to say what to change).
+
+The target is a `ServerConfig` (Streamable HTTP, through the outbound guard) or a factory returning a
+fresh SDK transport for each connection (a stdio server's, say), so the probe does not care how bytes
+reach the server.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from approvals import netguard
+from approvals.mcp_client.client import (
+    CLIENT_INFO,
+    _check_url,
+    _classify,
+    _leaves,
+    _list_all,
+    _refuse_elicitation,
+    _secrets,
+    _tls_context,
+    discover_on,
+)
+from approvals.mcp_client.outcomes import McpError, PermanentError, ServerConfig, TransientError
+from approvals.mcp_client.transport import TeeTransport, Wire
+from approvals.mcp_client.wire import PROTOCOL_VERSION, handshake_hint
+
+T = TypeVar("T")
+
+AUTO = "auto"
+MODERN = PROTOCOL_VERSION
+HANDSHAKE = "handshake"
+Era = Literal["auto", "2026-07-28", "handshake"]
+
+# A fresh SDK transport (an async context manager yielding the read and write streams) per connection.
+TransportFactory = Callable[[], Any]
+Target = ServerConfig | TransportFactory
+
+MODERN_ONLY_HINT = (
+    f"this server speaks only MCP {PROTOCOL_VERSION}; set its era to {PROTOCOL_VERSION} or auto"
+)
+HINTS = {
+    "connect_failed": "the server is unreachable: check its URL and that it is running",
+    "timeout": "the server did not answer in time: check that it is running and not overloaded",
+    "network_error": "the connection failed: check the URL and any proxy between the hub and the server",
+    "auth_failed": "the server refused the hub's credentials: set the right headers for this server",
+    "url_refused": "the outbound guard refuses this address (ELICIT_OUTBOUND_ALLOW lists exceptions)",
+    "invalid_url": "the server URL cannot be used: check it",
+    "http_5xx": "the server failed: look at its logs",
+    "rate_limited": "the server is rate limiting the hub: try again later",
+}
+DEFAULT_HINT = "the server answered in a way the hub does not understand: check that it is an MCP server"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe found. `as_json()` is what the hub stores in ``McpServer.probe``.
+
+    `tools` (every tool as received, all pages) and `discover` (the ``server/discover`` result, for
+    2026-07-28 servers) are stored on their own, not in the probe JSON.
+    """
+
+    ok: bool
+    era: str | None
+    protocol_version: str | None
+    server_info: dict[str, Any] | None
+    capabilities: dict[str, Any]
+    tool_count: int | None
+    latency_ms: int | None
+    error: dict[str, str] | None
+    hint: str | None
+    probed_at: str
+    tools: list[dict[str, Any]] | None = field(default=None, repr=False)
+    discover: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def reachable(self) -> bool:
+        """The server answered something (even if the hub cannot use it as configured)."""
+        return self.ok or self.era is not None or (self.error or {}).get("code") not in UNREACHABLE
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "era": self.era,
+            "protocol_version": self.protocol_version,
+            "server_info": self.server_info,
+            "capabilities": self.capabilities,
+            "tool_count": self.tool_count,
+            "latency_ms": self.latency_ms,
+            "error": self.error,
+            "hint": self.hint,
+            "probed_at": self.probed_at,
+        }
+
+
+UNREACHABLE = {"connect_failed", "timeout", "network_error", "url_refused", "invalid_url"}
+
+
+@dataclass
+class _Found:
+    era: str
+    protocol_version: str | None
+    server_info: dict[str, Any] | None
+    capabilities: dict[str, Any]
+    latency_ms: int
+    tools: list[dict[str, Any]]
+    discover: dict[str, Any] | None = None
+
+
+def _dump(model: Any) -> dict[str, Any] | None:
+    if model is None:
+        return None
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dumped
+
+
+async def _connect(
+    target: Target,
+    mode: str,
+    op: Callable[[Client, Wire], Awaitable[T]],
+    *,
+    what: str,
+    timeout: float,
+    prior: mcp_types.DiscoverResult | None = None,
+) -> tuple[T, int]:
+    """Open a client on `target` in `mode`, run `op`; (its value, the connect time in ms).
+
+    Every failure becomes an `McpError` named after `what` (the method that failed)."""
+    wire = Wire(None)
+    secret: list[str] = []
+    http: httpx2.AsyncClient | None = None
+    if isinstance(target, ServerConfig):
+        secret = _secrets(target)
+        await _check_url(target.url)
+        http = httpx2.AsyncClient(
+            headers=dict(target.headers),
+            timeout=httpx2.Timeout(target.timeout),
+            transport=netguard.AsyncGuardedTransport(verify=_tls_context()),
+            trust_env=False,
+            event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
+        )
+        transport = TeeTransport(streamable_http_client(target.url, http_client=http), wire)
+    else:
+        transport = TeeTransport(target(), wire)
+    failure: BaseException | None = None
+    value: Any = None
+    elapsed = 0
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(timeout * 4):
+            client = Client(
+                transport,
+                mode=mode,
+                prior_discover=prior,
+                client_info=CLIENT_INFO,
+                elicitation_callback=_refuse_elicitation,
+                read_timeout_seconds=timeout,
+                cache=None,
+            )
+            if http is not None:
+                await http.__aenter__()
+            try:
+                async with client:
+                    elapsed = round((time.monotonic() - started) * 1000)
+                    try:
+                        value = await op(client, wire)
+                    except Exception as exc:  # classified below, outside the SDK's task groups
+                        failure = exc
+            finally:
+                if http is not None:
+                    await http.aclose()
+    except Exception as exc:
+        raise _classify(exc, wire, what, secret) from None
+    except BaseExceptionGroup as group:
+        cancelled = anyio.get_cancelled_exc_class()
+        if all(isinstance(leaf, cancelled) for leaf in _leaves(group)):
+            raise
+        raise _classify(group, wire, what, secret) from None
+    if failure is not None:
+        raise _classify(failure, wire, what, secret) from None
+    return value, elapsed
+
+
+async def _modern(target: Target, timeout: float) -> _Found:
+    """``server/discover``, then ``tools/list`` (every page) on the same client."""
+
+    async def discover_op(client: Client, wire: Wire) -> dict[str, Any]:
+        started = time.monotonic()
+        result = await discover_on(client, wire)
+        timings["discover"] = round((time.monotonic() - started) * 1000)
+        return result
+
+    async def list_op(client: Client, wire: Wire) -> list[dict[str, Any]]:
+        tools, _ = await _list_all(client, wire)
+        return tools
+
+    timings: dict[str, int] = {}
+    # The discover request is what tells the era; it gets its own client (a pinned one needs no probe).
+    discover, _ = await _connect(target, MODERN, discover_op, what="server/discover", timeout=timeout)
+    prior = mcp_types.DiscoverResult.model_validate(discover, by_name=False)
+    tools, _ = await _connect(target, MODERN, list_op, what="tools/list", timeout=timeout, prior=prior)
+    versions = [v for v in MODERN_PROTOCOL_VERSIONS if v in prior.supported_versions]
+    info = (discover.get("_meta") or {}).get("io.modelcontextprotocol/serverInfo")
+    return _Found(
+        era=MODERN,
+        protocol_version=versions[-1] if versions else PROTOCOL_VERSION,
+        server_info=info if isinstance(info, dict) else None,
+        capabilities=dict(discover.get("capabilities") or {}),
+        latency_ms=timings.get("discover", 0),
+        tools=tools,
+        discover=discover,
+    )
+
+
+async def _handshake(target: Target, timeout: float) -> _Found:
+    """``initialize`` (the SDK's legacy mode), then ``tools/list`` (every page) on the same session."""
+    found: dict[str, Any] = {}
+
+    async def op(client: Client, wire: Wire) -> list[dict[str, Any]]:
+        found["protocol_version"] = client.protocol_version
+        found["server_info"] = _dump(client.server_info)
+        found["capabilities"] = _dump(client.server_capabilities) or {}
+        try:
+            tools, _ = await _list_all(client, wire)
+        except Exception as exc:
+            found["list_failed"] = exc
+            raise
+        return tools
+
+    try:
+        tools, latency = await _connect(target, "legacy", op, what="initialize", timeout=timeout)
+    except McpError as exc:
+        if "list_failed" in found:
+            # The handshake worked; listing did not: say so with the method that failed.
+            raise type(exc)(
+                exc.code,
+                exc.message.replace("initialize", "tools/list"),
+                rpc_code=exc.rpc_code,
+                retry_after=exc.retry_after,
+            ) from None
+        raise
+    version = found.get("protocol_version")
+    if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        raise PermanentError(
+            "protocol_unsupported",
+            f"the server answered initialize with an unknown protocol version {version!r}",
+        )
+    return _Found(
+        era=HANDSHAKE,
+        protocol_version=version,
+        server_info=found.get("server_info"),
+        capabilities=found.get("capabilities") or {},
+        latency_ms=latency,
+        tools=tools,
+    )
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def _success(
+    found: _Found, *, ok: bool = True, error: McpError | None = None, hint: str | None = None
+) -> ProbeResult:
+    return ProbeResult(
+        ok=ok,
+        era=found.era,
+        protocol_version=found.protocol_version,
+        server_info=found.server_info,
+        capabilities=found.capabilities,
+        tool_count=len(found.tools),
+        latency_ms=found.latency_ms,
+        error={"code": error.code, "message": error.message} if error else None,
+        hint=hint,
+        probed_at=_now(),
+        tools=found.tools,
+        discover=found.discover,
+    )
+
+
+def _failure(error: McpError, hint: str | None = None, latency_ms: int | None = None) -> ProbeResult:
+    return ProbeResult(
+        ok=False,
+        era=None,
+        protocol_version=None,
+        server_info=None,
+        capabilities={},
+        tool_count=None,
+        latency_ms=latency_ms,
+        error={"code": error.code, "message": error.message},
+        hint=hint or HINTS.get(error.code, DEFAULT_HINT),
+        probed_at=_now(),
+    )
+
+
+def _era_verdict(exc: McpError) -> bool:
+    """True when the failure says the server does not speak the era tried (not that it is unreachable)."""
+    return not exc.transient and exc.code in (
+        "protocol_unsupported",
+        "rpc_error",
+        "http_4xx",
+        "malformed_response",
+    )
+
+
+async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None) -> ProbeResult:
+    """Probe the server at `target` for `era` (``auto``, ``2026-07-28`` or ``handshake``). Never raises an
+    `McpError`: an unreachable or incompatible server gives ``ok`` false with the error and a hint."""
+    if era not in (AUTO, MODERN, HANDSHAKE):
+        raise ValueError(f"unknown era {era!r}")
+    limit = timeout if timeout is not None else (target.timeout if isinstance(target, ServerConfig) else 30.0)
+    modern_error: McpError | None = None
+    if era != HANDSHAKE:
+        try:
+            return _success(await _modern(target, limit))
+        except McpError as exc:
+            if not _era_verdict(exc):
+                return _failure(exc)
+            modern_error = exc
+        except ValidationError as exc:  # a discover result the SDK's model refuses
+            modern_error = PermanentError(
+                "malformed_response", f"the server's server/discover answer: {exc.error_count()} problem(s)"
+            )
+    try:
+        found = await _handshake(target, limit)
+    except McpError as exc:
+        if era == HANDSHAKE and _era_verdict(exc):
+            # Does it speak 2026-07-28 instead? Only to tell the admin what to change.
+            try:
+                modern = await _modern(target, limit)
+            except McpError:
+                return _failure(exc)
+            return _success(modern, ok=False, error=exc, hint=MODERN_ONLY_HINT)
+        return _failure(exc)
+    if era == MODERN:
+        # The server answers only the handshake: calls pinned to 2026-07-28 cannot work.
+        assert modern_error is not None
+        error = PermanentError(
+            "protocol_unsupported",
+            f"this server does not speak MCP {PROTOCOL_VERSION}; "
+            f"it speaks the handshake era ({found.protocol_version})",
+        )
+        return _success(found, ok=False, error=error, hint=handshake_hint(found.protocol_version))
+    return _success(found)
+
+
+__all__ = ["AUTO", "HANDSHAKE", "MODERN", "MODERN_ONLY_HINT", "ProbeResult", "TransientError", "probe"]

@@ -1,0 +1,436 @@
+"""Probing servers for their era: the pure probe against real servers of both eras, the errors a
+handshake-era server gives a stateless request, and what the hub stores and prints (add_server,
+check_server, the tool-list refreshes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from approvals.mcp_client import (
+    PermanentError,
+    ServerConfig,
+    TransientError,
+    call_tool,
+    classify_rpc_error,
+    run,
+)
+from approvals.mcp_client.probe import HANDSHAKE, MODERN, probe
+from approvals.mcp_client.wire import HttpFacts
+from approvals.models import AuditEvent, InputRequest, McpServer, RoutingRule, ToolCall
+from approvals.services import servers, tokens
+from tests import demo_support, factories
+from tests.hub import Agent
+from tests.live import free_port, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+HERE = Path(__file__).parent
+
+
+class Running:
+    def __init__(self, script: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = self.base + "/mcp"
+        self.proc = subprocess.Popen([sys.executable, str(HERE / script), str(self.port)])
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(
+                    urllib.request.Request(self.base + "/_add_tool", method="HEAD"), timeout=2
+                )
+            except urllib.error.HTTPError:
+                return  # it answers
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()
+                    raise RuntimeError(f"{script} did not start") from None
+                time.sleep(0.1)
+            else:
+                return
+
+    def config(self, path: str = "/mcp") -> ServerConfig:
+        return ServerConfig(url=self.base + path, timeout=10.0)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def handshake() -> Iterator[Running]:
+    """mcp 2.3 behind a shim: only the handshake era (400 "Missing session ID" to stateless requests)."""
+    server = Running("handshake_server.py")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def modern() -> Iterator[Running]:
+    """The 2026-07-28 test server (stateless mcp 2.3)."""
+    server = Running("mcp_test_server.py")
+    yield server
+    server.stop()
+
+
+def closed_url() -> str:
+    return f"http://127.0.0.1:{free_port()}/mcp"
+
+
+# ---- the probe itself -------------------------------------------------------------------------------
+
+
+def test_a_2026_server_is_found_by_discover(modern: Running) -> None:
+    result = run(probe(modern.config()))
+    assert result.ok and result.era == MODERN and result.protocol_version == "2026-07-28"
+    assert result.server_info == {"name": "elicit-hub-test-server", "version": "1.0.0"}
+    assert result.discover is not None and "2026-07-28" in result.discover["supportedVersions"]
+    assert result.tools is not None and result.tool_count == len(result.tools) > 5
+    assert "echo" in {tool["name"] for tool in result.tools}
+    assert "tools" in result.capabilities
+    assert isinstance(result.latency_ms, int) and result.error is None and result.hint is None
+
+
+def test_a_handshake_server_falls_back_to_initialize(handshake: Running) -> None:
+    result = run(probe(handshake.config()))
+    found = result.as_json()
+    assert found["ok"] is True and found["era"] == HANDSHAKE
+    assert found["protocol_version"] == "2025-11-25"
+    assert found["server_info"] == {"name": "handshake-test-server", "version": "3.1.4"}
+    assert found["tool_count"] == 3 and found["error"] is None
+    assert set(found) == {
+        "ok", "era", "protocol_version", "server_info", "capabilities", "tool_count", "latency_ms", "error",
+        "hint", "probed_at",
+    }  # fmt: skip
+    tools = {tool["name"]: tool for tool in result.tools or []}
+    assert set(tools) == {"echo", "wipe", "ask"}
+    assert tools["wipe"]["annotations"]["destructiveHint"] is True
+    assert result.discover is None
+
+
+def test_a_handshake_server_pinned_to_2026_is_flagged_with_a_hint(handshake: Running) -> None:
+    result = run(probe(handshake.config(), era=MODERN))
+    assert not result.ok and result.era == HANDSHAKE
+    assert result.error is not None and result.error["code"] == "protocol_unsupported"
+    assert (
+        result.hint == "this server speaks the handshake era (2025-11-25); set its era to handshake or auto"
+    )
+
+
+def test_era_handshake_speaks_only_the_handshake(modern: Running) -> None:
+    # The mcp 2.3 server serves both eras: pinned to the handshake, no server/discover is sent.
+    result = run(probe(modern.config(), era=HANDSHAKE))
+    assert result.ok and result.era == HANDSHAKE and result.discover is None
+    assert result.protocol_version == "2025-11-25"
+
+
+def test_an_unreachable_server_is_a_result_not_an_exception() -> None:
+    result = run(probe(ServerConfig(url=closed_url(), timeout=5.0)))
+    assert not result.ok and result.era is None and not result.reachable
+    assert result.error is not None and result.error["code"] == "connect_failed"
+    assert result.hint is not None and "unreachable" in result.hint
+
+
+def test_something_that_is_not_an_mcp_server_is_flagged(handshake: Running) -> None:
+    result = run(probe(handshake.config("/no-such-endpoint")))
+    assert not result.ok and result.era is None and result.reachable
+    assert result.error is not None and result.hint
+
+
+def test_the_probe_takes_any_sdk_transport(handshake: Running) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(HERE / "handshake_server.py"), "--stdio"]
+    )
+    result = run(probe(lambda: stdio_client(params), era=HANDSHAKE, timeout=20.0))
+    assert result.ok and result.era == HANDSHAKE
+    assert {tool["name"] for tool in result.tools or []} == {"echo", "wipe", "ask"}
+
+
+# ---- errors from a handshake-era server to a stateless request ------------------------------------
+
+
+def test_a_stateless_call_to_a_handshake_server_is_protocol_unsupported_naming_tools_list(
+    handshake: Running,
+) -> None:
+    with pytest.raises(PermanentError) as info:
+        run(call_tool(handshake.config(), "echo", {"text": "hi"}))
+    err = info.value
+    assert err.code == "protocol_unsupported" and not err.transient
+    assert "tools/list" in err.message and "tools/call" not in err.message
+    assert "Missing session ID" in err.message
+    assert "set its era to handshake or auto" in err.message
+
+
+def test_a_failing_tools_call_names_tools_call(modern: Running) -> None:
+    with pytest.raises(PermanentError) as info:
+        run(call_tool(modern.config("/scripted/rpc_error"), "anything", {}))
+    assert "tools/call 'anything'" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "status"),
+    [
+        (-32000, "Bad Request: Server not initialized", 400),  # TypeScript SDK (server-everything)
+        (-32600, "Bad Request: Missing session ID", 400),  # mcp 1.x, FastMCP 2.x
+        (-32000, "Bad Request: No valid session ID provided", 400),
+        (-32600, "Bad Request: Unsupported protocol version: 2026-07-28. Supported: 2025-06-18", 400),
+    ],
+)
+def test_handshake_refusals_are_protocol_unsupported_never_transient(
+    code: int, message: str, status: int
+) -> None:
+    err = classify_rpc_error(code, message, None, HttpFacts(status, "application/json"), what="tools/list")
+    assert isinstance(err, PermanentError) and err.code == "protocol_unsupported"
+    assert "tools/list" in err.message and "set its era to handshake or auto" in err.message
+    if "2025-06-18" in message:
+        assert "handshake era (2025-06-18)" in err.message
+
+
+def test_a_closed_connection_is_still_transient_and_a_version_refusal_hints_the_era() -> None:
+    assert isinstance(classify_rpc_error(-32000, "Connection closed", None), TransientError)
+    err = classify_rpc_error(
+        -32022, "Unsupported", {"supported": ["2025-06-18", "2025-11-25"]}, HttpFacts(400, "application/json")
+    )
+    assert err.code == "protocol_unsupported" and "handshake era (2025-11-25)" in err.message
+
+
+def test_unknown_tools_and_header_mismatches_have_their_own_codes() -> None:
+    unknown = classify_rpc_error(-32602, "Tool nope not found", None, HttpFacts(200, "application/json"))
+    assert unknown.code == "unknown_tool" and not unknown.transient
+    assert classify_rpc_error(-32602, "Unknown tool: nope", None).code == "unknown_tool"
+    assert classify_rpc_error(-32020, "Header mismatch", None).code == "header_mismatch"
+
+
+# ---- what the hub stores and prints -----------------------------------------------------------------
+
+
+def out_of(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_server_probe_stores_era_tools_and_discover_and_audits(modern: Running, handshake: Running) -> None:
+    new = McpServer.objects.create(slug="new", name="New", url=modern.url)
+    found = servers.server_probe(new)
+    new.refresh_from_db()
+    assert new.probe == found and found["era"] == MODERN and new.probed_at is not None
+    assert new.discover is not None and new.tools and new.tools_fetched_at is not None
+    assert not new.needs_session
+
+    old = McpServer.objects.create(slug="old", name="Old", url=handshake.url)
+    servers.server_probe(old)
+    old.refresh_from_db()
+    assert old.probe["era"] == HANDSHAKE and old.discover is None and old.needs_session
+    assert {tool["name"] for tool in old.tools} == {"echo", "wipe", "ask"}
+    event = AuditEvent.objects.filter(verb="server.probed").latest("id")
+    assert event.data["server"] == "old" and event.data["era"] == HANDSHAKE and event.data["tool_count"] == 3
+
+
+@pytest.mark.django_db
+def test_a_failed_probe_keeps_the_stored_tool_list() -> None:
+    server = McpServer.objects.create(slug="gone", name="Gone", url=closed_url(), tools=[{"name": "kept"}])
+    found = servers.server_probe(server)
+    server.refresh_from_db()
+    assert found["ok"] is False and server.probe["error"]["code"] == "connect_failed"
+    assert server.tools == [{"name": "kept"}]
+
+
+@pytest.mark.django_db
+def test_add_server_probes_and_shows_the_result(handshake: Running) -> None:
+    output = out_of("add_server", "legacy", handshake.url)
+    server = McpServer.objects.get(slug="legacy")
+    assert server.era == McpServer.Era.AUTO and server.probe["era"] == HANDSHAKE
+    assert "era handshake (2025-11-25)" in output and "server handshake-test-server 3.1.4" in output
+    assert "3 tool(s)" in output and " ms" in output
+    assert {tool["name"] for tool in server.tools} == {"echo", "wipe", "ask"}
+
+    output = out_of("add_server", "legacy", handshake.url, "--era", "2026-07-28")
+    server.refresh_from_db()
+    assert server.era == "2026-07-28" and server.probe["ok"] is False
+    assert "NOT USABLE" in output and "hint: this server speaks the handshake era" in output
+    # Updating without --era keeps the setting.
+    out_of("add_server", "legacy", handshake.url, "--no-probe")
+    assert McpServer.objects.get(slug="legacy").era == "2026-07-28"
+
+
+@pytest.mark.django_db
+def test_add_server_registers_an_unreachable_server_and_flags_it() -> None:
+    output = out_of("add_server", "later", closed_url())
+    server = McpServer.objects.get(slug="later")
+    assert server.probe["ok"] is False and server.tools is None
+    assert "probe: unreachable" in output and "hint:" in output and "registered all the same" in output
+
+
+@pytest.mark.django_db
+def test_check_server_prints_the_probe_and_exits_non_zero_when_unreachable(handshake: Running) -> None:
+    McpServer.objects.create(slug="legacy", name="Legacy", url=handshake.url)
+    human = out_of("check_server", "legacy")
+    assert "era handshake" in human and "2025-11-25" in human and "wipe" in human
+    machine = json.loads(out_of("check_server", "legacy", "--json"))
+    assert machine["era"] == HANDSHAKE and machine["tool_count"] == 3
+
+    McpServer.objects.create(slug="gone", name="Gone", url=closed_url())
+    with pytest.raises(CommandError) as info:
+        out_of("check_server", "gone")
+    assert info.value.returncode == 1
+    McpServer.objects.create(slug="pinned", name="Pinned", url=handshake.url, era="2026-07-28")
+    with pytest.raises(CommandError) as info:
+        out_of("check_server", "pinned", "--json")
+    assert info.value.returncode == 2
+    with pytest.raises(CommandError, match="unknown server"):
+        out_of("check_server", "nope")
+
+
+def test_check_server_exit_status_from_the_shell(handshake: Running, live_db: None) -> None:
+    McpServer.objects.create(slug="gone", name="Gone", url=closed_url())
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check_server", "gone", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=HERE.parent,
+        env={**__import__("os").environ, **_database_env()},
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["error"]["code"] == "connect_failed"
+
+
+def _database_env() -> dict[str, str]:
+    from tests.live import test_database_url
+
+    return {"DATABASE_URL": test_database_url(), "DJANGO_DEBUG": "true"}
+
+
+# ---- refreshing tool lists --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_beat_refreshes_only_lists_older_than_the_interval(modern: Running, settings) -> None:
+    settings.ELICIT_TOOLS_REFRESH_INTERVAL = 600
+    now = timezone.now()
+    stale = McpServer.objects.create(
+        slug="stale", name="S", url=modern.url, tools=[], tools_fetched_at=now - timedelta(seconds=601)
+    )
+    fresh = McpServer.objects.create(
+        slug="fresh", name="F", url=modern.url, tools=[], tools_fetched_at=now - timedelta(seconds=30)
+    )
+    never = McpServer.objects.create(slug="never", name="N", url=modern.url)
+    McpServer.objects.create(slug="off", name="O", url=modern.url, enabled=False)
+    # Unreachable and probed a minute ago: not tried again at every tick.
+    McpServer.objects.create(slug="down", name="D", url=closed_url(), probed_at=now - timedelta(seconds=60))
+    assert servers.servers_refresh_stale() == 2
+    stale.refresh_from_db()
+    fresh.refresh_from_db()
+    never.refresh_from_db()
+    assert stale.tools and never.tools and fresh.tools == []
+    assert servers.servers_refresh_stale() == 0
+
+
+@pytest.mark.django_db
+def test_tools_list_changed_relists_or_stores_what_the_session_listed() -> None:
+    handshake = Running("handshake_server.py")  # its own: the test adds a tool
+    try:
+        _relist(handshake)
+    finally:
+        handshake.stop()
+
+
+def _relist(handshake: Running) -> None:
+    server = McpServer.objects.create(slug="legacy", name="Legacy", url=handshake.url)
+    servers.server_probe(server)
+    assert "extra" not in {tool["name"] for tool in McpServer.objects.get(pk=server.pk).tools}
+    urllib.request.urlopen(urllib.request.Request(handshake.base + "/_add_tool", method="POST"), timeout=5)
+    listed = servers.server_tools_changed(server.pk)
+    assert listed is not None and "extra" in {tool["name"] for tool in listed}
+    assert "extra" in {tool["name"] for tool in McpServer.objects.get(pk=server.pk).tools}
+
+    servers.server_tools_changed(server.pk, tools=[{"name": "only"}])
+    assert McpServer.objects.get(pk=server.pk).tools == [{"name": "only"}]
+    assert servers.server_tools_changed(10**9) is None
+
+
+# ---- end to end: the worker, the demo server ----------------------------------------------------------
+
+
+def _agent_for(server: McpServer) -> Agent:
+    _, token = tokens.agent_create(name=f"{server.slug}-agent", servers=[server])
+    return Agent(token)
+
+
+def _request_of(call_id: str) -> InputRequest:
+    return wait_until(  # type: ignore[return-value]
+        lambda: InputRequest.objects.filter(round__call_id=call_id).select_related("team").first(),
+        30,
+        0.1,
+        what="the input request",
+    )
+
+
+def test_a_server_added_with_add_server_routes_on_destructive_hint(worker, demo_server) -> None:
+    demo_support.reset(demo_server.url)
+    factories.team("release")
+    ops = factories.team("ops")
+    out_of("add_server", "demo", demo_server.url, "--team", "release")
+    server = McpServer.objects.get(slug="demo")
+    assert server.probe["ok"] is True and server.probe["era"] == MODERN
+    assert server.tool("create_deployment")["annotations"]["destructiveHint"] is True
+    RoutingRule.objects.create(position=10, name="destructive tools", destructive=True, team=ops)
+
+    call_id = _agent_for(server).call("create_deployment", {"branch": "main", "environment": "production"})
+    request = _request_of(call_id)
+    assert request.team == ops and request.routing["matched"] == "destructive tools"
+
+
+def test_a_stale_tool_list_is_fetched_again_before_the_round_is_routed(worker, demo_server) -> None:
+    demo_support.reset(demo_server.url)
+    ops = factories.team("ops")
+    old = timezone.now() - timedelta(hours=2)
+    server = McpServer.objects.create(
+        slug="demo", name="Demo", url=demo_server.url, default_team=factories.team("release"), tools=[],
+        tools_fetched_at=old,
+    )  # fmt: skip
+    RoutingRule.objects.create(position=10, name="destructive tools", destructive=True, team=ops)
+    call_id = _agent_for(server).call("create_deployment", {"branch": "main", "environment": "production"})
+    assert _request_of(call_id).team == ops
+    server.refresh_from_db()
+    assert server.tool("create_deployment") is not None and server.tools_fetched_at > old
+
+
+def test_a_handshake_server_under_auto_fails_once_and_is_probed_again(worker, handshake: Running) -> None:
+    server = McpServer.objects.create(slug="legacy", name="Legacy", url=handshake.url)
+    assert not server.needs_session  # never probed: sent as 2026-07-28
+    call_id = _agent_for(server).call("echo", {"text": "hi"}, server="legacy")
+    call = wait_until(
+        lambda: ToolCall.objects.filter(pk=call_id, status=ToolCall.Status.FAILED).first(),
+        30,
+        0.1,
+        what="failed",
+    )
+    assert (
+        call.error["code"] == "protocol_unsupported"
+        and "set its era to handshake or auto" in call.error["message"]
+    )
+    assert call.attempts == 1
+    assert not AuditEvent.objects.filter(call_id=call_id, verb="call.retry_scheduled").exists()
+    # The worker probes the server right after failing the call.
+    server = wait_until(  # type: ignore[assignment]
+        lambda: McpServer.objects.filter(pk=server.pk, probe__isnull=False).first(), 30, 0.1, what="a probe"
+    )
+    assert server.probe["era"] == HANDSHAKE and server.needs_session

@@ -1,0 +1,246 @@
+"""stdio servers on real parts: a real stdio MCP server process (tests/stdio_test_server.py, on the `mcp`
+SDK), the supervisor that runs it, and its lease in the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import shutil
+import stat
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from approvals.holder import stdio as stdio_holder
+from approvals.holder.stdio import StdioSupervisor
+from approvals.mcp_client.outcomes import Completed, McpError
+from approvals.mcp_client.session import SessionHooks, call_on
+from approvals.models import AuditEvent, Holder, McpServer
+from elicit_hub import engines
+
+SERVER_SCRIPT = Path(__file__).resolve().parent / "stdio_test_server.py"
+HUB_SECRETS = ("DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY", "ELICIT_TEST_HUB_SECRET")
+# What a stdio server's environment may hold besides its own configured variables.
+BASE_ENV = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG"}
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("live_db")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+async def _close_thread_connections() -> AsyncIterator[None]:
+    yield
+    # The supervisor's queries run on asgiref's thread; its connection would outlive the test database.
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture(autouse=True)
+def _stdio_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    # A fresh directory per test under ./var, as in production (reachable by the unprivileged user).
+    root = engines.VAR_DIR / "test-stdio" / uuid.uuid4().hex
+    monkeypatch.setattr(settings, "ELICIT_STDIO_DIR", root, raising=False)
+    monkeypatch.setenv("ELICIT_TEST_HUB_SECRET", "hub-secret-value")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def make_server(slug: str = "local-tools", **fields: Any) -> McpServer:
+    return McpServer.objects.create(
+        slug=slug,
+        name=slug,
+        transport=McpServer.Transport.STDIO,
+        command=sys.executable,
+        args=[str(SERVER_SCRIPT)],
+        env=fields.pop("env", {"API_TOKEN": "tok-123456"}),
+        era=McpServer.Era.HANDSHAKE,
+        **fields,
+    )
+
+
+def make_holder(name: str, *, age: float = 0) -> Holder:
+    return Holder.objects.create(name=name, heartbeat_at=timezone.now() - timedelta(seconds=age))
+
+
+async def no_elicit(params: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError("no elicitation expected")
+
+
+async def call(supervisor: StdioSupervisor, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    async with supervisor.session(wait=30) as (client, dispatcher):
+        return await call_on(
+            client, dispatcher, SessionHooks(elicit=no_elicit), name, arguments or {}, timeout=30
+        )
+
+
+def value(outcome: Any) -> Any:
+    assert isinstance(outcome, Completed), outcome
+    result = outcome.result
+    if result.get("structuredContent") is not None:
+        structured = result["structuredContent"]
+        return structured.get("result", structured)
+    text = result["content"][0]["text"]
+    return json.loads(text) if text.startswith("{") else text
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[tuple[McpServer, StdioSupervisor]]:
+    server = await sync_to_async(make_server)()
+    holder = await sync_to_async(make_holder)("host:1:a")
+    supervisor = StdioSupervisor(server.pk, holder.name)
+    assert await supervisor.start()
+    try:
+        yield server, supervisor
+    finally:
+        await supervisor.stop()
+
+
+async def test_a_call_completes_and_stderr_goes_to_the_log_not_the_result(
+    running: tuple[McpServer, StdioSupervisor], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, supervisor = running
+    caplog.set_level(logging.INFO, logger=f"approvals.stdio.{server.slug}")
+    assert value(await call(supervisor, "echo", {"text": "hi there"})) == "hi there"
+    outcome = await call(supervisor, "shout", {"text": "a line for the operator only"})
+    assert value(outcome) == "ok"
+    assert "a line for the operator only" not in str(outcome)
+    lines = [r.getMessage() for r in caplog.records if r.name == f"approvals.stdio.{server.slug}"]
+    assert "a line for the operator only" in lines
+    assert any(line.startswith("stdio test server starting") for line in lines)
+    held = await sync_to_async(lambda: McpServer.objects.get(pk=server.pk).stdio_holder.name)()
+    assert held == "host:1:a"
+
+
+async def test_a_crashed_server_is_restarted_and_the_next_call_works(
+    running: tuple[McpServer, StdioSupervisor], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, supervisor = running
+    caplog.set_level(logging.INFO, logger=f"approvals.stdio.{server.slug}")
+    first = value(await call(supervisor, "started"))
+    with pytest.raises(McpError):
+        await call(supervisor, "crash", {"text": "going down now"})
+    # The crash's last words reach the log; the next call waits for the new process and completes.
+    assert value(await call(supervisor, "echo", {"text": "again"})) == "again"
+    assert value(await call(supervisor, "started")) != first
+    assert supervisor.restarts == 1
+    assert "going down now" in [r.getMessage() for r in caplog.records]
+    restarted = await sync_to_async(
+        lambda: list(AuditEvent.objects.filter(verb="server.stdio_restarted").values_list("data", flat=True))
+    )()
+    assert len(restarted) == 1 and restarted[0]["server"] == server.slug
+    assert restarted[0]["reason"] == "the process exited"
+
+
+async def test_the_process_runs_unprivileged_in_its_own_directory_with_only_its_environment(
+    running: tuple[McpServer, StdioSupervisor], _stdio_dir: Path
+) -> None:
+    server, supervisor = running
+    seen = value(await call(supervisor, "where", {"names": ["API_TOKEN", "HOME", "PATH", *HUB_SECRETS]}))
+    workdir = _stdio_dir / server.slug
+    assert seen["cwd"] == str(workdir)
+    assert seen["values"]["HOME"] == str(workdir)
+    assert seen["values"]["API_TOKEN"] == "tok-123456"
+    assert seen["values"]["PATH"].startswith(os.path.dirname(sys.executable) + ":")
+    for name in HUB_SECRETS:
+        assert seen["values"][name] is None
+    assert set(seen["env_keys"]) <= BASE_ENV | {"API_TOKEN"}
+    mode = os.stat(workdir)
+    assert stat.S_IMODE(mode.st_mode) == 0o700
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam(settings.ELICIT_STDIO_USER)
+        assert (seen["uid"], seen["gid"], seen["groups"]) == (nobody.pw_uid, nobody.pw_gid, [])
+        assert (mode.st_uid, mode.st_gid) == (nobody.pw_uid, nobody.pw_gid)
+    else:
+        assert seen["uid"] == os.geteuid()
+
+
+async def test_a_pushed_elicitation_reaches_the_call_running_on_the_session(
+    running: tuple[McpServer, StdioSupervisor],
+) -> None:
+    _, supervisor = running
+    asked: list[dict[str, Any]] = []
+
+    async def elicit(params: dict[str, Any]) -> dict[str, Any]:
+        asked.append(params)
+        return {"action": "accept", "content": {"name": "Ada"}}
+
+    async with supervisor.session(wait=30) as (client, dispatcher):
+        outcome = await call_on(client, dispatcher, SessionHooks(elicit=elicit), "ask", {}, timeout=30)
+    assert value(outcome) == "hello Ada"
+    assert asked[0]["message"] == "What is your name?"
+
+
+async def test_two_supervisors_for_one_server_only_one_runs_it() -> None:
+    server = await sync_to_async(make_server)()
+    first = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
+    second = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:2:b")).name)
+    try:
+        assert await first.start()
+        assert not await second.start()
+        assert not second.running
+        with pytest.raises(McpError) as refused:
+            async with second.session(wait=1):
+                pass
+        assert refused.value.code == "connect_failed"
+        assert value(await call(first, "echo", {"text": "one"})) == "one"
+    finally:
+        await second.stop()
+        await first.stop()
+    # Stopping releases the lease (the second's stop does not release the first's).
+    holder = await sync_to_async(lambda: McpServer.objects.get(pk=server.pk).stdio_holder)()
+    assert holder is None
+
+
+async def test_a_stale_holders_lease_is_taken_over_and_the_old_supervisor_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stdio_holder, "LEASE_CHECK_EVERY", 0.2)
+    server = await sync_to_async(make_server)()
+    old = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:old")).name)
+    new = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:2:new")).name)
+    try:
+        assert await old.start()
+        assert value(await call(old, "echo", {"text": "old"})) == "old"
+        assert not await new.start()  # the old holder's heartbeat is fresh
+        stale = timezone.now() - timedelta(seconds=settings.ELICIT_STDIO_LEASE_STALE + 5)
+        await sync_to_async(lambda: Holder.objects.filter(name="host:1:old").update(heartbeat_at=stale))()
+        assert await new.start()
+        assert value(await call(new, "echo", {"text": "new"})) == "new"
+        # The old supervisor sees the lease is gone and ends its process without starting another.
+        for _ in range(100):
+            if not old.running:
+                break
+            await stdio_holder.asyncio.sleep(0.1)
+        assert not old.running and old.lost
+        with pytest.raises(McpError):
+            await call(old, "echo", {"text": "old again"})
+    finally:
+        await old.stop()
+        await new.stop()
+    leased = await sync_to_async(
+        lambda: list(AuditEvent.objects.filter(verb="server.stdio_leased").values_list("data", flat=True))
+    )()
+    assert leased[-1] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    holder = await sync_to_async(lambda: McpServer.objects.get(pk=server.pk).stdio_holder)()
+    assert holder is None  # the new holder released it; the old one did not touch it
+
+
+async def test_a_disabled_server_is_not_leased() -> None:
+    server = await sync_to_async(make_server)(enabled=False)
+    supervisor = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
+    assert not await supervisor.start()
+    await supervisor.stop()
