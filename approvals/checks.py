@@ -16,6 +16,7 @@ def countdowns_below_visibility_timeout(app_configs: Any = None, **kwargs: Any) 
         "ELICIT_MCP_RETRY_MAX": settings.ELICIT_MCP_RETRY_MAX,
         "ELICIT_WEBHOOK_RETRY_MAX": settings.ELICIT_WEBHOOK_RETRY_MAX,
         "CELERY_TASK_TIME_LIMIT": settings.CELERY_TASK_TIME_LIMIT,
+        "ELICIT_CALL_TASK_TIME_LIMIT (from ELICIT_MAX_CALL_TIMEOUT)": settings.ELICIT_CALL_TASK_TIME_LIMIT,
     }
     return [
         Error(

@@ -72,6 +72,7 @@ def call_detail(call: ToolCall) -> dict[str, Any]:
         "result_truncated": call.result_truncated,
         "result_size": call.result_size,
         "error": call.error,
+        "progress": call.progress,
         "created_at": _iso(call.created_at),
         "updated_at": _iso(call.updated_at),
     }

@@ -361,6 +361,8 @@ if ELICIT_EXPIRY_POLICY not in {"cancel", "abandon"}:
 ELICIT_MCP_MAX_RETRIES = env_int("ELICIT_MCP_MAX_RETRIES", 4)
 ELICIT_MCP_RETRY_BASE = env_int("ELICIT_MCP_RETRY_BASE", 2, minimum=1)
 ELICIT_MCP_RETRY_MAX = env_int("ELICIT_MCP_RETRY_MAX", 60, minimum=1)
+# Each exchange with an MCP server (tools/list, server/discover) is bounded by ELICIT_MCP_TIMEOUT; a
+# tools/call by its server's call_timeout or the tool's entry in tool_timeouts (default 600 s), capped here.
 ELICIT_MCP_TIMEOUT = env_int("ELICIT_MCP_TIMEOUT", 30, minimum=1)
 # Holder processes (manage.py run_holder): heartbeat and poll intervals, when a silent one is declared lost,
 # and how many calls one holds at once.
@@ -368,6 +370,16 @@ ELICIT_HOLDER_HEARTBEAT = env_int("ELICIT_HOLDER_HEARTBEAT", 5, minimum=1)
 ELICIT_HOLDER_POLL = env_int("ELICIT_HOLDER_POLL", 3, minimum=1)
 ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
 ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
+ELICIT_MAX_CALL_TIMEOUT = env_int("ELICIT_MAX_CALL_TIMEOUT", 3000, minimum=1)
+# A run_call task lists tools and then waits for the call: its time limits sit above the longest allowed
+# call (and below the broker's visibility timeout, system check approvals.E001). A task cut by the limit
+# leaves its send claimed; the redelivered task re-sends it only when that is safe.
+ELICIT_CALL_TASK_SOFT_TIME_LIMIT = ELICIT_MAX_CALL_TIMEOUT + 4 * ELICIT_MCP_TIMEOUT + 30
+ELICIT_CALL_TASK_TIME_LIMIT = ELICIT_CALL_TASK_SOFT_TIME_LIMIT + 15
+CELERY_TASK_ANNOTATIONS = {
+    name: {"soft_time_limit": ELICIT_CALL_TASK_SOFT_TIME_LIMIT, "time_limit": ELICIT_CALL_TASK_TIME_LIMIT}
+    for name in ("approvals.tasks.run_call", "approvals.tasks.resume_call")
+}
 # Beat probes each server again (era, tool list) once its tool list is older than this many seconds, at most
 # ELICIT_TOOLS_REFRESH_BATCH servers per run (every 5 minutes).
 ELICIT_TOOLS_REFRESH_INTERVAL = env_int("ELICIT_TOOLS_REFRESH_INTERVAL", 3600, minimum=60)

@@ -72,13 +72,21 @@ class Hub:
     reviewer_user: Any
 
 
-def set_up_hub(demo_url: str, *, slug: str = "demo") -> Hub:
-    """The demo server registered for team "release", an agent allowed to call it, one reviewer."""
+def set_up_hub(demo_url: str, *, slug: str = "demo", honours_idempotency_key: bool = True) -> Hub:
+    """The demo server registered for team "release", an agent allowed to call it, one reviewer.
+
+    The demo server honours Idempotency-Key, and is registered so unless the test says otherwise."""
     from approvals.services import tokens
 
     alice = factories.user("alice")
     release = factories.team("release", (alice, Membership.Role.REVIEWER))
-    server = McpServer.objects.create(slug=slug, name="Deploy bot", url=demo_url, default_team=release)
+    server = McpServer.objects.create(
+        slug=slug,
+        name="Deploy bot",
+        url=demo_url,
+        default_team=release,
+        honours_idempotency_key=honours_idempotency_key,
+    )
     agent, agent_token = tokens.agent_create(name="ci-agent", servers=[server], with_webhook_secret=True)
     _, reviewer_token = tokens.personal_token_create(user=alice)
     return Hub(server, Agent(agent_token), agent.webhook_secret, Reviewer(reviewer_token), alice)

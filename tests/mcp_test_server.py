@@ -8,12 +8,14 @@ Built on the official SDK (`MCPServer`), served by uvicorn on 127.0.0.1:PORT:
   (one elicitation round), ``two_rounds`` (two rounds, a new state each), ``state_only`` (a round
   with only a ``requestState``), ``slow`` (sleeps), ``fail`` (an ``isError`` result),
   ``ask_sampling`` (a sampling input request), ``deploy`` (arguments with ``x-mcp-header``
-  annotations), ``typed_out`` (an output schema its result breaks).
+  annotations), ``typed_out`` (an output schema its result breaks), ``long_job`` (reports progress
+  while it sleeps; not idempotent) and ``long_job_idempotent`` (the same, annotated idempotent).
 - ``/scripted/{mode}``: a hand-written JSON-RPC endpoint for broken or odd servers. It answers
   ``tools/list`` normally and ``tools/call`` according to ``mode``.
 - ``GET /canary``: a schema that must never be fetched (a network ``$ref`` target); recorded.
 - ``GET /_seen``: the requests the server received (path, headers, JSON body), oldest first;
   ``POST /_reset`` forgets them.
+- ``GET /_runs``: how many times each long tool started running (``{tool: n}``); ``/_reset`` zeroes it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mcp_types import (
     InputRequiredResult,
     SamplingMessage,
     TextContent,
+    ToolAnnotations,
 )
 from pydantic import BaseModel, Field
 from starlette.requests import Request
@@ -42,6 +45,7 @@ from starlette.responses import JSONResponse, Response
 
 SEEN: list[dict[str, Any]] = []
 FLAGS: dict[str, bool] = {}
+RUNS: dict[str, int] = {}
 
 mcp = MCPServer("elicit-hub-test-server", version="1.0.0")
 
@@ -103,6 +107,27 @@ async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await anyio.sleep(seconds)
     return "slept"
+
+
+async def _long_job(name: str, seconds: float, steps: int, ctx: Context) -> str:
+    RUNS[name] = RUNS.get(name, 0) + 1
+    for step in range(steps):
+        await ctx.report_progress(step, steps, f"step {step + 1} of {steps}")
+        await anyio.sleep(seconds / steps)
+    await ctx.report_progress(steps, steps, "done")
+    return f"finished {steps} steps in {seconds} s"
+
+
+@mcp.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False))
+async def long_job(seconds: float, ctx: Context, steps: int = 4) -> str:
+    """Work for `seconds`, reporting progress `steps` times (not safe to repeat)."""
+    return await _long_job("long_job", seconds, steps, ctx)
+
+
+@mcp.tool(annotations=ToolAnnotations(idempotent_hint=True))
+async def long_job_idempotent(seconds: float, ctx: Context, steps: int = 4) -> str:
+    """The same work, declared idempotent (safe to repeat)."""
+    return await _long_job("long_job_idempotent", seconds, steps, ctx)
 
 
 @mcp.tool()
@@ -345,6 +370,11 @@ async def seen(request: Request) -> Response:
     return JSONResponse(SEEN)
 
 
+@mcp.custom_route("/_runs", methods=["GET"])
+async def runs(request: Request) -> Response:
+    return JSONResponse(RUNS)
+
+
 @mcp.custom_route("/canary", methods=["GET"])
 async def canary(request: Request) -> Response:
     SEEN.append({"path": "/canary", "headers": [], "body": None})
@@ -355,6 +385,7 @@ async def canary(request: Request) -> Response:
 async def reset(request: Request) -> Response:
     SEEN.clear()
     FLAGS.clear()
+    RUNS.clear()
     return JSONResponse({"ok": True})
 
 

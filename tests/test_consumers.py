@@ -290,3 +290,42 @@ def test_an_escalated_request_reaches_the_fallback_teams_socket(world) -> None:
         await carol.disconnect()
 
     run(scenario)
+
+
+def test_progress_redraws_the_watched_call_page_and_the_queue_card(world) -> None:
+    from approvals.models import ToolCall
+    from approvals.services import sending
+
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        # A tool still running while it asks (a pushed question): its card is in the queue.
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        call_id = str(ir.round.call_id)
+        await sync_to_async(ToolCall.objects.filter(pk=call_id).update)(status=ToolCall.Status.RUNNING)
+        await alice.send_json_to({"type": "watch_call", "call": call_id})
+        assert await alice.receive_json_from(timeout=10) == {"type": "watching", "call": call_id}
+
+        progress = {"progress": 3, "total": 8, "message": "copying \u202efiles", "at": "2026-01-01T00:00:00Z"}
+        assert await sync_to_async(sending.call_progress)(call_id=call_id, progress=progress)
+        messages = [await alice.receive_json_from(timeout=10) for _ in range(2)]
+        by_type = {m["type"]: m for m in messages}
+        assert set(by_type) == {"call", "card"}
+        for html in (by_type["call"]["html"], by_type["card"]["html"]):
+            assert 'value="3" max="8"' in html and "3 of 8" in html
+            assert "\u202e" not in html and "copying" in html  # server text is revealed, never raw
+        assert by_type["card"]["event"] == "call.progress"
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_progress_after_the_call_ended_is_dropped(world) -> None:
+    from approvals.models import ToolCall
+    from approvals.services import sending
+
+    call = factories.call(world["deploy"], status=ToolCall.Status.COMPLETED, result={"content": []})
+    late = {"progress": 1, "total": 1, "message": None, "at": "2026-01-01T00:00:00Z"}
+    assert sending.call_progress(call_id=call.pk, progress=late) is False
+    call.refresh_from_db()
+    assert call.progress is None

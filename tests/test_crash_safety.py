@@ -81,3 +81,43 @@ def test_a_killed_worker_never_runs_the_tool_twice(phase: str, worker, demo_serv
     assert {r["headers"]["idempotency-key"] for r in sent} == {f"elicit-{call_id}-r1"}
     assert len(sent) == (1 if phase == "before" else 2)
     assert rnd.send_attempts == 2
+
+
+def test_a_killed_worker_leaves_an_unsafe_tool_outcome_unknown_never_run_twice(worker, demo_server) -> None:
+    """The server does not honour Idempotency-Key and the tool is not idempotent: after the crash the hub
+    cannot know whether the tool ran, so it says so instead of sending it again."""
+    demo_support.reset(demo_server.url)
+    hub = set_up_hub(demo_server.url, honours_idempotency_key=False)
+    call_id = hub.agent.call("create_deployment", {"branch": "hotfix"})
+    item = hub.reviewer.wait_for_request(call_id, "environment")
+
+    worker.kill()
+    # The tool runs, then its answer is held: the worker dies before it learns the outcome.
+    demo_support.hold(demo_server.url, "create_deployment", "after", 4)
+    doomed = CeleryWorker(child_env(**WORKER_ENV), name="doomed-unsafe", module="tests.fault_worker").start()
+    try:
+        assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
+        wait_until(
+            lambda: demo_support.executions(demo_server.url).get("create_deployment") == 1,
+            30,
+            what="the tool to run",
+        )
+        doomed.kill()
+    finally:
+        doomed.kill()
+
+    worker.start()
+    wait_until(
+        lambda: tasks.recover_stuck(grace_seconds=0) >= 0 and ToolCall.objects.get(pk=call_id).is_final,
+        60,
+        1.0,
+        what="the call to finish after recovery",
+    )
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.status == ToolCall.Status.FAILED
+    assert call.error["code"] == "outcome_unknown"
+    assert call.error["tool_may_have_run"] is True
+    assert Round.objects.get(call_id=call_id, number=1).status == Round.Status.CLOSED
+    # Sent once, run once.
+    assert len(retries_sent(demo_server.url)) == 1
+    assert demo_support.executions(demo_server.url).get("create_deployment") == 1

@@ -41,6 +41,8 @@ def test_the_demo_token_is_kept_per_database_and_reminted_when_it_does_not_authe
     first = _kept_token()
     assert _is_demo_agent(first)
     agent = AgentClient.objects.get(name="demo-agent")
+    # The demo server answers a re-sent tools/call from its Idempotency-Key store: it is registered so.
+    assert agent.servers.get().honours_idempotency_key is True
     factories.call(agent.servers.get(), agent)  # the agent has a call now: it can never be deleted
 
     # Run again: the kept token still works, so nothing changes.

@@ -40,7 +40,9 @@ from approvals.services import tokens
 alice = get_user_model().objects.create_user("alice", password=%r)
 team = Team.objects.create(slug="release", name="Release")
 Membership.objects.create(team=team, user=alice, role=Membership.Role.REVIEWER)
-server = McpServer.objects.create(slug="demo", name="Deploy bot", url=%r, default_team=team)
+server = McpServer.objects.create(
+    slug="demo", name="Deploy bot", url=%r, default_team=team, honours_idempotency_key=True
+)
 _, agent = tokens.agent_create(name="fault-agent", servers=[server])
 _, reviewer = tokens.personal_token_create(user=alice)
 print("TOKENS=" + json.dumps({"agent": agent, "reviewer": reviewer}))

@@ -73,10 +73,24 @@ def test_a_countdown_above_the_visibility_timeout_is_an_error(settings) -> None:
     settings.CELERY_VISIBILITY_TIMEOUT = 100
     settings.ELICIT_WEBHOOK_RETRY_MAX = 600
     settings.ELICIT_MCP_RETRY_MAX = settings.CELERY_TASK_TIME_LIMIT = 30
+    settings.ELICIT_CALL_TASK_TIME_LIMIT = 90
     errors = [e for e in run_checks() if e.id == "approvals.E001"]
     assert len(errors) == 1 and "ELICIT_WEBHOOK_RETRY_MAX" in errors[0].msg
     settings.ELICIT_WEBHOOK_RETRY_MAX = 60
     assert not [e for e in run_checks() if e.id == "approvals.E001"]
+
+
+def test_the_call_task_limit_fits_the_longest_call_and_the_visibility_timeout(settings) -> None:
+    from elicit_hub import settings as hub_settings
+
+    # The run_call task may run as long as the longest allowed call, plus its tools/list exchanges.
+    assert hub_settings.ELICIT_CALL_TASK_SOFT_TIME_LIMIT > hub_settings.ELICIT_MAX_CALL_TIMEOUT
+    limits = hub_settings.CELERY_TASK_ANNOTATIONS["approvals.tasks.run_call"]
+    assert limits["time_limit"] > limits["soft_time_limit"] > hub_settings.ELICIT_MAX_CALL_TIMEOUT
+    assert not [e for e in run_checks() if e.id == "approvals.E001"]
+    settings.ELICIT_CALL_TASK_TIME_LIMIT = settings.CELERY_VISIBILITY_TIMEOUT
+    errors = [e for e in run_checks() if e.id == "approvals.E001"]
+    assert len(errors) == 1 and "ELICIT_MAX_CALL_TIMEOUT" in errors[0].msg
 
 
 def test_debug_is_off_unless_set() -> None:

@@ -244,3 +244,62 @@ async def test_a_disabled_server_is_not_leased() -> None:
     supervisor = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
     assert not await supervisor.start()
     await supervisor.stop()
+
+
+async def test_the_session_is_probed_at_start_and_its_tools_stored_before_the_first_call() -> None:
+    server = await sync_to_async(make_server)()
+    supervisor = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
+    try:
+        # Never started: the first session starts it (taking the lease).
+        assert value(await call(supervisor, "echo", {"text": "first"})) == "first"
+        stored = await sync_to_async(McpServer.objects.get)(pk=server.pk)
+        assert stored.stdio_holder_id is not None
+        assert stored.probe["ok"] and stored.probe["era"] == "handshake"
+        assert stored.probe["server_info"]["name"] == "elicit-hub-stdio-test-server"
+        assert {"echo", "crash", "ask"} <= {tool["name"] for tool in stored.tools}
+        assert stored.probe["tool_count"] == len(stored.tools)
+        probed = await sync_to_async(
+            lambda: AuditEvent.objects.filter(verb="server.probed").values_list("data", flat=True).first()
+        )()
+        assert probed["server"] == server.slug and probed["ok"]
+    finally:
+        await supervisor.stop()
+
+
+async def test_era_auto_speaks_to_the_stdio_server_in_whatever_era_it_offers() -> None:
+    server = await sync_to_async(make_server)(slug="auto-tools")
+    await sync_to_async(McpServer.objects.filter(pk=server.pk).update)(era=McpServer.Era.AUTO)
+    supervisor = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
+    try:
+        assert value(await call(supervisor, "echo", {"text": "auto"})) == "auto"
+        stored = await sync_to_async(McpServer.objects.get)(pk=server.pk)
+        assert stored.probe["ok"] and stored.probe["era"] in {"handshake", "2026-07-28"}
+    finally:
+        await supervisor.stop()
+
+
+async def test_a_command_that_exits_at_once_is_retried_and_the_call_is_refused_as_not_sent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = await sync_to_async(make_server)(slug="broken")
+    await sync_to_async(McpServer.objects.filter(pk=server.pk).update)(
+        args=["-c", "import sys; print('missing config file', file=sys.stderr); sys.exit(2)"]
+    )
+    caplog.set_level(logging.INFO, logger="approvals.stdio.broken")
+    supervisor = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
+    try:
+        with pytest.raises(McpError) as refused:
+            await call_briefly(supervisor)
+        assert refused.value.code == "connect_failed" and refused.value.transient
+        assert "missing config file" in [r.getMessage() for r in caplog.records]
+        assert supervisor.running  # it keeps trying, with a backoff
+        stored = await sync_to_async(McpServer.objects.get)(pk=server.pk)
+        assert not stored.probe["ok"] and stored.probe["error"]["code"] == "not_running"
+        assert "approvals.stdio.broken" in stored.probe["hint"]
+    finally:
+        await supervisor.stop()
+
+
+async def call_briefly(supervisor: StdioSupervisor) -> Any:
+    async with supervisor.session(wait=3) as (client, dispatcher):
+        return await call_on(client, dispatcher, SessionHooks(elicit=no_elicit), "echo", {}, timeout=5)

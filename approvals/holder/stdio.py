@@ -36,13 +36,14 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from approvals.mcp_client.outcomes import TransientError
 from approvals.mcp_client.session import Dispatcher, Mode, open_client
@@ -59,6 +60,7 @@ BACKOFF_MAX = 60.0
 # A process that ran this long before it ended was not crash-looping: the backoff starts again.
 STABLE_AFTER = 60.0
 LEASE_CHECK_EVERY = 5.0
+MAX_TOOL_PAGES = 20
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,11 @@ class StdioSupervisor:
         self._wake = asyncio.Event()
         self._ended = asyncio.Event()  # set when the process's stderr closed: it has exited
         self._restart_asked = False
-        self._suspect = False  # the last call failed: ping before the next one
+        self._suspect = False  # the last call failed: check the session before the next one
+        self._ready_once = False
         self._stopping = False
         self._calls = asyncio.Lock()
+        self._starting = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -159,15 +163,17 @@ class StdioSupervisor:
     # ---- life ------------------------------------------------------------------------------------------
 
     async def start(self) -> bool:
-        """Take the lease and start the server (in the background); False if another live holder runs it."""
-        if self._task is not None:
-            return not self.lost
-        if not await sync_to_async(stdio_service.stdio_lease_take)(
-            server_id=self.server_id, holder_name=self.holder_name
-        ):
-            return False
-        self._task = asyncio.create_task(self._supervise(), name=f"stdio-{self.server_id}")
-        return True
+        """Take the lease and start the server (in the background); False if another live holder runs it.
+        `session()` starts a supervisor that was not started."""
+        async with self._starting:
+            if self._task is not None:
+                return not self.lost
+            if not await sync_to_async(stdio_service.stdio_lease_take)(
+                server_id=self.server_id, holder_name=self.holder_name
+            ):
+                return False
+            self._task = asyncio.create_task(self._supervise(), name=f"stdio-{self.server_id}")
+            return True
 
     async def stop(self) -> None:
         """End the process and release the lease (if still held)."""
@@ -205,6 +211,10 @@ class StdioSupervisor:
         MCP timeout) for the server to be up; raises `TransientError` ("connect_failed") if it is not:
         nothing was sent, so the call may be tried again."""
         limit = float(settings.ELICIT_MCP_TIMEOUT) if wait is None else wait
+        if self._task is None and not self._stopping and not await self.start():
+            raise TransientError(
+                "connect_failed", f"the stdio server {self.slug or self.server_id} is run by another holder"
+            )
         async with self._calls:
             client, dispatcher = await self._open_session(limit)
             try:
@@ -270,6 +280,11 @@ class StdioSupervisor:
             except Exception as exc:
                 self.last_exit = f"{type(exc).__name__}: {exc}"[:500]
                 logger.error("%r: the server failed: %s", self, self.last_exit)
+                if not self._ready_once:
+                    with contextlib.suppress(Exception):
+                        await sync_to_async(stdio_service.stdio_start_failed)(
+                            server_id=self.server_id, message=self.last_exit
+                        )
             if self._stopping or self.lost:
                 break
             if time.monotonic() - began >= STABLE_AFTER:
@@ -295,15 +310,21 @@ class StdioSupervisor:
         self._ended.clear()
         self._restart_asked = False
         self._suspect = False
+        self._ready_once = False  # this start reached an open session
         read_fd, write_fd = os.pipe()
         errlog: TextIO = os.fdopen(write_fd, "w")
         pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug))
         dispatcher = Dispatcher(secrets=[value for value in launch.env.values() if len(value) >= 4])
+        began = time.monotonic()
         try:
             async with open_client(
                 stdio_client(params, errlog=errlog), mode=mode, dispatcher=dispatcher, timeout=launch.timeout
             ) as client:
                 errlog.close()  # the process has its copy; EOF on the pipe now means it has exited
+                # Its era, identity and tools, read on this session (a stdio server is never started twice
+                # to be probed), before the first call: routing rules match on the tools' annotations.
+                await self._record_probe(client, began)
+                self._ready_once = True
                 self._client, self._dispatcher = client, dispatcher
                 self._ready.set()
                 logger.info("%r: started %s", self, os.path.basename(launch.command))
@@ -315,6 +336,28 @@ class StdioSupervisor:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(pump), 5)
             pump.cancel()
+
+    async def _record_probe(self, client: Client, began: float) -> None:
+        latency_ms = int((time.monotonic() - began) * 1000)
+        try:
+            with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
+                tools = await _list_tools(client)
+        except Exception as exc:
+            logger.warning("%r: tools/list failed on the new session: %s", self, type(exc).__name__)
+            tools = None
+        version = client.protocol_version
+        found = {
+            "ok": tools is not None,
+            "era": "handshake" if version in HANDSHAKE_PROTOCOL_VERSIONS else version,
+            "protocol_version": version,
+            "server_info": _dump(client.server_info),
+            "capabilities": _dump(client.server_capabilities) or {},
+            "tool_count": len(tools) if tools is not None else None,
+            "latency_ms": latency_ms,
+            "error": None if tools is not None else {"code": "rpc_error", "message": "tools/list failed"},
+            "hint": None,
+        }
+        await sync_to_async(stdio_service.stdio_probed)(server_id=self.server_id, found=found, tools=tools)
 
     async def _until_ended(self) -> None:
         """Wait until the process exits, a restart or stop is asked, or the lease is lost."""
@@ -373,3 +416,20 @@ class StdioSupervisor:
 async def _check_alive(client: Client) -> None:
     """One cheap request both ways, in either era (2026-07-28 removed ``ping``): one page of tools/list."""
     await client.list_tools()
+
+
+async def _list_tools(client: Client) -> list[dict[str, Any]]:
+    """Every page of tools/list (at most MAX_TOOL_PAGES), each tool as JSON."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _dump(model: Any) -> dict[str, Any] | None:
+    return None if model is None else model.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -28,6 +28,7 @@ import httpx2
 import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     HEADER_MISMATCH,
@@ -61,9 +62,16 @@ logger = logging.getLogger(__name__)
 
 
 T = TypeVar("T")
+# Awaited with (progress, total, message) for each progress notification of a tools/call.
+ProgressFn = ProgressFnT
 
 CLIENT_NAME = "elicit-hub"
 MAX_TOOL_PAGES = 100
+# Opening a connection is never slow for a healthy server, however long its tools run.
+CONNECT_TIMEOUT = 10.0
+# The HTTP read timeout of a tools/call stays this far above its limit, so the session's own timeout
+# (which also tells the server to stop) fires first.
+READ_SLACK = 5.0
 
 
 def _client_version() -> str:
@@ -140,6 +148,25 @@ def _classify(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> M
     )
 
 
+# Failures that leave a call's fate open once its request was written: the server may be running it.
+_FATE_UNKNOWN = frozenset({"timeout", "network_error"})
+
+
+def _verdict(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> McpError:
+    """`_classify`, and whether the tool may have run: a tools/call that left the hub and then timed out
+    or lost its connection (never one refused, unreachable or answered with an error)."""
+    error = _classify(exc, wire, what, secret)
+    if wire.call_sent and error.transient and error.code in _FATE_UNKNOWN and not error.may_have_run:
+        return TransientError(
+            error.code,
+            error.message + "; the request had reached the server, so the tool may have run",
+            rpc_code=error.rpc_code,
+            retry_after=error.retry_after,
+            may_have_run=True,
+        )
+    return error
+
+
 # ---- one operation on one client ---------------------------------------------------------------
 
 
@@ -186,15 +213,21 @@ async def _operate(
     what: str,
     idempotency_key: str | None = None,
     request_state: str | None = None,
+    call_timeout: float | None = None,
 ) -> T:
-    """Open a client on `server`, run `op`, close it, and map every failure to an `McpError`."""
+    """Open a client on `server`, run `op`, close it, and map every failure to an `McpError`.
+
+    Each exchange is bounded by ``server.timeout``; a ``tools/call`` by `call_timeout` (its whole run,
+    the HTTP read timeout of its idle stream just above it). Connecting is bounded by `CONNECT_TIMEOUT`.
+    """
     secret = _secrets(server, request_state)
     wire = Wire(idempotency_key)
     prior = _prior_discover(server)
     await _check_url(server.url)
+    longest = server.timeout if call_timeout is None else max(server.timeout, call_timeout + READ_SLACK)
     http = httpx2.AsyncClient(
         headers=dict(server.headers),
-        timeout=httpx2.Timeout(server.timeout),
+        timeout=httpx2.Timeout(server.timeout, connect=min(server.timeout, CONNECT_TIMEOUT), read=longest),
         # Every request is judged by the outbound guard again and sent to the address it checked.
         transport=netguard.AsyncGuardedTransport(verify=_tls_context()),
         trust_env=False,
@@ -203,7 +236,7 @@ async def _operate(
     failure: BaseException | None = None
     value: Any = None
     try:
-        with anyio.fail_after(server.timeout * 4):
+        with anyio.fail_after(server.timeout * 4 + (longest if call_timeout is not None else 0)):
             async with (
                 http,
                 Client(
@@ -221,15 +254,15 @@ async def _operate(
                 except Exception as exc:  # classified below, outside the SDK's task groups
                     failure = exc
     except Exception as exc:
-        raise _classify(exc, wire, what, secret) from None
+        raise _verdict(exc, wire, what, secret) from None
     except BaseExceptionGroup as group:
         # A failure mixed with cancellations; a pure cancellation propagates untouched.
         cancelled = anyio.get_cancelled_exc_class()
         if all(isinstance(leaf, cancelled) for leaf in _leaves(group)):
             raise
-        raise _classify(group, wire, what, secret) from None
+        raise _verdict(group, wire, what, secret) from None
     if failure is not None:
-        raise _classify(failure, wire, what, secret) from None
+        raise _verdict(failure, wire, what, secret) from None
     return value
 
 
@@ -295,6 +328,8 @@ async def _call_once(
     input_responses: Any,
     request_state: str | None,
     what: str,
+    call_timeout: float | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> Outcome:
     wire.last_result = None
     try:
@@ -303,6 +338,8 @@ async def _call_once(
             lambda: client.session.call_tool(
                 name,
                 arguments,
+                read_timeout_seconds=call_timeout,
+                progress_callback=on_progress,
                 input_responses=input_responses,
                 request_state=request_state,
                 allow_input_required=True,
@@ -352,12 +389,18 @@ async def call_tool(
     input_responses: dict[str, Any] | None = None,
     request_state: str | None = None,
     idempotency_key: str | None = None,
+    call_timeout: float | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> Outcome:
     """Call tool `name` once (one round): ``tools/list``, then ``tools/call``.
 
     `arguments` go out untouched. For a retry pass the answers (``{key: ElicitResult JSON}``) and the
     previous round's `request_state` exactly as received (none is sent when it is None). Returns
-    `Completed`, `ToolError` or `InputRequired`; raises `TransientError` / `PermanentError`.
+    `Completed`, `ToolError` or `InputRequired`; raises `TransientError` / `PermanentError` (with
+    `may_have_run` when the call reached the server and its outcome is unknown).
+
+    `call_timeout` bounds the ``tools/call`` (default: ``server.timeout``). `on_progress` is awaited with
+    (progress, total, message) for each progress notification; a ``progressToken`` is sent with it.
     """
     what = f"tools/call {name!r}"
     responses = _typed_input_responses(input_responses, what)
@@ -373,7 +416,9 @@ async def call_tool(
             )
 
         async def once() -> Outcome:
-            return await _call_once(client, wire, name, arguments, responses, request_state, what)
+            return await _call_once(
+                client, wire, name, arguments, responses, request_state, what, limit, on_progress
+            )
 
         try:
             return await once()
@@ -386,8 +431,14 @@ async def call_tool(
             wire.method = None
             return await once()
 
+    limit = server.timeout if call_timeout is None else call_timeout
     outcome = await _operate(
-        server, op, what=what, idempotency_key=idempotency_key, request_state=request_state
+        server,
+        op,
+        what=what,
+        idempotency_key=idempotency_key,
+        request_state=request_state,
+        call_timeout=limit,
     )
     logger.debug("%s -> %s", what, type(outcome).__name__)
     return outcome

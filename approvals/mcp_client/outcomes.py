@@ -81,19 +81,29 @@ class McpError(Exception):
     ``http_4xx``, ``redirect_not_followed``, ``unknown_tool``, ``header_mismatch``, ``unexpected_error``);
     `message` is for a human and
     carries no secret; `rpc_code` is the JSON-RPC error code when the server sent one;
-    `retry_after` is the server's Retry-After in seconds, when given.
+    `retry_after` is the server's Retry-After in seconds, when given. `may_have_run` is true when a
+    ``tools/call`` left the hub (its request headers were written) and then timed out or lost its
+    connection: the server may have run the tool, so sending it again is safe only for a tool that
+    may be repeated.
     """
 
     transient = False
 
     def __init__(
-        self, code: str, message: str, *, rpc_code: int | None = None, retry_after: float | None = None
+        self,
+        code: str,
+        message: str,
+        *,
+        rpc_code: int | None = None,
+        retry_after: float | None = None,
+        may_have_run: bool = False,
     ) -> None:
         super().__init__(code, message)
         self.code = code
         self.message = message
         self.rpc_code = rpc_code
         self.retry_after = retry_after
+        self.may_have_run = may_have_run
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -104,21 +114,31 @@ class McpError(Exception):
             extra += f", rpc_code={self.rpc_code}"
         if self.retry_after is not None:
             extra += f", retry_after={self.retry_after}"
+        if self.may_have_run:
+            extra += ", may_have_run=True"
         return f"{type(self).__name__}({self.code!r}, {self.message!r}{extra})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only arguments do not survive the default exception pickling (Celery results).
-        return (_rebuild_error, (type(self), self.code, self.message, self.rpc_code, self.retry_after))
+        return (
+            _rebuild_error,
+            (type(self), self.code, self.message, self.rpc_code, self.retry_after, self.may_have_run),
+        )
 
 
 def _rebuild_error(
-    cls: type[McpError], code: str, message: str, rpc_code: int | None, retry_after: float | None
+    cls: type[McpError],
+    code: str,
+    message: str,
+    rpc_code: int | None,
+    retry_after: float | None,
+    may_have_run: bool = False,
 ) -> McpError:
-    return cls(code, message, rpc_code=rpc_code, retry_after=retry_after)
+    return cls(code, message, rpc_code=rpc_code, retry_after=retry_after, may_have_run=may_have_run)
 
 
 class TransientError(McpError):
-    """Connection failures, time-outs, HTTP 5xx and 429: retry later with backoff."""
+    """Connection failures, time-outs, HTTP 5xx and 429: retry later with backoff (unless `may_have_run`)."""
 
     transient = True
 

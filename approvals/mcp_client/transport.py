@@ -57,10 +57,14 @@ class Wire:
     - The HTTP status, content type and Retry-After of the last answer (`http`), which the SDK folds
       into generic JSON-RPC errors.
     - The ``Idempotency-Key`` header on every ``tools/call`` POST.
+    - Whether a ``tools/call`` left the hub (`call_sent`): set once the connection starts writing its
+      request headers (an httpcore trace event), so a failure before that (the guard, DNS, connect,
+      TLS) is known not to have reached the server, and one after it may have.
     """
 
     def __init__(self, idempotency_key: str | None) -> None:
         self.idempotency_key = idempotency_key
+        self.call_sent = False
         # The method being sent when it is not the one the operation is named after (a tools/list before a
         # tools/call): failures name it.
         self.method: str | None = None
@@ -106,8 +110,15 @@ class Wire:
 
     async def on_request(self, request: httpx2.Request) -> None:
         self.http = HttpFacts()
-        if self.idempotency_key is not None and request.headers.get("mcp-method") == "tools/call":
-            request.headers["Idempotency-Key"] = self.idempotency_key
+        if request.headers.get("mcp-method") == "tools/call":
+            if self.idempotency_key is not None:
+                request.headers["Idempotency-Key"] = self.idempotency_key
+            request.extensions["trace"] = self._trace_call
+
+    async def _trace_call(self, event: str, info: dict[str, Any]) -> None:
+        # "http11.send_request_headers.started" (or http2's): from here the server may see the call.
+        if event.endswith("send_request_headers.started"):
+            self.call_sent = True
 
     async def on_response(self, response: httpx2.Response) -> None:
         self.http = HttpFacts(

@@ -2,7 +2,7 @@
 
 Handshake-era servers (and stdio servers) ask for input in the middle of ``tools/call``, on the open session,
 so such a call lives in one holder process (``manage.py run_holder``) from its send to its end. Celery never
-sends it (`hand_to_holders`); a holder claims it with one conditional UPDATE, and everything it records
+sends it (`sending.call_send` hands it over); a holder claims it with one conditional UPDATE, and everything it records
 goes through here. Holders are woken by PostgreSQL ``NOTIFY`` on `CHANNEL` (payload ``work`` or
 ``call:<id>``); they also poll, so a lost notice only delays.
 
@@ -30,7 +30,8 @@ from approvals.mcp_client import Completed, McpError, ServerConfig, ToolError
 from approvals.mcp_client.session import Mode
 from approvals.models import Holder, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
-from approvals.services.rounds import HOLDER_CHANNEL, round_open
+from approvals.services.rounds import HOLDER_CHANNEL, notify_holders, round_open
+from approvals.services.sending import _progress_json, call_limit, call_progress, safe_to_resend
 from approvals.services.servers import server_config
 
 logger = logging.getLogger(__name__)
@@ -44,26 +45,7 @@ _NEEDS_SESSION = (
 )
 
 
-def notify(payload: str = "work") -> None:
-    """Wake the holders (delivered when the surrounding transaction commits, never on rollback)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
-
-
-def hand_to_holders(call_id: Any) -> bool:
-    """True when the call runs on a holder's session (it must not be sent from here): the holders are woken
-    if it still waits for one."""
-    call = ToolCall.objects.select_related("server").filter(pk=call_id).first()
-    if (
-        call is None
-        or call.kind != ToolCall.Kind.CALL
-        or call.server is None
-        or not call.server.needs_session
-    ):
-        return False
-    if not call.is_final and call.holder_id is None:
-        notify()
-    return True
+notify = notify_holders
 
 
 # ---- holders -----------------------------------------------------------------------------------------
@@ -135,13 +117,6 @@ class HeldCall:
     idempotency_key: str
 
 
-def call_limit(server: McpServer, tool: str) -> float:
-    per_tool = server.tool_timeouts.get(tool) if isinstance(server.tool_timeouts, dict) else None
-    if isinstance(per_tool, int | float) and not isinstance(per_tool, bool) and per_tool > 0:
-        return float(per_tool)
-    return float(server.call_timeout or 600)
-
-
 def held_call(*, call_id: Any, holder_id: int) -> HeldCall | None:
     """The call as this holder runs it, or None when it is no longer this holder's to run."""
     call = (
@@ -161,7 +136,7 @@ def held_call(*, call_id: Any, holder_id: int) -> HeldCall | None:
         config=server_config(server),
         tool=call.tool,
         arguments=dict(call.arguments or {}),
-        limit=call_limit(server, call.tool),
+        limit=call_limit(call),
         elicitation_wait=server.elicitation_wait,
         idempotency_key=send_idempotency_key(call.pk, 0),
     )
@@ -227,24 +202,9 @@ def held_finish(
 
 
 def held_progress(*, call_id: Any, progress: float, total: float | None, message: str | None) -> None:
-    value = {
-        "progress": progress,
-        "total": total,
-        "message": (message or "")[:500],
-        "at": timezone.now().isoformat(),
-    }
-    ToolCall.objects.filter(pk=call_id).exclude(status__in=ToolCall.Status.finals()).update(progress=value)
-
-
-def safe_to_repeat(call: ToolCall) -> bool:
-    """May the call be sent again? Only when its tool says it is read-only or idempotent, or the server
-    runs a call re-sent with the same Idempotency-Key once."""
-    annotations = call.tool_annotations
-    return bool(
-        annotations.get("readOnlyHint") is True
-        or annotations.get("idempotentHint") is True
-        or (call.server is not None and call.server.honours_idempotency_key)
-    )
+    value = _progress_json(progress, total, message)
+    if value is not None:
+        call_progress(call_id=call_id, progress=value)
 
 
 # ---- push rounds -------------------------------------------------------------------------------------
@@ -395,7 +355,7 @@ def url_round_done(*, round_id: int) -> tuple[bool, dict[str, Any]]:
     rnd = Round.objects.select_related("call__server").get(pk=round_id)
     answers = {ir.key: ir.action for ir in rnd.input_requests.all()}
     accepted = bool(answers) and all(action == InputRequest.Action.ACCEPT for action in answers.values())
-    return accepted and safe_to_repeat(rnd.call), answers
+    return accepted and safe_to_resend(rnd.call), answers
 
 
 # ---- holders that stop or are lost -------------------------------------------------------------------

@@ -238,8 +238,7 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
         return True
     if rnd.kind == Round.Kind.PUSH:
         # The holder waiting on the session gives the answer to the server; no retry is queued.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [HOLDER_CHANNEL, f"call:{call.pk}"])
+        notify_holders(f"call:{call.pk}")
         return True
     ToolCall.objects.filter(
         pk=call.pk,
@@ -247,6 +246,13 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
     ).update(status=ToolCall.Status.RESUMING, updated_at=now)
     enqueue_on_commit(RUN_CALL, str(call.pk))
     return True
+
+
+def notify_holders(payload: str = "work") -> None:
+    """Wake the holder processes: ``work`` (a call to claim) or ``call:<id>`` (its round has an answer).
+    PostgreSQL delivers it when the surrounding transaction commits, never on rollback."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [HOLDER_CHANNEL, payload])
 
 
 def input_responses(rnd: Round) -> dict[str, dict[str, Any]]:

@@ -4,37 +4,80 @@ Exactly once: a send is claimed with a conditional UPDATE and performed while ho
 advisory lock on the call. A second task for the same call (a duplicate message, a beat recovery) cannot
 take the lock while the first is sending, and finds nothing to claim once it has finished. If a worker dies
 mid-send, its connection closes and the lock goes with it; the redelivered task then finds the send still
-claimed (``running`` / ``sending``), cannot know whether the server saw it, and re-sends it with the same
-``Idempotency-Key`` so a server that honours the header answers without running the tool again.
+claimed (``running`` / ``sending``) and cannot know whether the server saw it.
+
+Long tools run once: a send that may have reached the server and then timed out or lost its connection, or
+that a redelivered task finds still claimed, is sent again only when `safe_to_resend` says so (the tool is
+read-only or idempotent, or the server honours ``Idempotency-Key``, and then with the same key); otherwise
+the call ends ``failed`` with ``outcome_unknown`` and a person or the agent decides. A failure before the
+request left the hub releases the claim (``queued`` / ``ready``) and is retried with backoff. Each
+``tools/call`` is bounded by `call_limit`; progress notifications are stored on the call (`call_progress`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import math
 import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from approvals import mcp_client
+from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import Round, ToolCall, send_idempotency_key
-from approvals.services import holding
+from approvals.models import InputRequest, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
-from approvals.services.rounds import input_responses, round_open
+from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
 
 logger = logging.getLogger(__name__)
 SYSTEM = Actor.system()
 MAX_ROUNDS = 50
+# Progress notifications are stored at most this often per call (the last one always lands).
+PROGRESS_INTERVAL = 0.25
+MAX_PROGRESS_MESSAGE = 500
+OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+def safe_to_resend(call: ToolCall) -> bool:
+    """May this call's ``tools/call`` be sent again although the server may already have run it?
+
+    Yes when the server honours ``Idempotency-Key`` (the re-send carries the same key), or when the tool
+    is annotated ``readOnlyHint`` or ``idempotentHint`` true in the server's stored tool list.
+    """
+    server = call.server
+    if server is None:
+        return False
+    if server.honours_idempotency_key:
+        return True
+    annotations = (server.tool(call.tool) or {}).get("annotations")
+    if not isinstance(annotations, dict):
+        return False
+    return annotations.get("readOnlyHint") is True or annotations.get("idempotentHint") is True
+
+
+def call_limit(call: ToolCall) -> float:
+    """Seconds the call's ``tools/call`` may run: the tool's own limit (``tool_timeouts``), else the server's
+    ``call_timeout``, never above ``ELICIT_MAX_CALL_TIMEOUT``."""
+    server = call.server
+    assert server is not None
+    limit: float = server.call_timeout
+    per_tool = (server.tool_timeouts or {}).get(call.tool) if isinstance(server.tool_timeouts, dict) else None
+    if isinstance(per_tool, int | float) and not isinstance(per_tool, bool) and per_tool > 0:
+        limit = per_tool
+    return float(max(1, min(limit, settings.ELICIT_MAX_CALL_TIMEOUT)))
 
 
 def _lock_key(call_id: Any) -> int:
@@ -74,6 +117,9 @@ def is_sending(call_id: Any) -> bool:
 class Send:
     call: ToolCall
     round: Round | None  # None: the first tools/call
+    # Claimed before and never released: an earlier attempt may have reached the server (a crash, a
+    # redelivered or duplicate message, a time limit).
+    redelivered: bool = False
 
     @property
     def idempotency_key(self) -> str:
@@ -97,6 +143,7 @@ def _claim(call_id: Any) -> Send | None:
         if rnd is None:
             if call.rounds.exists():
                 return None
+            held = call.status == ToolCall.Status.RUNNING and call.attempts > 0
             claimed = ToolCall.objects.filter(
                 pk=call.pk, status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING]
             ).update(
@@ -108,7 +155,8 @@ def _claim(call_id: Any) -> Send | None:
             if not claimed:
                 return None
             call.refresh_from_db()
-            return Send(call, None)
+            return Send(call, None, redelivered=held)
+        held = rnd.status == Round.Status.SENDING
         claimed = Round.objects.filter(
             pk=rnd.pk, status__in=[Round.Status.READY, Round.Status.SENDING]
         ).update(
@@ -130,7 +178,20 @@ def _claim(call_id: Any) -> Send | None:
                     "idempotency_key": rnd.idempotency_key,
                 },
             )
-        return Send(call, rnd)
+        return Send(call, rnd, redelivered=held)
+
+
+def _hand_to_holders(call_id: Any) -> bool:
+    """True when the call runs on a holder's session (handshake era, stdio), so it is never sent from here;
+    the holders are woken if it still waits for one."""
+    call = ToolCall.objects.select_related("server").filter(pk=call_id).first()
+    if call is None or call.kind != ToolCall.Kind.CALL or call.server is None:
+        return False
+    if not call.server.needs_session:
+        return False
+    if not call.is_final and call.holder_id is None:
+        notify_holders()
+    return True
 
 
 def call_send(*, call_id: Any) -> float | None:
@@ -138,7 +199,7 @@ def call_send(*, call_id: Any) -> float | None:
 
     Returns a countdown in seconds when a transient fault should be retried later, else None.
     """
-    if holding.hand_to_holders(call_id):
+    if _hand_to_holders(call_id):
         return None  # it runs on a holder's session, never from here
     with send_lock(call_id) as acquired:
         if not acquired:
@@ -149,6 +210,9 @@ def call_send(*, call_id: Any) -> float | None:
                 return None
             # _claim only yields hub-driven calls, and the database refuses one of those without a server.
             assert send.call.server is not None
+            if send.redelivered and not safe_to_resend(send.call):
+                _fail_unknown(send, "the hub stopped while sending this call")
+                return None
             try:
                 outcome = mcp_client.run(
                     mcp_client.call_tool(
@@ -158,9 +222,14 @@ def call_send(*, call_id: Any) -> float | None:
                         input_responses=input_responses(send.round) if send.round else None,
                         request_state=send.round.request_state if send.round else None,
                         idempotency_key=send.idempotency_key,
+                        call_timeout=call_limit(send.call),
+                        on_progress=ProgressWriter(send.call.pk),
                     )
                 )
             except mcp_client.TransientError as exc:
+                if exc.may_have_run and not safe_to_resend(send.call):
+                    _fail_unknown(send, exc.message)
+                    return None
                 return _transient(send, exc)
             except mcp_client.PermanentError as exc:
                 _fail(send, exc)
@@ -181,6 +250,15 @@ def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
     countdown = min(countdown, settings.ELICIT_MCP_RETRY_MAX)
     logger.warning("call %s: %s; retrying in %.1f s", send.call.pk, exc.code, countdown)
     with transaction.atomic():
+        # Release the claim: the retry then knows this attempt ended here, and is no redelivery.
+        if send.round:
+            Round.objects.filter(pk=send.round.pk, status=Round.Status.SENDING).update(
+                status=Round.Status.READY
+            )
+        else:
+            ToolCall.objects.filter(pk=send.call.pk, status=ToolCall.Status.RUNNING).update(
+                status=ToolCall.Status.QUEUED, updated_at=timezone.now()
+            )
         audit.record(
             actor=SYSTEM,
             verb="call.retry_scheduled",
@@ -203,6 +281,98 @@ def _fail(send: Send, exc: mcp_client.McpError, note: str = "") -> None:
         if send.round:
             _close(send.round)
         call_finish(call=send.call, status=ToolCall.Status.FAILED, error=error)
+
+
+def _fail_unknown(send: Send, why: str) -> None:
+    """End the call ``outcome_unknown``: the server may have run the tool, and sending it again is unsafe."""
+    logger.warning("call %s: outcome unknown (%s)", send.call.pk, why)
+    error = {
+        "code": OUTCOME_UNKNOWN,
+        "message": (
+            f"{why.rstrip('.')}. The tool may have run: the hub does not send it again, because the tool is "
+            "not marked read-only or idempotent and the server does not honour Idempotency-Key. Check "
+            "the server before calling it again."
+        ),
+        "tool_may_have_run": True,
+    }
+    with transaction.atomic():
+        if send.round:
+            _close(send.round)
+        call_finish(call=send.call, status=ToolCall.Status.FAILED, error=error)
+
+
+def _progress_json(progress: float, total: float | None, message: str | None) -> dict[str, Any] | None:
+    if not math.isfinite(progress):
+        return None
+    return {
+        "progress": progress,
+        "total": total if total is not None and math.isfinite(total) else None,
+        "message": message[:MAX_PROGRESS_MESSAGE] if message else None,
+        "at": timezone.now().isoformat(),
+    }
+
+
+def call_progress(*, call_id: Any, progress: dict[str, Any]) -> bool:
+    """Store the last progress notification of a running call and tell its watchers. False when the call
+    is no longer running (the notification came late)."""
+    now = timezone.now()
+    with transaction.atomic():
+        updated = ToolCall.objects.filter(
+            pk=call_id, status__in=[ToolCall.Status.RUNNING, ToolCall.Status.RESUMING]
+        ).update(progress=progress, updated_at=now)
+        if not updated:
+            return False
+        call = ToolCall.objects.only("id", "status").get(pk=call_id)
+        # A tool that reports progress while people answer it (a pushed question): its queue cards redraw.
+        asking = list(
+            InputRequest.objects.filter(
+                round__call_id=call_id, status=InputRequest.Status.PENDING
+            ).select_related("team", "escalation_team")
+        )
+        transaction.on_commit(lambda: broadcast.call_changed(call))
+        if asking:
+            transaction.on_commit(lambda: broadcast.queue_changed("call.progress", call_id, asking))
+    return True
+
+
+def _store_progress(call_id: Any, progress: dict[str, Any]) -> None:
+    """`call_progress` from a worker thread of the MCP client's event loop, on that thread's connection."""
+    try:
+        call_progress(call_id=call_id, progress=progress)
+    except Exception:
+        logger.exception("call %s: could not store progress", call_id)
+    finally:
+        connections.close_all()
+
+
+class ProgressWriter:
+    """The MCP client's progress callback for one call: stores the newest notification, at most once per
+    `PROGRESS_INTERVAL` (notifications in between replace each other; the last one is always written)."""
+
+    def __init__(self, call_id: Any) -> None:
+        self.call_id = call_id
+        self._pending: dict[str, Any] | None = None
+        self._last = -math.inf
+        self._writing = False
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        value = _progress_json(progress, total, message)
+        if value is None:
+            return
+        self._pending = value
+        if self._writing:
+            return  # the task writing now picks it up
+        self._writing = True
+        try:
+            while self._pending is not None:
+                wait = self._last + PROGRESS_INTERVAL - time.monotonic()
+                if wait > 0:
+                    await anyio.sleep(wait)
+                value, self._pending = self._pending, None
+                self._last = time.monotonic()
+                await anyio.to_thread.run_sync(functools.partial(_store_progress, self.call_id, value))
+        finally:
+            self._writing = False
 
 
 def _close(rnd: Round) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -170,3 +171,60 @@ def stdio_restarted(*, server_id: int, holder_name: str, reason: str, restarts: 
         verb="server.stdio_restarted",
         data={"server": slug, "holder": holder_name, "reason": reason[:200], "restarts": restarts},
     )
+
+
+def stdio_probed(*, server_id: int, found: dict[str, Any], tools: list[dict[str, Any]] | None) -> None:
+    """Store what a holder read on a stdio server's new session: the probe JSON, and its tools if listed."""
+    server = McpServer.objects.filter(pk=server_id).first()
+    if server is None:
+        return
+    now = timezone.now()
+    found = {**found, "probed_at": now.isoformat()}
+    update: dict[str, Any] = {"probe": found, "probed_at": now}
+    if tools is not None:
+        update |= {"tools": tools, "tools_fetched_at": now}
+    McpServer.objects.filter(pk=server_id).update(**update)
+    audit.record(
+        actor=Actor.system(),
+        verb="server.probed",
+        data={
+            "server": server.slug,
+            "ok": found.get("ok"),
+            "era": found.get("era"),
+            "protocol_version": found.get("protocol_version"),
+            "tool_count": found.get("tool_count"),
+            "latency_ms": found.get("latency_ms"),
+            "error": found.get("error"),
+        },
+    )
+
+
+def stdio_start_failed(*, server_id: int, message: str) -> None:
+    """A stdio server did not start (the command failed, exited, or did not answer): the probe says so.
+    Audited once when it stops working, not at every retry."""
+    server = McpServer.objects.filter(pk=server_id).first()
+    if server is None:
+        return
+    now = timezone.now()
+    was_ok = (server.probe or {}).get("ok", True)
+    error = {"code": "not_running", "message": message[:500]}
+    found = {
+        "ok": False,
+        "era": None,
+        "protocol_version": None,
+        "server_info": None,
+        "capabilities": {},
+        "tool_count": None,
+        "latency_ms": None,
+        "error": error,
+        "hint": "the command fails at start: its stderr is in the hub's log "
+        f"(logger approvals.stdio.{server.slug})",
+        "probed_at": now.isoformat(),
+    }
+    McpServer.objects.filter(pk=server_id).update(probe=found, probed_at=now)
+    if was_ok:
+        audit.record(
+            actor=Actor.system(),
+            verb="server.probed",
+            data={"server": server.slug, "ok": False, "era": None, "error": error},
+        )

@@ -171,7 +171,8 @@
         existing.replaceWith(card);
         if (selected) select($(`[data-request="${selected}"]`, card));
         if (!message.pending) fold(card);
-        if (message.event !== "round.opened") announce(T.decided);
+        // A progress report redraws the card quietly; only a decision is announced.
+        if (message.event !== "round.opened" && message.event !== "call.progress") announce(T.decided);
       } else if (message.pending && matchesFilters(card)) {
         // Oldest first: a new round goes to the end, so nothing moves under the pointer or the focus.
         const list = $("[data-queue-list]", queue);

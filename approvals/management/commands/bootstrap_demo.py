@@ -45,6 +45,8 @@ class Command(BaseCommand):
             team="release",
             stdout=self.stdout,
         )
+        # The demo server answers a re-sent tools/call with the same Idempotency-Key without running it again.
+        McpServer.objects.filter(slug="demo").update(honours_idempotency_key=True)
         path = token_file()
         kept = path.read_text().strip() if path.exists() else ""
         agent = AgentClient.objects.filter(name="demo-agent").first()
