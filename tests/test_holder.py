@@ -40,7 +40,7 @@ def push() -> Iterator[PushServer]:
 
 @pytest.fixture
 def hub(live_db: None, push: PushServer) -> Hub:
-    hub = set_up_hub(push.url, slug="pushy")
+    hub = set_up_hub(push.url, slug="pushy", honours_idempotency_key=False)
     McpServer.objects.filter(pk=hub.server.pk).update(era=McpServer.Era.HANDSHAKE, elicitation_wait=WAIT)
     hub.server.refresh_from_db()
     return hub

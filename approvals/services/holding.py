@@ -2,8 +2,8 @@
 
 Handshake-era servers (and stdio servers) ask for input in the middle of ``tools/call``, on the open session,
 so such a call lives in one holder process (``manage.py run_holder``) from its send to its end. Celery never
-sends it (`sending.call_send` hands it over); a holder claims it with one conditional UPDATE, and everything it records
-goes through here. Holders are woken by PostgreSQL ``NOTIFY`` on `CHANNEL` (payload ``work`` or
+sends it (`sending.call_send` hands it over); a holder claims it with one conditional UPDATE, and everything
+it records goes through here. Holders are woken by PostgreSQL ``NOTIFY`` on `CHANNEL` (payload ``work`` or
 ``call:<id>``); they also poll, so a lost notice only delays.
 
 A push round (``elicitation/create`` on the session) is a `Round` of kind PUSH opened through the same
