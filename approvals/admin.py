@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from approvals import netguard
+from approvals.audit.core import Actor
 from approvals.models import (
     AgentClient,
     AuditEvent,
@@ -25,7 +26,8 @@ from approvals.models import (
     WebhookDelivery,
 )
 from approvals.services import stdio as stdio_rules
-from approvals.services.servers import parse_header_lines
+from approvals.services.sending import check_call_timeout, check_tool_timeouts
+from approvals.services.servers import parse_header_lines, probe_summary, server_probe
 from approvals.throttling import ThrottledAdminAuthenticationForm
 
 
@@ -94,21 +96,46 @@ class McpServerForm(forms.ModelForm):
             "transport",
             "url",
             "command",
+            "era",
             "enabled",
             "default_team",
             "round_ttl",
             "on_expiry",
+            # Long tools: how long a tools/call may run, and whether a re-send is safe.
+            "call_timeout",
+            "tool_timeouts",
+            "honours_idempotency_key",
         ]
         help_texts = {"command": "stdio: an absolute path, or a name found on the hub's PATH."}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["transport"].required = False  # Streamable HTTP unless stdio is chosen
+        self.fields["call_timeout"].required = False  # the model's default (600 s) when left empty
+        self.fields["era"].required = False  # left out: automatic
         if self.instance.pk and not self.is_bound:
             self.initial["arguments"] = "\n".join(self.instance.args or [])
 
     def clean_url(self) -> str:
         return _guarded_url(self.cleaned_data.get("url") or "")
+
+    def clean_call_timeout(self) -> int:
+        value = self.cleaned_data.get("call_timeout")
+        if value is None:
+            return int(McpServer._meta.get_field("call_timeout").get_default())
+        try:
+            return check_call_timeout(value)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_tool_timeouts(self) -> dict[str, int]:
+        try:
+            return check_tool_timeouts(self.cleaned_data.get("tool_timeouts"))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_era(self) -> str:
+        return self.cleaned_data.get("era") or McpServer.Era.AUTO
 
     def clean_new_headers(self) -> dict[str, str] | None:
         raw = self.cleaned_data.get("new_headers") or ""
@@ -168,8 +195,64 @@ class McpServerForm(forms.ModelForm):
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
-    list_display = ["slug", "name", "transport", "url", "enabled", "default_team", "credentials"]
+    list_display = [
+        "slug",
+        "name",
+        "transport",
+        "url",
+        "era",
+        "probe_state",
+        "enabled",
+        "default_team",
+        "credentials",
+    ]
+    list_filter = ["era"]
     search_fields = ["slug", "name", "url"]
+    readonly_fields = ["probe_details"]
+
+    def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
+        """Saved first, then probed: an unreachable or incompatible server is flagged at once and still
+        registered."""
+        super().save_model(request, obj, form, change)
+        if obj.transport != McpServer.Transport.HTTP:
+            return
+        found = server_probe(obj, actor=Actor.user(request.user))
+        summary = f"Probe of {obj.slug}: {probe_summary(found)}"
+        if found.get("ok"):
+            self.message_user(request, summary, messages.SUCCESS)
+            return
+        error = found.get("error") or {}
+        hint = f" Hint: {found['hint']}." if found.get("hint") else ""
+        self.message_user(
+            request,
+            f"{summary}. {error.get('message', '')}.{hint} The server is registered all the same.",
+            messages.WARNING,
+        )
+
+    @admin.display(description="probe")
+    def probe_state(self, obj: McpServer) -> str:
+        return probe_summary(obj.probe)
+
+    @admin.display(description="last probe")
+    def probe_details(self, obj: McpServer) -> str:
+        found = obj.probe
+        if not found:
+            return "Not probed yet: saving an HTTP server probes it."
+        lines = [probe_summary(found)]
+        if found.get("protocol_version"):
+            lines.append(f"Protocol version: {found['protocol_version']}")
+        if found.get("capabilities"):
+            lines.append("Capabilities: " + ", ".join(sorted(found["capabilities"])))
+        error = found.get("error")
+        if error:
+            lines.append(f"Error: {error.get('code')}: {error.get('message')}")
+        if found.get("hint"):
+            lines.append(f"Hint: {found['hint']}")
+        if obj.probed_at:
+            lines.append(f"Probed at {obj.probed_at:%Y-%m-%d %H:%M:%S %Z}")
+        if obj.tools:
+            lines.append("Tools: " + ", ".join(str(tool.get("name")) for tool in obj.tools[:100]))
+        return "\n".join(lines)
 
     @admin.display(description="credentials")
     def credentials(self, obj: McpServer) -> str:

@@ -4,12 +4,15 @@
 
 Built on the official SDK (`MCPServer.run("stdio")`). Tools: ``echo``; ``where`` (its working directory,
 user id and environment names, and the values of the names it is asked for); ``shout`` (writes a line to
-stderr, answers "ok"); ``crash`` (writes to stderr and exits at once, mid-call); ``ask`` (``ctx.elicit()``:
-a question pushed to the client on the open session); ``started`` (when this process started).
+stderr, answers "ok"); ``crash`` (writes to stderr and exits at once, mid-call); ``block`` (blocks the whole
+process); ``ask`` (``ctx.elicit()``: a question pushed to the client on the open session); ``started``
+(when this process started); ``grow`` (adds a tool a moment later and sends
+notifications/tools/list_changed between calls).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -51,6 +54,32 @@ def shout(text: str) -> str:
 def crash(text: str = "crashing now") -> str:
     print(text, file=sys.stderr, flush=True)
     os._exit(3)
+
+
+@mcp.tool()
+def block(seconds: float = 600) -> str:
+    """Blocks the whole server (it reads nothing meanwhile, so a closed stdin goes unnoticed)."""
+    time.sleep(seconds)
+    return "unblocked"
+
+
+_LATER: set[asyncio.Task[None]] = set()
+
+
+@mcp.tool()
+async def grow(ctx: Context, name: str = "extra") -> str:
+    """Answers at once; a moment later adds the tool `name` and says so (tools/list_changed)."""
+    session = ctx.session
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        mcp.add_tool(lambda: "new", name=name, description="added while the server runs")
+        await session.send_tool_list_changed()
+
+    task = asyncio.get_running_loop().create_task(later())
+    _LATER.add(task)
+    task.add_done_callback(_LATER.discard)
+    return "growing"
 
 
 @mcp.tool()

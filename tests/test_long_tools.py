@@ -227,3 +227,58 @@ def test_a_connect_failure_is_retried_whatever_the_tool(worker: Any, long_server
     assert body["status"] == "failed", body
     assert body["error"]["code"] == "connect_failed"
     assert AuditEvent.objects.filter(call_id=call_id, verb="call.retry_scheduled").count() == retries
+
+
+# ---- the admin: time limits and Idempotency-Key honouring ----------------------------------------
+
+
+def http_form(**extra: str) -> dict[str, str]:
+    return {
+        "slug": "builds",
+        "name": "Build bot",
+        "transport": "http",
+        "url": "http://127.0.0.1:9/mcp",
+        "enabled": "on",
+        "on_expiry": "",
+    } | extra
+
+
+@pytest.mark.django_db
+def test_the_admin_sets_time_limits_and_idempotency_key_honouring(admin_client: Any) -> None:
+    form = http_form(call_timeout="1200", tool_timeouts='{"build": 1800}', honours_idempotency_key="on")
+    page = admin_client.post("/admin/approvals/mcpserver/add/", form)
+    assert page.status_code == 302, page.content.decode()[:2000]
+    server = McpServer.objects.get(slug="builds")
+    assert (server.call_timeout, server.tool_timeouts, server.honours_idempotency_key) == (
+        1200,
+        {"build": 1800},
+        True,
+    )
+    assert sending.call_limit(factories.call(server, tool="build")) == 1800
+    assert sending.safe_to_resend(factories.call(server, tool="build"))
+
+    # Left empty: the defaults (600 s, no per-tool limits, not honoured).
+    page = admin_client.post("/admin/approvals/mcpserver/add/", http_form(slug="plain"))
+    assert page.status_code == 302, page.content.decode()[:2000]
+    plain = McpServer.objects.get(slug="plain")
+    assert (plain.call_timeout, plain.tool_timeouts, plain.honours_idempotency_key) == (600, {}, False)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("extra", "field", "message"),
+    [
+        ({"call_timeout": "0"}, "call_timeout", "from 1 to"),
+        ({"call_timeout": "999999"}, "call_timeout", "ELICIT_MAX_CALL_TIMEOUT"),
+        ({"tool_timeouts": "[1, 2]"}, "tool_timeouts", "an object"),
+        ({"tool_timeouts": '{"build": "soon"}'}, "tool_timeouts", "'build': A time limit is a whole number"),
+        ({"tool_timeouts": '{"build": 99999999}'}, "tool_timeouts", "'build': A time limit is from 1"),
+        ({"tool_timeouts": '{"": 5}'}, "tool_timeouts", "A tool name is"),
+    ],
+)
+def test_the_admin_refuses_bad_time_limits(extra: dict[str, str], field: str, message: str) -> None:
+    from approvals.admin import McpServerForm
+
+    form = McpServerForm(data=http_form(**extra))
+    assert not form.is_valid()
+    assert message in " ".join(form.errors[field])

@@ -17,19 +17,21 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client as DjangoClient
 from django.utils import timezone
-from mcp import StdioServerParameters
+from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from approvals.mcp_client import (
     PermanentError,
     ServerConfig,
+    ToolError,
     TransientError,
     call_tool,
     classify_rpc_error,
     run,
 )
-from approvals.mcp_client.probe import HANDSHAKE, MODERN, probe
+from approvals.mcp_client.probe import HANDSHAKE, MODERN, ProbeResult, probe, probe_open
 from approvals.mcp_client.wire import HttpFacts
 from approvals.models import AuditEvent, InputRequest, McpServer, RoutingRule, ToolCall
 from approvals.services import servers, tokens
@@ -434,3 +436,138 @@ def test_a_handshake_server_under_auto_fails_once_and_is_probed_again(worker, ha
         lambda: McpServer.objects.filter(pk=server.pk, probe__isnull=False).first(), 30, 0.1, what="a probe"
     )
     assert server.probe["era"] == HANDSHAKE and server.needs_session
+
+
+# ---- the admin ------------------------------------------------------------------------------------------
+
+
+def _admin_client() -> DjangoClient:
+    client = DjangoClient()
+    client.force_login(factories.user("root", is_staff=True, is_superuser=True))
+    return client
+
+
+def _add_form(slug: str, url: str, era: str = "auto") -> dict[str, str]:
+    return {
+        "slug": slug, "name": slug.title(), "url": url, "era": era, "enabled": "on", "default_team": "",
+        "round_ttl": "", "on_expiry": "", "new_headers": "",
+    }  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_the_admin_probes_a_server_it_adds_and_shows_era_and_probe(handshake: Running) -> None:
+    client = _admin_client()
+    response = client.post("/admin/approvals/mcpserver/add/", _add_form("legacy", handshake.url), follow=True)
+    assert response.status_code == 200
+    server = McpServer.objects.get(slug="legacy")
+    assert server.probe["era"] == HANDSHAKE and {t["name"] for t in server.tools} == {"echo", "wipe", "ask"}
+    page = response.content.decode()
+    assert "Probe of legacy: ok: era handshake (2025-11-25)" in page and "3 tool(s)" in page
+    listing = client.get("/admin/approvals/mcpserver/").content.decode()
+    assert "ok: era handshake (2025-11-25), server handshake-test-server 3.1.4, 3 tool(s)" in listing
+    change = client.get(f"/admin/approvals/mcpserver/{server.pk}/change/").content.decode()
+    assert "Tools: echo, wipe, ask" in change and 'name="era"' in change
+
+    # The era is editable; pinned to 2026-07-28 the server is flagged at once, with a hint.
+    form = _add_form("legacy", handshake.url, era="2026-07-28")
+    response = client.post(f"/admin/approvals/mcpserver/{server.pk}/change/", form, follow=True)
+    server.refresh_from_db()
+    assert server.era == "2026-07-28" and server.probe["ok"] is False
+    page = response.content.decode()
+    assert "NOT USABLE" in page and "set its era to handshake or auto" in page
+
+
+@pytest.mark.django_db
+def test_the_admin_registers_an_unreachable_server_and_flags_it() -> None:
+    client = _admin_client()
+    response = client.post("/admin/approvals/mcpserver/add/", _add_form("later", closed_url()), follow=True)
+    assert response.status_code == 200
+    server = McpServer.objects.get(slug="later")
+    assert server.probe["error"]["code"] == "connect_failed"
+    page = response.content.decode()
+    assert "Probe of later: unreachable" in page and "registered all the same" in page
+
+
+@pytest.mark.django_db
+def test_a_probe_on_an_open_session_is_stored_for_a_stdio_server() -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(HERE / "handshake_server.py"), "--stdio"]
+    )
+
+    async def on_session() -> ProbeResult:
+        async with Client(stdio_client(params), mode="legacy") as client:
+            return await probe_open(client, latency_ms=7)
+
+    result = run(on_session())
+    assert result.ok and result.era == HANDSHAKE and result.latency_ms == 7
+    server = McpServer.objects.create(slug="local", name="Local", transport="stdio", command="srv")
+    # Without a result or a transport the hub does not start a second copy of a stdio server.
+    assert servers.server_probe(server)["error"]["code"] == "not_running"
+    assert McpServer.objects.get(pk=server.pk).probe is None
+    servers.server_probe(server, result=result)
+    server.refresh_from_db()
+    assert server.probe["era"] == HANDSHAKE and {t["name"] for t in server.tools} == {"echo", "wipe", "ask"}
+    assert server.needs_session
+
+
+@pytest.mark.django_db
+def test_an_unknown_tool_or_a_header_mismatch_lists_the_tools_again_unless_just_listed(
+    modern: Running,
+) -> None:
+    old = timezone.now() - timedelta(minutes=5)
+    server = McpServer.objects.create(
+        slug="m", name="M", url=modern.url, tools=[{"name": "echo"}], tools_fetched_at=old
+    )
+    unknown = ToolError({"content": [{"type": "text", "text": "Unknown tool: gone"}], "isError": True})
+    servers.server_after_send(server, "echo", outcome=unknown)
+    server.refresh_from_db()
+    assert server.tools_fetched_at > old and len(server.tools) > 1
+    listed_at = server.tools_fetched_at
+
+    # Just listed: several workers meeting the same unknown tool do not list it again each.
+    servers.server_after_send(server, "gone", error=PermanentError("unknown_tool", "x"))
+    server.refresh_from_db()
+    assert server.tools_fetched_at == listed_at
+
+    McpServer.objects.filter(pk=server.pk).update(tools_fetched_at=old)
+    server.refresh_from_db()
+    servers.server_after_send(server, "echo", error=PermanentError("header_mismatch", "x"))
+    server.refresh_from_db()
+    assert server.tools_fetched_at > old
+
+    # A tool the stored list has, answered normally: nothing to do.
+    McpServer.objects.filter(pk=server.pk).update(tools_fetched_at=old)
+    server.refresh_from_db()
+    servers.server_after_send(server, "echo", outcome=ToolError({"content": [], "isError": True}))
+    server.refresh_from_db()
+    assert server.tools_fetched_at == old
+
+
+def test_what_a_probe_keeps_is_storable_and_bounded() -> None:
+    from approvals.mcp_client.probe import _Found, _success
+
+    found = _Found(
+        era=HANDSHAKE,
+        protocol_version="2025-11-25",
+        server_info={"name": "x" * 5000, "version": "1\x00", "icons": [{"src": "data:..."}]},
+        capabilities={"tools": {"listChanged": True}, "experimental": {"blob": "y" * 50_000}},
+        latency_ms=3,
+        tools=[{"name": "ok"}, {"name": "bad", "description": "nul \x00 here"}, {"name": "lone \ud800"}],
+    )
+    result = _success(found)
+    assert result.server_info == {"name": "x" * 200}
+    assert result.capabilities == {"tools": {}, "experimental": {}}
+    assert result.tools == [{"name": "ok"}] and result.tool_count == 1
+    json.dumps(result.as_json())  # storable as it is
+
+
+@pytest.mark.django_db
+def test_check_server_on_a_stdio_server_shows_what_its_holder_found_without_starting_it() -> None:
+    McpServer.objects.create(slug="local", name="Local", transport="stdio", command="/bin/false")
+    with pytest.raises(CommandError) as info:
+        out_of("check_server", "local")
+    assert info.value.returncode == 1  # never started by anyone yet: unreachable
+    found = {"ok": True, "era": HANDSHAKE, "protocol_version": "2025-11-25", "tool_count": 2, "latency_ms": 5}
+    McpServer.objects.filter(slug="local").update(probe=found, tools=[{"name": "a"}, {"name": "b"}])
+    human = out_of("check_server", "local")
+    assert "ok: era handshake (2025-11-25), 2 tool(s), 5 ms" in human and "a, b" in human

@@ -8,8 +8,10 @@ import logging
 import os
 import pwd
 import shutil
+import signal
 import stat
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
@@ -226,17 +228,25 @@ async def test_a_stale_holders_lease_is_taken_over_and_the_old_supervisor_stops(
                 break
             await stdio_holder.asyncio.sleep(0.1)
         assert not old.running and old.lost
-        with pytest.raises(McpError):
+        with pytest.raises(McpError) as refused:
             await call(old, "echo", {"text": "old again"})
+        assert refused.value.code == "connect_failed" and "another holder" in refused.value.message
+        await new.stop()  # releases the lease: the old holder may take it back
+        await sync_to_async(
+            lambda: Holder.objects.filter(name="host:1:old").update(heartbeat_at=timezone.now())
+        )()
+        assert value(await call(old, "echo", {"text": "old again"})) == "old again"
+        assert not old.lost
     finally:
         await old.stop()
         await new.stop()
     leased = await sync_to_async(
         lambda: list(AuditEvent.objects.filter(verb="server.stdio_leased").values_list("data", flat=True))
     )()
-    assert leased[-1] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    assert leased[-2] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    assert leased[-1] == {"server": server.slug, "holder": "host:1:old"}
     holder = await sync_to_async(lambda: McpServer.objects.get(pk=server.pk).stdio_holder)()
-    assert holder is None  # the new holder released it; the old one did not touch it
+    assert holder is None
 
 
 async def test_a_disabled_server_is_not_leased() -> None:
@@ -303,3 +313,87 @@ async def test_a_command_that_exits_at_once_is_retried_and_the_call_is_refused_a
 async def call_briefly(supervisor: StdioSupervisor) -> Any:
     async with supervisor.session(wait=3) as (client, dispatcher):
         return await call_on(client, dispatcher, SessionHooks(elicit=no_elicit), "echo", {}, timeout=5)
+
+
+HOLDER_SCRIPT = """
+import asyncio, sys
+import django
+django.setup()
+from mcp import Client
+from mcp.client.stdio import stdio_client
+from approvals.holder.stdio import RunAs, server_parameters, working_dir
+from approvals.services.stdio import Launch
+
+async def main():
+    run_as = RunAs.configured()
+    launch = Launch(slug="orphan", command=sys.executable, args=[sys.argv[1]])
+    params = server_parameters(launch, working_dir("orphan", run_as), run_as)
+    async with Client(stdio_client(params), mode="legacy") as client:
+        where = await client.call_tool("where", {})
+        print(where.content[0].text.replace(chr(10), " "), flush=True)
+        await client.call_tool("block", {"seconds": 600})
+
+asyncio.run(main())
+"""
+
+
+async def test_the_server_dies_with_its_holder_even_if_it_ignores_its_closed_stdin(_stdio_dir: Path) -> None:
+    """The holder is SIGKILLed while the server is blocked (it would never read the EOF on its stdin): the
+    parent-death signal ends it, so a holder that takes over the lease never runs a second copy beside it."""
+    import subprocess
+
+    from tests.live import child_env
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_SCRIPT, str(SERVER_SCRIPT)],
+        env=child_env(ELICIT_STDIO_DIR=str(_stdio_dir)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid = 0
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        pid = int(json.loads(line)["pid"])
+        assert Path(f"/proc/{pid}").exists()
+        holder.kill()
+        holder.wait()
+        for _ in range(200):
+            if not _alive(pid):
+                break
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        holder.kill()
+        holder.wait()
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def test_a_tool_list_change_between_calls_updates_the_stored_tools(
+    running: tuple[McpServer, StdioSupervisor],
+) -> None:
+    server, supervisor = running
+    assert value(await call(supervisor, "grow", {"name": "brand_new"})) == "growing"
+
+    def names() -> set[str]:
+        return {tool["name"] for tool in McpServer.objects.get(pk=server.pk).tools or []}
+
+    for _ in range(100):
+        if "brand_new" in await sync_to_async(names)():
+            break
+        await stdio_holder.asyncio.sleep(0.1)
+    assert "brand_new" in await sync_to_async(names)()
+    changed = await sync_to_async(
+        lambda: list(AuditEvent.objects.filter(verb="server.tools_refreshed").values_list("data", flat=True))
+    )()
+    assert changed[-1]["why"] == "list_changed" and "brand_new" in changed[-1]["tools"]
+    assert value(await call(supervisor, "brand_new")) == "new"

@@ -33,12 +33,13 @@ import os
 import pwd
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import mcp_types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp import Client
@@ -48,6 +49,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from approvals.mcp_client.outcomes import TransientError
 from approvals.mcp_client.session import Dispatcher, Mode, open_client
 from approvals.models import McpServer
+from approvals.services import servers as servers_service
 from approvals.services import stdio as stdio_service
 
 logger = logging.getLogger(__name__)
@@ -133,6 +135,21 @@ def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | N
     return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
 
 
+class _StdioDispatcher(Dispatcher):
+    """A stdio session's dispatcher: `notifications/tools/list_changed` arriving between calls (no call's
+    hooks to hear it) still updates the stored tool list."""
+
+    def __init__(self, on_tools_changed: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_tools_changed = on_tools_changed
+
+    async def message_handler(self, message: Any) -> None:
+        if self.hooks is None and isinstance(message, mcp_types.ToolListChangedNotification):
+            self._on_tools_changed()
+            return
+        await super().message_handler(message)
+
+
 class StdioSupervisor:
     """Runs one stdio server for one holder process; see the module docstring."""
 
@@ -155,6 +172,7 @@ class StdioSupervisor:
         self._stopping = False
         self._calls = asyncio.Lock()
         self._starting = asyncio.Lock()
+        self._relisting: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -164,14 +182,20 @@ class StdioSupervisor:
 
     async def start(self) -> bool:
         """Take the lease and start the server (in the background); False if another live holder runs it.
-        `session()` starts a supervisor that was not started."""
+        `session()` starts a supervisor that was not started, or whose lease went to another holder
+        (taking the lease back once that holder released it or its heartbeat went stale)."""
         async with self._starting:
-            if self._task is not None:
-                return not self.lost
+            if self._task is not None and not self._task.done():
+                return True
+            if self._stopping:
+                return False
+            # Never started, or it ended (the lease went elsewhere): take the lease again if it is free.
+            self._task = None
             if not await sync_to_async(stdio_service.stdio_lease_take)(
                 server_id=self.server_id, holder_name=self.holder_name
             ):
                 return False
+            self.lost = False
             self._task = asyncio.create_task(self._supervise(), name=f"stdio-{self.server_id}")
             return True
 
@@ -211,10 +235,9 @@ class StdioSupervisor:
         MCP timeout) for the server to be up; raises `TransientError` ("connect_failed") if it is not:
         nothing was sent, so the call may be tried again."""
         limit = float(settings.ELICIT_MCP_TIMEOUT) if wait is None else wait
-        if self._task is None and not self._stopping and not await self.start():
-            raise TransientError(
-                "connect_failed", f"the stdio server {self.slug or self.server_id} is run by another holder"
-            )
+        if (self._task is None or self._task.done()) and not await self.start():
+            why = "is stopping here" if self._stopping else "is run by another holder"
+            raise TransientError("connect_failed", f"the stdio server {self.slug or self.server_id} {why}")
         async with self._calls:
             client, dispatcher = await self._open_session(limit)
             try:
@@ -314,7 +337,9 @@ class StdioSupervisor:
         read_fd, write_fd = os.pipe()
         errlog: TextIO = os.fdopen(write_fd, "w")
         pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug))
-        dispatcher = Dispatcher(secrets=[value for value in launch.env.values() if len(value) >= 4])
+        dispatcher = _StdioDispatcher(
+            self._tools_changed, secrets=[value for value in launch.env.values() if len(value) >= 4]
+        )
         began = time.monotonic()
         try:
             async with open_client(
@@ -358,6 +383,21 @@ class StdioSupervisor:
             "hint": None,
         }
         await sync_to_async(stdio_service.stdio_probed)(server_id=self.server_id, found=found, tools=tools)
+
+    def _tools_changed(self) -> None:
+        """Between calls the server said its tools changed: list them on the session (as soon as no call
+        runs on it) and store them. Calls pass the notice to their own hooks instead."""
+        if self._relisting is None or self._relisting.done():
+            self._relisting = asyncio.create_task(self._relist())
+
+    async def _relist(self) -> None:
+        try:
+            async with self.session() as (client, _):
+                with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
+                    tools = await _list_tools(client)
+            await sync_to_async(servers_service.server_tools_changed)(self.server_id, tools=tools)
+        except Exception as exc:
+            logger.warning("%r: listing the changed tools failed: %s", self, type(exc).__name__)
 
     async def _until_ended(self) -> None:
         """Wait until the process exits, a restart or stop is asked, or the lease is lost."""

@@ -68,6 +68,40 @@ def safe_to_resend(call: ToolCall) -> bool:
     return annotations.get("readOnlyHint") is True or annotations.get("idempotentHint") is True
 
 
+MAX_TOOL_TIMEOUTS = 500  # entries in a server's tool_timeouts
+MAX_TOOL_NAME = 200
+
+
+def check_call_timeout(value: Any) -> int:
+    """A time limit in whole seconds, from 1 to ``ELICIT_MAX_CALL_TIMEOUT``; raises ValueError saying why."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("A time limit is a whole number of seconds.")
+    if not 1 <= value <= settings.ELICIT_MAX_CALL_TIMEOUT:
+        raise ValueError(
+            f"A time limit is from 1 to {settings.ELICIT_MAX_CALL_TIMEOUT} seconds (ELICIT_MAX_CALL_TIMEOUT)."
+        )
+    return int(value)
+
+
+def check_tool_timeouts(value: Any) -> dict[str, int]:
+    """Per-tool limits, ``{tool name: seconds}``; empty when none. Raises ValueError naming the bad entry."""
+    if value in (None, "", {}):
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError('Per-tool limits are an object, e.g. {"build": 1800}.')
+    if len(value) > MAX_TOOL_TIMEOUTS:
+        raise ValueError(f"At most {MAX_TOOL_TIMEOUTS} per-tool limits.")
+    checked = {}
+    for name, seconds in value.items():
+        if not name or len(name) > MAX_TOOL_NAME:
+            raise ValueError(f"A tool name is 1 to {MAX_TOOL_NAME} characters.")
+        try:
+            checked[name] = check_call_timeout(seconds)
+        except ValueError as exc:
+            raise ValueError(f"{name[:60]!r}: {exc}") from None
+    return checked
+
+
 def call_limit(call: ToolCall) -> float:
     """Seconds the call's ``tools/call`` may run: the tool's own limit (``tool_timeouts``), else the server's
     ``call_timeout``, never above ``ELICIT_MAX_CALL_TIMEOUT``."""

@@ -56,34 +56,30 @@ def _store_tools(server: McpServer, tools: list[dict[str, Any]], **more: Any) ->
 
 
 def server_probe(
-    server: McpServer, *, target: mcp_probe.Target | None = None, actor: Actor | None = None
+    server: McpServer,
+    *,
+    target: mcp_probe.Target | None = None,
+    result: mcp_probe.ProbeResult | None = None,
+    actor: Actor | None = None,
 ) -> dict[str, Any]:
     """Probe the server for its era, identity, capabilities, tools and latency, and store what was found.
 
     Never fails for a server that cannot be reached or understood: the probe JSON then says ``ok: false``
-    with the error and a hint, and the stored tool list is kept. `target` is how to reach a stdio server
-    (a transport factory from the process that runs it); HTTP servers are reached through the outbound
-    guard.
+    with the error and a hint, and the stored tool list is kept. HTTP servers are reached through the
+    outbound guard. A stdio server runs in exactly one process, so the process running it passes the
+    `result` of `probe.probe_open` on its session (or a `target` transport factory); without either the
+    stored probe is returned as it is.
     """
-    if target is None and server.transport == McpServer.Transport.HTTP:
-        target = server_config(server)
-    if target is None:
-        result = mcp_probe.ProbeResult(
-            ok=False,
-            era=None,
-            protocol_version=None,
-            server_info=None,
-            capabilities={},
-            tool_count=None,
-            latency_ms=None,
-            error={
-                "code": "not_running",
-                "message": "the stdio server is probed by the process that runs it",
-            },
-            hint="start the holder; it probes the server when it starts it",
-            probed_at=timezone.now().isoformat(),
-        )
-    else:
+    if result is None:
+        if target is None and server.transport == McpServer.Transport.HTTP:
+            target = server_config(server)
+        if target is None:
+            return server.probe or {
+                "ok": False,
+                "era": None,
+                "error": {"code": "not_running", "message": "the process that runs this server probes it"},
+                "hint": "start the holder; it probes a stdio server when it starts it",
+            }
         result = mcp_client.run(mcp_probe.probe(target, era=server.era))
     found = result.as_json()
     now = timezone.now()
@@ -254,4 +250,4 @@ def probe_unreachable(found: dict[str, Any] | None) -> bool:
     """The last probe could not reach the server at all (no era found, a connection-level error)."""
     if not found or found.get("ok") or found.get("era"):
         return False
-    return (found.get("error") or {}).get("code") in mcp_probe.UNREACHABLE
+    return (found.get("error") or {}).get("code") in {*mcp_probe.UNREACHABLE, "not_running"}
