@@ -1,5 +1,6 @@
-"""`make run`: engines, migrations, the demo set-up, then Daphne + Celery (worker and beat) + the demo MCP
-server under honcho. One Ctrl-C stops them all, then the embedded engines."""
+"""`make run`: engines, migrations, the demo set-up, then Daphne + Celery (worker and beat) + one holder (the
+process that keeps handshake-era sessions open) + the demo MCP server under honcho. One Ctrl-C stops them all,
+then the embedded engines."""
 
 from __future__ import annotations
 
