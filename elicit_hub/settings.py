@@ -407,6 +407,13 @@ for _entry in filter(None, (item.strip() for item in ELICIT_OUTBOUND_ALLOW.split
         except ValueError:
             raise ImproperlyConfigured(f"ELICIT_OUTBOUND_ALLOW: {_entry!r} is not a network.") from None
 ELICIT_LONG_POLL_MAX = 60
+# The MCP gateway (`/mcp`, its own process): progress notifications while a call waits come this often
+# (seconds); a tools/call request waits at most ELICIT_GATEWAY_MAX_WAIT s for its call to end (the call
+# goes on after that); handshake-era sessions idle this long are closed, and at most this many are open.
+ELICIT_GATEWAY_PROGRESS_INTERVAL = env_int("ELICIT_GATEWAY_PROGRESS_INTERVAL", 5, minimum=1)
+ELICIT_GATEWAY_MAX_WAIT = env_int("ELICIT_GATEWAY_MAX_WAIT", 24 * 3600, minimum=1)
+ELICIT_GATEWAY_SESSION_IDLE = env_int("ELICIT_GATEWAY_SESSION_IDLE", 1800, minimum=10)
+ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minimum=1)
 # Where reviewers reach the dashboard; links in notices point here.
 ELICIT_PUBLIC_URL = env_str("ELICIT_PUBLIC_URL", "http://127.0.0.1:8000")
 # Notices go out this long before a round's deadline.
