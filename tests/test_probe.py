@@ -541,3 +541,33 @@ def test_an_unknown_tool_or_a_header_mismatch_lists_the_tools_again_unless_just_
     servers.server_after_send(server, "echo", outcome=ToolError({"content": [], "isError": True}))
     server.refresh_from_db()
     assert server.tools_fetched_at == old
+
+
+def test_what_a_probe_keeps_is_storable_and_bounded() -> None:
+    from approvals.mcp_client.probe import _Found, _success
+
+    found = _Found(
+        era=HANDSHAKE,
+        protocol_version="2025-11-25",
+        server_info={"name": "x" * 5000, "version": "1\x00", "icons": [{"src": "data:..."}]},
+        capabilities={"tools": {"listChanged": True}, "experimental": {"blob": "y" * 50_000}},
+        latency_ms=3,
+        tools=[{"name": "ok"}, {"name": "bad", "description": "nul \x00 here"}, {"name": "lone \ud800"}],
+    )
+    result = _success(found)
+    assert result.server_info == {"name": "x" * 200}
+    assert result.capabilities == {"tools": {}, "experimental": {}}
+    assert result.tools == [{"name": "ok"}] and result.tool_count == 1
+    json.dumps(result.as_json())  # storable as it is
+
+
+@pytest.mark.django_db
+def test_check_server_on_a_stdio_server_shows_what_its_holder_found_without_starting_it() -> None:
+    McpServer.objects.create(slug="local", name="Local", transport="stdio", command="/bin/false")
+    with pytest.raises(CommandError) as info:
+        out_of("check_server", "local")
+    assert info.value.returncode == 1  # never started by anyone yet: unreachable
+    found = {"ok": True, "era": HANDSHAKE, "protocol_version": "2025-11-25", "tool_count": 2, "latency_ms": 5}
+    McpServer.objects.filter(slug="local").update(probe=found, tools=[{"name": "a"}, {"name": "b"}])
+    human = out_of("check_server", "local")
+    assert "ok: era handshake (2025-11-25), 2 tool(s), 5 ms" in human and "a, b" in human

@@ -24,9 +24,8 @@ import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 
-from approvals import netguard
+from approvals import netguard, safejson
 from approvals.mcp_client.client import (
     CLIENT_INFO,
     MAX_TOOL_PAGES,
@@ -41,7 +40,7 @@ from approvals.mcp_client.client import (
 )
 from approvals.mcp_client.outcomes import McpError, PermanentError, ServerConfig, TransientError
 from approvals.mcp_client.transport import TeeTransport, Wire
-from approvals.mcp_client.wire import PROTOCOL_VERSION, handshake_hint
+from approvals.mcp_client.wire import MAX_DEPTH, PROTOCOL_VERSION, handshake_hint
 
 T = TypeVar("T")
 
@@ -67,6 +66,10 @@ HINTS = {
     "http_5xx": "the server failed: look at its logs",
     "rate_limited": "the server is rate limiting the hub: try again later",
 }
+MAX_TEXT = 200  # a server's name, title or version
+MAX_CAPABILITIES = 20_000  # bytes of capabilities JSON kept in full; beyond, only their names
+MAX_DISCOVER = 100_000  # bytes of server/discover result stored for later calls
+MAX_TOOLS = 2_000
 DEFAULT_HINT = "the server answered in a way the hub does not understand: check that it is an MCP server"
 
 
@@ -201,23 +204,20 @@ async def _connect(
 
 async def _modern(target: Target, timeout: float) -> _Found:
     """``server/discover``, then ``tools/list`` (every page) on the same client."""
-
-    async def discover_op(client: Client, wire: Wire) -> dict[str, Any]:
-        started = time.monotonic()
-        result = await discover_on(client, wire)
-        timings["discover"] = round((time.monotonic() - started) * 1000)
-        return result
-
-    async def list_op(client: Client, wire: Wire) -> list[dict[str, Any]]:
-        tools, _ = await _list_all(client, wire)
-        return tools
-
     timings: dict[str, int] = {}
-    # The discover request is what tells the era; it gets its own client (a pinned one needs no probe).
-    discover, _ = await _connect(target, MODERN, discover_op, what="server/discover", timeout=timeout)
-    prior = mcp_types.DiscoverResult.model_validate(discover, by_name=False)
-    tools, _ = await _connect(target, MODERN, list_op, what="tools/list", timeout=timeout, prior=prior)
-    versions = [v for v in MODERN_PROTOCOL_VERSIONS if v in prior.supported_versions]
+
+    async def op(client: Client, wire: Wire) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        started = time.monotonic()
+        discover = await discover_on(client, wire)
+        timings["discover"] = round((time.monotonic() - started) * 1000)
+        client.session.adopt(mcp_types.DiscoverResult.model_validate(discover, by_name=False))
+        wire.method = "tools/list"
+        tools, _ = await _list_all(client, wire)
+        return discover, tools
+
+    (discover, tools), _ = await _connect(target, MODERN, op, what="server/discover", timeout=timeout)
+    supported = discover.get("supportedVersions") or []
+    versions = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
     info = (discover.get("_meta") or {}).get("io.modelcontextprotocol/serverInfo")
     return _Found(
         era=MODERN,
@@ -238,30 +238,16 @@ async def _handshake(target: Target, timeout: float) -> _Found:
         found["protocol_version"] = client.protocol_version
         found["server_info"] = _dump(client.server_info)
         found["capabilities"] = _dump(client.server_capabilities) or {}
-        try:
-            tools, _ = await _list_all(client, wire)
-        except Exception as exc:
-            found["list_failed"] = exc
-            raise
+        wire.method = "tools/list"
+        tools, _ = await _list_all(client, wire)
         return tools
 
-    try:
-        tools, latency = await _connect(target, "legacy", op, what="initialize", timeout=timeout)
-    except McpError as exc:
-        if "list_failed" in found:
-            # The handshake worked; listing did not: say so with the method that failed.
-            raise type(exc)(
-                exc.code,
-                exc.message.replace("initialize", "tools/list"),
-                rpc_code=exc.rpc_code,
-                retry_after=exc.retry_after,
-            ) from None
-        raise
+    tools, latency = await _connect(target, "legacy", op, what="initialize", timeout=timeout)
     version = found.get("protocol_version")
     if version not in HANDSHAKE_PROTOCOL_VERSIONS:
         raise PermanentError(
             "protocol_unsupported",
-            f"the server answered initialize with an unknown protocol version {version!r}",
+            f"the server answered initialize with an unknown protocol version {str(version)[:40]!r}",
         )
     return _Found(
         era=HANDSHAKE,
@@ -277,22 +263,52 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat()
 
 
+def _identity(info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The server's name and version (and title), as short storable strings."""
+    if not isinstance(info, dict):
+        return None
+    kept = {
+        key: value[:MAX_TEXT]
+        for key in ("name", "title", "version")
+        if isinstance(value := info.get(key), str) and safejson.text_problem(value) is None
+    }
+    return kept or None
+
+
+def _bounded(value: dict[str, Any], limit: int) -> dict[str, Any]:
+    """`value` if it is storable and small; else only its top-level keys (capability names)."""
+    if safejson.problem(value, max_depth=MAX_DEPTH) is None and safejson.size(value) <= limit:
+        return value
+    return {str(key)[:MAX_TEXT]: {} for key in list(value)[:50] if safejson.text_problem(str(key)) is None}
+
+
+def _storable_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tools the hub can store (no NUL or lone surrogates, no absurd nesting), at most MAX_TOOLS."""
+    return [tool for tool in tools if safejson.problem(tool, max_depth=MAX_DEPTH) is None][:MAX_TOOLS]
+
+
 def _success(
     found: _Found, *, ok: bool = True, error: McpError | None = None, hint: str | None = None
 ) -> ProbeResult:
+    tools = _storable_tools(found.tools)
+    discover = found.discover
+    if discover is not None and (
+        safejson.problem(discover, max_depth=MAX_DEPTH) is not None or safejson.size(discover) > MAX_DISCOVER
+    ):
+        discover = None  # the client synthesizes one instead
     return ProbeResult(
         ok=ok,
         era=found.era,
         protocol_version=found.protocol_version,
-        server_info=found.server_info,
-        capabilities=found.capabilities,
-        tool_count=len(found.tools),
+        server_info=_identity(found.server_info),
+        capabilities=_bounded(found.capabilities, MAX_CAPABILITIES),
+        tool_count=len(tools),
         latency_ms=found.latency_ms,
         error={"code": error.code, "message": error.message} if error else None,
         hint=hint,
         probed_at=_now(),
-        tools=found.tools,
-        discover=found.discover,
+        tools=tools,
+        discover=discover,
     )
 
 
@@ -335,10 +351,6 @@ async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None
             if not _era_verdict(exc):
                 return _failure(exc)
             modern_error = exc
-        except ValidationError as exc:  # a discover result the SDK's model refuses
-            modern_error = PermanentError(
-                "malformed_response", f"the server's server/discover answer: {exc.error_count()} problem(s)"
-            )
     try:
         found = await _handshake(target, limit)
     except McpError as exc:
@@ -349,7 +361,8 @@ async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None
             except McpError:
                 return _failure(exc)
             return _success(modern, ok=False, error=exc, hint=MODERN_ONLY_HINT)
-        return _failure(exc)
+        # Pinned to 2026-07-28, what failed there is what matters; the handshake was only a diagnosis.
+        return _failure(modern_error if era == MODERN and modern_error is not None else exc)
     if era == MODERN:
         # The server answers only the handshake: calls pinned to 2026-07-28 cannot work.
         assert modern_error is not None

@@ -250,4 +250,4 @@ def probe_unreachable(found: dict[str, Any] | None) -> bool:
     """The last probe could not reach the server at all (no era found, a connection-level error)."""
     if not found or found.get("ok") or found.get("era"):
         return False
-    return (found.get("error") or {}).get("code") in mcp_probe.UNREACHABLE
+    return (found.get("error") or {}).get("code") in {*mcp_probe.UNREACHABLE, "not_running"}
