@@ -61,6 +61,9 @@ def call_detail(call: ToolCall) -> dict[str, Any]:
                 "opened_at": _iso(rnd.opened_at),
                 "closed_at": _iso(rnd.closed_at),
                 "deadline": _iso(rnd.deadline),
+                "kind": rnd.kind,
+                "server_deadline": _iso(rnd.server_deadline),
+                "outcome": rnd.outcome or None,
                 "input_requests": [input_request_summary(ir) for ir in rnd.input_requests.all()],
             }
             for rnd in call.rounds.all()
@@ -97,6 +100,9 @@ def inbox_item(ir: InputRequest) -> dict[str, Any]:
         "deadline": _iso(ir.round.deadline),
         "flags": ir.flags,
     }
+    if ir.round.server_deadline is not None:
+        # A push round: the server itself waits only until then; after that the request is gone.
+        item["server_deadline"] = _iso(ir.round.server_deadline)
     if ir.mode == InputRequest.Mode.FORM:
         item["requested_schema"] = ir.form_schema
     else:

@@ -13,7 +13,7 @@ from django.utils import timezone
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
 from approvals.audit.tasks import verify_chain
 from approvals.models import Round, ToolCall
-from approvals.services import escalation, notifications, sending, servers, webhooks
+from approvals.services import escalation, holding, notifications, sending, servers, webhooks
 
 # A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
 STUCK_AFTER = timedelta(seconds=90)
@@ -54,6 +54,12 @@ def recover_stuck(grace_seconds: float | None = None) -> int:
             run_call.delay(str(call_id))
             requeued += 1
     return requeued
+
+
+@shared_task
+def sweep_holders() -> int:
+    """Declare lost the holder processes whose heartbeat stopped; returns the calls that ended with them."""
+    return holding.holders_sweep()
 
 
 @shared_task

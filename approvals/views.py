@@ -106,7 +106,12 @@ def _request_page(
     context = {
         "ir": ir,
         "call": call,
-        "round": {"number": ir.round.number, "deadline": ir.round.deadline, "opened_at": ir.round.opened_at},
+        "round": {
+            "number": ir.round.number,
+            "deadline": ir.round.deadline,
+            "opened_at": ir.round.opened_at,
+            "server_deadline": ir.round.server_deadline,
+        },
         "may_answer": may_answer,
         "pending": pending,
         "form": form,

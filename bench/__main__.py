@@ -4,6 +4,7 @@
     live         input_required received -> card frame on reviewers' websockets, against a running hub
     seed_audit   append N realistic, correctly chained audit events (use a throwaway database)
     audit        the audit page's queries on a seeded database: p50/p95 per kind, EXPLAIN
+    holder       N idle handshake-era sessions in one holder: its CPU and memory; push -> reviewer latency
 
 ``python -m bench NAME --help`` lists a benchmark's options. Each is a Django command run on the hub's
 settings, so ``DATABASE_URL`` and ``REDIS_URL`` choose the engines, as for ``manage.py``.
@@ -15,7 +16,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("loop", "live", "seed_audit", "audit")
+NAMES = ("loop", "live", "seed_audit", "audit", "holder")
 
 
 def main(argv: list[str]) -> int:

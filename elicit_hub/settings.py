@@ -345,6 +345,7 @@ CELERY_BEAT_SCHEDULE = {
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
     "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
+    "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
     "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
 }
 
@@ -363,6 +364,12 @@ ELICIT_MCP_RETRY_MAX = env_int("ELICIT_MCP_RETRY_MAX", 60, minimum=1)
 # Each exchange with an MCP server (tools/list, server/discover) is bounded by ELICIT_MCP_TIMEOUT; a
 # tools/call by its server's call_timeout or the tool's entry in tool_timeouts (default 600 s), capped here.
 ELICIT_MCP_TIMEOUT = env_int("ELICIT_MCP_TIMEOUT", 30, minimum=1)
+# Holder processes (manage.py run_holder): heartbeat and poll intervals, when a silent one is declared lost,
+# and how many calls one holds at once.
+ELICIT_HOLDER_HEARTBEAT = env_int("ELICIT_HOLDER_HEARTBEAT", 5, minimum=1)
+ELICIT_HOLDER_POLL = env_int("ELICIT_HOLDER_POLL", 3, minimum=1)
+ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
+ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
 ELICIT_MAX_CALL_TIMEOUT = env_int("ELICIT_MAX_CALL_TIMEOUT", 3000, minimum=1)
 # A run_call task lists tools and then waits for the call: its time limits sit above the longest allowed
 # call (and below the broker's visibility timeout, system check approvals.E001). A task cut by the limit
@@ -400,6 +407,13 @@ for _entry in filter(None, (item.strip() for item in ELICIT_OUTBOUND_ALLOW.split
         except ValueError:
             raise ImproperlyConfigured(f"ELICIT_OUTBOUND_ALLOW: {_entry!r} is not a network.") from None
 ELICIT_LONG_POLL_MAX = 60
+# The MCP gateway (`/mcp`, its own process): progress notifications while a call waits come this often
+# (seconds); a tools/call request waits at most ELICIT_GATEWAY_MAX_WAIT s for its call to end (the call
+# goes on after that); handshake-era sessions idle this long are closed, and at most this many are open.
+ELICIT_GATEWAY_PROGRESS_INTERVAL = env_int("ELICIT_GATEWAY_PROGRESS_INTERVAL", 5, minimum=1)
+ELICIT_GATEWAY_MAX_WAIT = env_int("ELICIT_GATEWAY_MAX_WAIT", 24 * 3600, minimum=1)
+ELICIT_GATEWAY_SESSION_IDLE = env_int("ELICIT_GATEWAY_SESSION_IDLE", 1800, minimum=10)
+ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minimum=1)
 # Where reviewers reach the dashboard; links in notices point here.
 ELICIT_PUBLIC_URL = env_str("ELICIT_PUBLIC_URL", "http://127.0.0.1:8000")
 # Notices go out this long before a round's deadline.

@@ -171,3 +171,23 @@ class Daphne(Process):
 
         wait_until(up, 60, what="Daphne")
         return self
+
+
+class HolderRunner(Process):
+    """``manage.py run_holder``: the process that keeps handshake-era sessions open."""
+
+    def __init__(self, env: dict[str, str], name: str = "holder") -> None:
+        super().__init__(
+            name, [sys.executable, "manage.py", "run_holder", "--name", f"{name}-{os.getpid()}"], env
+        )
+
+    def start(self) -> HolderRunner:
+        before = len(self.log())
+        super().start()
+        wait_until(lambda: "running (at most" in self.log()[before:] or self._died(), 60, what="the holder")
+        if self._died():
+            raise RuntimeError(f"the holder exited:\n{self.log()[-3000:]}")
+        return self
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None

@@ -62,6 +62,12 @@ class PushServer:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_counts", timeout=2) as response:
             return dict(json.load(response))
 
+    def authorize(self) -> None:
+        """The person has been to the -32042 URL: ``needs_auth`` works from now on."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/_authorize", method="POST")
+        with urllib.request.urlopen(request, timeout=2):
+            pass
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)

@@ -228,17 +228,25 @@ async def test_a_stale_holders_lease_is_taken_over_and_the_old_supervisor_stops(
                 break
             await stdio_holder.asyncio.sleep(0.1)
         assert not old.running and old.lost
-        with pytest.raises(McpError):
+        with pytest.raises(McpError) as refused:
             await call(old, "echo", {"text": "old again"})
+        assert refused.value.code == "connect_failed" and "another holder" in refused.value.message
+        await new.stop()  # releases the lease: the old holder may take it back
+        await sync_to_async(
+            lambda: Holder.objects.filter(name="host:1:old").update(heartbeat_at=timezone.now())
+        )()
+        assert value(await call(old, "echo", {"text": "old again"})) == "old again"
+        assert not old.lost
     finally:
         await old.stop()
         await new.stop()
     leased = await sync_to_async(
         lambda: list(AuditEvent.objects.filter(verb="server.stdio_leased").values_list("data", flat=True))
     )()
-    assert leased[-1] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    assert leased[-2] == {"server": server.slug, "holder": "host:2:new", "taken_from": "host:1:old"}
+    assert leased[-1] == {"server": server.slug, "holder": "host:1:old"}
     holder = await sync_to_async(lambda: McpServer.objects.get(pk=server.pk).stdio_holder)()
-    assert holder is None  # the new holder released it; the old one did not touch it
+    assert holder is None
 
 
 async def test_a_disabled_server_is_not_leased() -> None:

@@ -15,6 +15,7 @@ VERBS: tuple[str, ...] = (
     "call.expired",
     "call.cancelled",
     "call.outcome_discarded",
+    "call.held",
     "relay.submitted",
     "relay.answered",
     "relay.expired",
@@ -22,6 +23,7 @@ VERBS: tuple[str, ...] = (
     "round.opened",
     "round.answered",
     "round.resent",
+    "round.gone",
     # One input request: routed, shown, answered, approved, escalated, expired
     "input.requested",
     "input.unsupported",
@@ -32,6 +34,8 @@ VERBS: tuple[str, ...] = (
     "input.approvals_restarted",
     "input.escalated",
     "input.expired",
+    # Holder processes (handshake-era and stdio sessions)
+    "holder.lost",
     # MCP servers
     "server.tools_refreshed",
     "server.probed",

@@ -182,14 +182,20 @@ class StdioSupervisor:
 
     async def start(self) -> bool:
         """Take the lease and start the server (in the background); False if another live holder runs it.
-        `session()` starts a supervisor that was not started."""
+        `session()` starts a supervisor that was not started, or whose lease went to another holder
+        (taking the lease back once that holder released it or its heartbeat went stale)."""
         async with self._starting:
-            if self._task is not None:
-                return not self.lost
+            if self._task is not None and not self._task.done():
+                return True
+            if self._stopping:
+                return False
+            # Never started, or it ended (the lease went elsewhere): take the lease again if it is free.
+            self._task = None
             if not await sync_to_async(stdio_service.stdio_lease_take)(
                 server_id=self.server_id, holder_name=self.holder_name
             ):
                 return False
+            self.lost = False
             self._task = asyncio.create_task(self._supervise(), name=f"stdio-{self.server_id}")
             return True
 
@@ -229,10 +235,9 @@ class StdioSupervisor:
         MCP timeout) for the server to be up; raises `TransientError` ("connect_failed") if it is not:
         nothing was sent, so the call may be tried again."""
         limit = float(settings.ELICIT_MCP_TIMEOUT) if wait is None else wait
-        if self._task is None and not self._stopping and not await self.start():
-            raise TransientError(
-                "connect_failed", f"the stdio server {self.slug or self.server_id} is run by another holder"
-            )
+        if (self._task is None or self._task.done()) and not await self.start():
+            why = "is stopping here" if self._stopping else "is run by another holder"
+            raise TransientError("connect_failed", f"the stdio server {self.slug or self.server_id} {why}")
         async with self._calls:
             client, dispatcher = await self._open_session(limit)
             try:

@@ -17,12 +17,18 @@ from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invali
 from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)
+GONE_MESSAGE = (
+    "This request is gone: the server stopped waiting for an answer (or the session asking it ended). "
+    "Nothing was sent."
+)
 
 
 def describe_answer(ir: InputRequest) -> str:
     """ "accepted by alice at 10:42:07" — the loser of a race is told who won, and when."""
     who = ir.answered_by.get_username() if ir.answered_by else "the hub"
     verb = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}.get(ir.action, ir.status)
+    if ir.status == InputRequest.Status.GONE:
+        return "gone: the server stopped waiting"
     if ir.status == InputRequest.Status.EXPIRED:
         return f"expired at {date_format(timezone.localtime(ir.answered_at), 'DATETIME_FORMAT')}"
     when = date_format(timezone.localtime(ir.answered_at), "DATETIME_FORMAT") if ir.answered_at else "earlier"
@@ -108,6 +114,8 @@ def input_respond(
         )
         if not won:
             ir.refresh_from_db()
+            if ir.status == InputRequest.Status.GONE:
+                raise Conflict(GONE_MESSAGE, code="request_gone")
             raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
         ir.refresh_from_db()
         Decision.objects.create(

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals import broadcast, safejson, schema_forms, urlsafety
@@ -22,6 +22,7 @@ from approvals.services import notifications, webhooks
 from approvals.services.routing import route
 
 SYSTEM = Actor.system()
+HOLDER_CHANNEL = "elicit_holders"  # PostgreSQL NOTIFY channel the holder processes listen on
 
 
 def round_ttl(call: ToolCall) -> int:
@@ -134,8 +135,13 @@ def round_open(
     request_state: str | None,
     received_at: datetime,
     ttl: int | None = None,
+    kind: str = Round.Kind.RETRY,
+    server_deadline: datetime | None = None,
 ) -> Round:
-    """Park one round. Must run inside the caller's transaction, with the call already claimed."""
+    """Park one round. Must run inside the caller's transaction, with the call already claimed.
+
+    `kind` PUSH: the server asked on an open session and waits until `server_deadline` (if known); the answer
+    goes back on that session, never by a retry."""
     number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     now = timezone.now()
     refused = too_many_problem(len(input_requests))
@@ -145,6 +151,8 @@ def round_open(
     rnd = Round.objects.create(
         call=call,
         number=number,
+        kind=kind,
+        server_deadline=server_deadline,
         raw=_bounded_raw(raw),
         request_state=request_state,
         opened_at=received_at,
@@ -228,12 +236,23 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
     if call.kind == ToolCall.Kind.RELAY:
         _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
         return True
+    if rnd.kind == Round.Kind.PUSH:
+        # The holder waiting on the session gives the answer to the server; no retry is queued.
+        notify_holders(f"call:{call.pk}")
+        return True
     ToolCall.objects.filter(
         pk=call.pk,
         status__in=[ToolCall.Status.AWAITING_INPUT, ToolCall.Status.RUNNING, ToolCall.Status.RESUMING],
     ).update(status=ToolCall.Status.RESUMING, updated_at=now)
     enqueue_on_commit(RUN_CALL, str(call.pk))
     return True
+
+
+def notify_holders(payload: str = "work") -> None:
+    """Wake the holder processes: ``work`` (a call to claim) or ``call:<id>`` (its round has an answer).
+    PostgreSQL delivers it when the surrounding transaction commits, never on rollback."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [HOLDER_CHANNEL, payload])
 
 
 def input_responses(rnd: Round) -> dict[str, dict[str, Any]]:

@@ -39,7 +39,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import InputRequest, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
-from approvals.services.rounds import input_responses, round_open
+from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
 
 logger = logging.getLogger(__name__)
@@ -172,6 +172,8 @@ def _claim(call_id: Any) -> Send | None:
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
         rnd = call.rounds.exclude(status=Round.Status.CLOSED).order_by("-number").first()
+        if rnd is not None and rnd.kind == Round.Kind.PUSH:
+            return None  # answered on the holder's session, never re-sent
         if rnd is None:
             if call.rounds.exists():
                 return None
@@ -213,11 +215,26 @@ def _claim(call_id: Any) -> Send | None:
         return Send(call, rnd, redelivered=held)
 
 
+def _hand_to_holders(call_id: Any) -> bool:
+    """True when the call runs on a holder's session (handshake era, stdio), so it is never sent from here;
+    the holders are woken if it still waits for one."""
+    call = ToolCall.objects.select_related("server").filter(pk=call_id).first()
+    if call is None or call.kind != ToolCall.Kind.CALL or call.server is None:
+        return False
+    if not call.server.needs_session:
+        return False
+    if not call.is_final and call.holder_id is None:
+        notify_holders()
+    return True
+
+
 def call_send(*, call_id: Any) -> float | None:
     """Send whatever the call needs next, looping while the server answers with state only.
 
     Returns a countdown in seconds when a transient fault should be retried later, else None.
     """
+    if _hand_to_holders(call_id):
+        return None  # it runs on a holder's session, never from here
     with send_lock(call_id) as acquired:
         if not acquired:
             return None

@@ -121,8 +121,27 @@ def everything_server(interop_installed: None) -> Iterator[ThirdPartyServer]:
 
 def register(url: str, slug: str, era: str = McpServer.Era.AUTO) -> Hub:
     """The server registered for team "release" in the given era, an agent allowed to call it, a reviewer."""
-    hub = set_up_hub(url, slug=slug)
+    # None of these servers honours Idempotency-Key: a call that may have reached one is never re-sent.
+    hub = set_up_hub(url, slug=slug, honours_idempotency_key=False)
     hub.server.name = slug
     hub.server.era = era
     hub.server.save()
+    return hub
+
+
+def register_many(urls: dict[str, str], era: str = McpServer.Era.AUTO) -> Hub:
+    """Several servers (slug: URL) for team "release" in one era, one agent allowed to call them all."""
+    from approvals.services import tokens
+    from tests.hub import Agent
+
+    slugs = list(urls)
+    hub = register(urls[slugs[0]], slugs[0], era)
+    servers = [hub.server] + [
+        McpServer.objects.create(
+            slug=slug, name=slug, url=urls[slug], era=era, default_team=hub.server.default_team
+        )
+        for slug in slugs[1:]
+    ]
+    _, token = tokens.agent_create(name="ci-agent-all", servers=servers)
+    hub.agent = Agent(token)
     return hub

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.models import McpServer
+from approvals.models import McpServer, ToolCall
 from tests.interop.conftest import ThirdPartyServer, register
+from tests.live import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -82,3 +83,23 @@ def test_mcp23_plain_tool_completes_over_2026_07_28(worker, mcp23_server: ThirdP
     assert body["result"]["isError"] is False
     assert _text(body) == "42"
     assert mcp23_server.runs().get("add", 0) == before + 1
+
+
+def test_fastmcp4_40_s_tool_runs_once_and_reports_progress(worker, fastmcp4_server: ThirdPartyServer) -> None:
+    """The issue's "35 s tool ran five times": now one send, progress stored, the result returned."""
+    hub = register(fastmcp4_server.url, "fastmcp4", McpServer.Era.MODERN)
+    before = fastmcp4_server.runs().get("slow_report", 0)
+    call_id = hub.agent.call("slow_report", {"seconds": 40}, server="fastmcp4")
+
+    def reported() -> bool:
+        progress = hub.agent.get(f"/calls/{call_id}").json().get("progress") or {}
+        return progress.get("total") == 40 and 0 < progress.get("progress", 0) < 40
+
+    wait_until(reported, 30, 0.2, what="progress in the agent's call JSON")
+    body = hub.agent.wait(call_id, 60)
+    if body["status"] != "completed":
+        body = hub.agent.wait(call_id, 30)
+    assert body["status"] == "completed", body
+    assert _text(body) == "report ready after 40 s"
+    assert fastmcp4_server.runs().get("slow_report", 0) == before + 1
+    assert ToolCall.objects.get(pk=call_id).attempts == 1

@@ -54,7 +54,7 @@ async def slow_report(seconds: float, ctx: Context) -> str:
     for step in range(1, steps + 1):
         await anyio.sleep(seconds / steps)
         await ctx.report_progress(step, steps)
-    return f"report ready after {seconds} s"
+    return f"report ready after {seconds:g} s"
 
 
 @mcp.custom_route("/runs", methods=["GET"])

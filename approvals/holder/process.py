@@ -1,0 +1,379 @@
+"""The holder process (``manage.py run_holder``): handshake-era sessions kept open while people decide.
+
+One asyncio process holds many calls at once, one task each (no thread per session). It registers a `Holder`
+row and heartbeats; claims queued calls whose server needs a session (one conditional UPDATE, so each call is
+held by exactly one holder); opens a handshake-era client per call; and answers the server's
+``elicitation/create`` on the same session once reviewers have answered the push round it became. It is
+woken by PostgreSQL ``NOTIFY`` (new work, an answered round) and polls as well, so a lost notice only delays.
+
+Database work goes through `sync_to_async` on one thread (one connection, bounded); the sessions themselves
+only cost memory and a socket while they wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import logging
+import os
+import random
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ParamSpec, TypeVar
+
+import anyio
+import psycopg
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
+
+from approvals.mcp_client import Completed, McpError, PermanentError, ToolError
+from approvals.mcp_client.session import (
+    Dispatcher,
+    SessionHooks,
+    UrlRequired,
+    call_on,
+    check_url,
+    http_transport,
+    open_client,
+)
+from approvals.services import holding
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# After the server's announced wait, how long the hub still keeps the round open (clock skew, latency).
+DEADLINE_GRACE = 2.0
+PROGRESS_EVERY = 1.0  # seconds between stored progress updates of one call
+STDIO_MODULE = "approvals.holder.stdio"
+
+
+def db(fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+    """Run a service function on the holder's one database thread."""
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+async def shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """A database write that must finish even while the task around it is being cancelled."""
+    with anyio.CancelScope(shield=True):
+        result = await db(fn)(*args, **kwargs)
+    return result
+
+
+@dataclass
+class _Run:
+    """One call on this holder."""
+
+    held: holding.HeldCall
+    sent: bool = False
+    last_progress: float = 0.0
+
+
+class _NotSent(Exception):
+    """The call was cancelled or taken away before tools/call left."""
+
+
+class _NotHere(Exception):
+    """Another holder runs the call's stdio server: give the call back (nothing was sent)."""
+
+
+class HolderProcess:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        max_calls: int | None = None,
+        poll: float | None = None,
+        heartbeat: float | None = None,
+    ) -> None:
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.max_calls = max_calls or settings.ELICIT_HOLDER_MAX_CALLS
+        self.poll = poll or settings.ELICIT_HOLDER_POLL
+        self.heartbeat = heartbeat or settings.ELICIT_HOLDER_HEARTBEAT
+        self.holder_id: int | None = None
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.waiters: dict[str, asyncio.Event] = {}
+        self.wake = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.sessions = 0
+        self.lost = False
+        self.stdio = importlib.util.find_spec(STDIO_MODULE) is not None
+        self._supervisors: dict[int, Any] = {}  # stdio servers this holder runs, by server id
+
+    # ---- the process -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.holder_id = await db(holding.holder_start)(name=self.name)
+        logger.info("holder %s running (at most %d calls)", self.name, self.max_calls)
+        helpers = [asyncio.create_task(self._listen()), asyncio.create_task(self._beat())]
+        try:
+            while not self.stopping.is_set():
+                await self._claim()
+                self.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._woken(), timeout=self.poll)
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            for task in list(self.tasks.values()):
+                task.cancel()
+            await asyncio.gather(*helpers, *self.tasks.values(), return_exceptions=True)
+            for supervisor in list(self._supervisors.values()):
+                with contextlib.suppress(Exception):
+                    await supervisor.stop()
+            if not self.lost:
+                ended = await db(holding.holder_stop)(holder_id=self.holder_id)
+                logger.info("holder %s stopped; %d held calls ended with it", self.name, ended)
+
+    async def _woken(self) -> None:
+        wake = asyncio.create_task(self.wake.wait())
+        stop = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait([wake, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wake.cancel()
+            stop.cancel()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    async def _claim(self) -> None:
+        assert self.holder_id is not None
+        room = self.max_calls - len(self.tasks)
+        if room <= 0:
+            return
+        for call_id in await db(holding.holder_claim)(holder_id=self.holder_id, limit=room, stdio=self.stdio):
+            task = asyncio.create_task(self._run_call(call_id), name=f"call {call_id}")
+            self.tasks[call_id] = task
+            task.add_done_callback(partial(self._done, call_id))
+
+    def _done(self, call_id: str, task: asyncio.Task[None]) -> None:
+        self.tasks.pop(call_id, None)
+        self.waiters.pop(call_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("call %s: the holder task failed", call_id, exc_info=task.exception())
+        self.wake.set()  # room for another call
+
+    async def _beat(self) -> None:
+        assert self.holder_id is not None
+        while True:
+            await asyncio.sleep(self.heartbeat)
+            try:
+                alive = await db(holding.holder_beat)(holder_id=self.holder_id, sessions=self.sessions)
+            except Exception:
+                logger.exception("holder heartbeat failed")
+                continue
+            if not alive:
+                logger.error("holder %s was declared lost; its calls have ended; stopping", self.name)
+                self.lost = True
+                self.stop()
+                return
+
+    async def _listen(self) -> None:
+        """PostgreSQL LISTEN: ``work`` wakes the claim loop, ``call:<id>`` the task waiting on that call."""
+        params = dict(connection.get_connection_params())
+        for key in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(key, None)
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {holding.CHANNEL}")
+                    self.wake.set()  # notices may have been missed while not listening
+                    async for notice in conn.notifies():
+                        self._notice(notice.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("holder LISTEN connection failed; polling meanwhile", exc_info=True)
+                await asyncio.sleep(self.poll)
+
+    def _notice(self, payload: str) -> None:
+        if payload.startswith("call:"):
+            waiter = self.waiters.get(payload.removeprefix("call:"))
+            if waiter is not None:
+                waiter.set()
+        else:
+            self.wake.set()
+
+    # ---- one call ----------------------------------------------------------------------------------
+
+    async def _run_call(self, call_id: str) -> None:
+        assert self.holder_id is not None
+        held = await db(holding.held_call)(call_id=call_id, holder_id=self.holder_id)
+        if held is None:
+            return
+        run = _Run(held)
+        attempt = 0
+        while True:
+            try:
+                outcome = await self._session(run)
+            except _NotSent:
+                return
+            except _NotHere:
+                await shielded(
+                    holding.held_release, call_id=call_id, holder_id=self.holder_id, reason="run elsewhere"
+                )
+                return
+            except McpError as exc:
+                if not run.sent and exc.transient and attempt < settings.ELICIT_MCP_MAX_RETRIES:
+                    attempt += 1
+                    backoff = min(
+                        settings.ELICIT_MCP_RETRY_MAX, settings.ELICIT_MCP_RETRY_BASE * 2 ** (attempt - 1)
+                    )
+                    logger.warning("call %s: %s; retrying in %.1f s", call_id, exc.code, backoff)
+                    await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                    continue
+                await shielded(holding.held_finish, call_id=call_id, error=exc, sent=run.sent)
+                return
+            except asyncio.CancelledError:
+                if not run.sent:
+                    await shielded(
+                        holding.held_release,
+                        call_id=call_id,
+                        holder_id=self.holder_id,
+                        reason="holder stopped",
+                    )
+                raise
+            if outcome is not None:
+                await shielded(holding.held_finish, call_id=call_id, outcome=outcome, sent=True)
+            return
+
+    async def _session(self, run: _Run) -> Completed | ToolError | None:
+        held = run.held
+        if held.transport == "stdio":
+            return await self._stdio_session(run)
+        await check_url(held.config.url)
+        dispatcher = Dispatcher()
+        # An idle event stream may stay silent for the call's whole limit plus the server's wait for a person.
+        read_timeout = held.limit + held.elicitation_wait + 60
+        transport, http = http_transport(held.config, read_timeout=read_timeout, dispatcher=dispatcher)
+        async with (
+            http,
+            open_client(
+                transport, mode=held.mode, dispatcher=dispatcher, timeout=held.config.timeout
+            ) as client,
+        ):
+            self.sessions += 1
+            try:
+                return await self._call(run, client, dispatcher)
+            finally:
+                self.sessions -= 1
+
+    async def _stdio_session(self, run: _Run) -> Completed | ToolError | None:
+        held = run.held
+        supervisor = self._supervisors.get(held.server_id)
+        if supervisor is None or supervisor.lost:
+            module = importlib.import_module(STDIO_MODULE)
+            supervisor = module.StdioSupervisor(held.server_id, self.name)
+            self._supervisors[held.server_id] = supervisor
+        if not await supervisor.start():
+            self._supervisors.pop(held.server_id, None)
+            raise _NotHere
+        async with supervisor.session() as (client, dispatcher):
+            self.sessions += 1
+            try:
+                return await self._call(run, client, dispatcher)
+            finally:
+                self.sessions -= 1
+
+    async def _call(self, run: _Run, client: Any, dispatcher: Dispatcher) -> Completed | ToolError | None:
+        held = run.held
+        hooks = SessionHooks(elicit=partial(self._elicit, run), progress=partial(self._progress, run))
+        assert self.holder_id is not None
+        while True:
+            if not await db(holding.held_sending)(call_id=held.call_id, holder_id=self.holder_id):
+                raise _NotSent
+            run.sent = True
+            outcome = await call_on(
+                client,
+                dispatcher,
+                hooks,
+                held.tool,
+                held.arguments,
+                timeout=held.limit,
+                idempotency_key=held.idempotency_key,
+            )
+            if not isinstance(outcome, UrlRequired):
+                return outcome
+            if not await self._url_round(run, outcome):
+                return None
+
+    async def _url_round(self, run: _Run, refusal: UrlRequired) -> bool:
+        """-32042: the person opens the URL(s). True when the call is then sent again (only if safe)."""
+        held = run.held
+        opened = await db(holding.push_open)(
+            call_id=held.call_id,
+            params={"message": refusal.message, "elicitations": refusal.elicitations},
+            server_waits=False,
+        )
+        if opened.round_id is None:
+            raise PermanentError("url_elicitation_required", "the server asked for a URL to be opened first")
+        if opened.answer is None:
+            await self._wait_answer(held.call_id, opened.round_id, deadline=None)
+        resend, answers = await db(holding.url_round_done)(round_id=opened.round_id)
+        if resend:
+            return True
+        said = ", ".join(f"{key}: {action}" for key, action in answers.items()) or "no answer"
+        error = PermanentError(
+            "url_elicitation_required",
+            f"The server refused the call until a person opened a URL ({refusal.message}); they answered "
+            f"({said}). The tool is not marked safe to repeat, so the hub does not send it again: send the "
+            "call again once the URL step is done.",
+        )
+        await shielded(holding.held_finish, call_id=held.call_id, error=error, sent=False)
+        return False
+
+    async def _elicit(self, run: _Run, params: dict[str, Any]) -> dict[str, Any]:
+        """The server's ``elicitation/create``: a push round, answered on this session."""
+        held = run.held
+        opened = await db(holding.push_open)(call_id=held.call_id, params=params)
+        if opened.answer is not None or opened.round_id is None:
+            return opened.answer or {"action": "cancel"}
+        round_id = opened.round_id
+        deadline = anyio.current_time() + held.elicitation_wait + DEADLINE_GRACE
+        try:
+            answer = await self._wait_answer(held.call_id, round_id, deadline=deadline)
+        except BaseException:
+            # The server cancelled its request, the session ended, or this holder is stopping.
+            await shielded(holding.push_gone, round_id=round_id, why="the server stopped waiting")
+            raise
+        if answer is None:
+            await shielded(holding.push_gone, round_id=round_id, why="the server's wait for an answer passed")
+            # An answer may have won the race with the deadline: it is still what the server gets.
+            answer = await db(holding.push_answer)(round_id=round_id)
+        return answer or {"action": "cancel"}
+
+    async def _wait_answer(
+        self, call_id: str, round_id: int, *, deadline: float | None
+    ) -> dict[str, Any] | None:
+        """Wait for the round's answer (a NOTICE, or the poll); None when `deadline` passes first."""
+        event = self.waiters.setdefault(call_id, asyncio.Event())
+        while True:
+            event.clear()
+            answer = await db(holding.push_answer)(round_id=round_id)
+            if answer is not None:
+                return answer
+            wait = float(self.poll)
+            if deadline is not None:
+                remaining = deadline - anyio.current_time()
+                if remaining <= 0:
+                    return None
+                wait = min(wait, remaining)
+            with anyio.move_on_after(wait):
+                await event.wait()
+
+    async def _progress(self, run: _Run, progress: float, total: float | None, message: str | None) -> None:
+        now = anyio.current_time()
+        if now - run.last_progress < PROGRESS_EVERY and (total is None or progress < total):
+            return
+        run.last_progress = now
+        await db(holding.held_progress)(
+            call_id=run.held.call_id, progress=progress, total=total, message=message
+        )

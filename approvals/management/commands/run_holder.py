@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from approvals.holder.process import HolderProcess
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a holder process: it keeps handshake-era sessions and stdio servers open while people decide. "
+        "Run as many as you like; each call is held by exactly one."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--max-calls", type=int, default=None, help="calls held at once")
+        parser.add_argument("--name", default=None, help="this holder's name (default: host:pid:random)")
+
+    def handle(self, *args: Any, max_calls: int | None, name: str | None, **options: Any) -> None:
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        asyncio.run(self._main(HolderProcess(name=name, max_calls=max_calls)))
+
+    async def _main(self, holder: HolderProcess) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, holder.stop)
+        await holder.run()

@@ -1,0 +1,423 @@
+"""Calls held on a holder's session: claiming them, push rounds, heartbeats, and holders that are lost.
+
+Handshake-era servers (and stdio servers) ask for input in the middle of ``tools/call``, on the open session,
+so such a call lives in one holder process (``manage.py run_holder``) from its send to its end. Celery never
+sends it (`sending.call_send` hands it over); a holder claims it with one conditional UPDATE, and everything
+it records goes through here. Holders are woken by PostgreSQL ``NOTIFY`` on `CHANNEL` (payload ``work`` or
+``call:<id>``); they also poll, so a lost notice only delays.
+
+A push round (``elicitation/create`` on the session) is a `Round` of kind PUSH opened through the same
+`round_open` as ``input_required`` rounds: routing, policies, N-of-M, audit, webhooks and the queues treat
+it alike. It is answered on the session, never by a Celery retry; when the server stops waiting, or the
+holder is lost, it closes GONE.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from approvals import broadcast
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
+from approvals.mcp_client import Completed, McpError, ServerConfig, ToolError
+from approvals.mcp_client.session import Mode
+from approvals.models import Holder, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
+from approvals.services.calls import call_finish
+from approvals.services.rounds import HOLDER_CHANNEL, notify_holders, round_open
+from approvals.services.sending import _progress_json, call_limit, call_progress, safe_to_resend
+from approvals.services.servers import server_config
+
+logger = logging.getLogger(__name__)
+SYSTEM = Actor.system()
+CHANNEL = HOLDER_CHANNEL
+URL_ROUND_KEY_MAX = 200
+
+# Calls whose server needs a session (McpServer.needs_session, in SQL).
+_NEEDS_SESSION = (
+    "(s.transport = 'stdio' OR s.era = 'handshake' OR (s.era = 'auto' AND s.probe ->> 'era' = 'handshake'))"
+)
+
+
+notify = notify_holders
+
+
+# ---- holders -----------------------------------------------------------------------------------------
+
+
+def holder_start(*, name: str) -> int:
+    holder = Holder.objects.create(name=name)
+    logger.info("holder %s started", name)
+    return holder.pk
+
+
+def holder_beat(*, holder_id: int, sessions: int) -> bool:
+    """Record that the holder is alive. False when it was declared lost meanwhile: it must stop."""
+    return bool(
+        Holder.objects.filter(pk=holder_id).update(heartbeat_at=timezone.now(), sessions=max(0, sessions))
+    )
+
+
+def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str]:
+    """Claim up to `limit` queued calls for this holder (one UPDATE; concurrent holders skip each other's
+    rows). stdio servers' calls only when `stdio` (this holder can run stdio servers) and the server's lease
+    is free or this holder's."""
+    if limit <= 0:
+        return []
+    transports = "" if stdio else "AND s.transport = 'http'"
+    lease = "AND (s.transport = 'http' OR s.stdio_holder_id IS NULL OR s.stdio_holder_id = %s)"
+    # A materialized CTE: a subquery under IN may be re-run by the planner, claiming more than `limit` rows.
+    sql = f"""
+        WITH picked AS MATERIALIZED (
+            SELECT c.id FROM approvals_toolcall c JOIN approvals_mcpserver s ON s.id = c.server_id
+            WHERE c.kind = 'call' AND c.status = 'queued' AND c.holder_id IS NULL AND s.enabled
+              AND {_NEEDS_SESSION} {transports} {lease}
+            ORDER BY c.created_at LIMIT %s
+            FOR UPDATE OF c SKIP LOCKED
+        )
+        UPDATE approvals_toolcall t SET holder_id = %s, status = 'running', updated_at = now()
+        FROM picked WHERE t.id = picked.id
+        RETURNING t.id
+    """  # noqa: S608  (no user input in the formatted parts)
+    with transaction.atomic():
+        if not Holder.objects.filter(pk=holder_id).exists():
+            return []
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [holder_id, limit, holder_id])
+            ids = [str(row[0]) for row in cursor.fetchall()]
+        holder = Holder.objects.get(pk=holder_id)
+        for call in ToolCall.objects.filter(pk__in=ids):
+            audit.record(actor=SYSTEM, verb="call.held", call=call, data={"holder": holder.name})
+            transaction.on_commit(lambda c=call: broadcast.call_changed(c))  # type: ignore[misc]
+    return ids
+
+
+# ---- one held call -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldCall:
+    """What the holder needs to run one call (plain data; secrets only inside `config`)."""
+
+    call_id: str
+    server_id: int
+    transport: str
+    mode: Mode  # "legacy" (handshake era) or "auto"
+    config: ServerConfig
+    tool: str
+    arguments: dict[str, Any]
+    limit: float  # seconds the call may run (paused while a person decides)
+    elicitation_wait: int
+    idempotency_key: str
+
+
+def held_call(*, call_id: Any, holder_id: int) -> HeldCall | None:
+    """The call as this holder runs it, or None when it is no longer this holder's to run."""
+    call = (
+        ToolCall.objects.select_related("server")
+        .filter(pk=call_id, holder_id=holder_id)
+        .exclude(status__in=ToolCall.Status.finals())
+        .first()
+    )
+    if call is None or call.server is None:
+        return None
+    server = call.server
+    return HeldCall(
+        call_id=str(call.pk),
+        server_id=server.pk,
+        transport=server.transport,
+        mode="auto" if server.era == McpServer.Era.AUTO else "legacy",
+        config=server_config(server),
+        tool=call.tool,
+        arguments=dict(call.arguments or {}),
+        limit=call_limit(call),
+        elicitation_wait=server.elicitation_wait,
+        idempotency_key=send_idempotency_key(call.pk, 0),
+    )
+
+
+def held_sending(*, call_id: Any, holder_id: int) -> bool:
+    """Just before ``tools/call`` leaves: from now on the tool may have run. False: do not send."""
+    now = timezone.now()
+    return bool(
+        ToolCall.objects.filter(pk=call_id, holder_id=holder_id, status=ToolCall.Status.RUNNING).update(
+            started_at=now, attempts=1, updated_at=now
+        )
+    )
+
+
+def held_release(*, call_id: Any, holder_id: int, reason: str) -> bool:
+    """Give back a call that never left this holder (another holder may take it)."""
+    with transaction.atomic():
+        released = ToolCall.objects.filter(
+            pk=call_id, holder_id=holder_id, status=ToolCall.Status.RUNNING, started_at__isnull=True
+        ).update(holder=None, status=ToolCall.Status.QUEUED, updated_at=timezone.now())
+        if released:
+            notify()
+            logger.info("call %s released: %s", call_id, reason)
+    return bool(released)
+
+
+def _locked_open_call(call_id: Any) -> ToolCall | None:
+    return (
+        ToolCall.objects.select_for_update(of=("self",))
+        .select_related("server")
+        .filter(pk=call_id)
+        .exclude(status__in=ToolCall.Status.finals())
+        .first()
+    )
+
+
+def held_finish(
+    *, call_id: Any, outcome: Completed | ToolError | None = None, error: McpError | None = None, sent: bool
+) -> bool:
+    """Record how a held call ended: its result, or the error (with whether the tool may have run)."""
+    with transaction.atomic():
+        call = _locked_open_call(call_id)
+        if call is None:
+            final = ToolCall.objects.filter(pk=call_id).first()
+            if final is not None:
+                audit.record(
+                    actor=SYSTEM,
+                    verb="call.outcome_discarded",
+                    call=final,
+                    data={"reason": f"the call was {final.status} meanwhile"},
+                )
+            return False
+        _close_open_rounds(call, why="the call ended")
+        ToolCall.objects.filter(pk=call.pk).update(holder=None)
+        if outcome is not None:
+            return call_finish(call=call, status=ToolCall.Status.COMPLETED, result=outcome.result)
+        assert error is not None
+        body: dict[str, Any] = {"code": error.code, "message": error.message, "tool_may_have_run": sent}
+        if error.rpc_code is not None:
+            body["rpc_code"] = error.rpc_code
+        return call_finish(call=call, status=ToolCall.Status.FAILED, error=body)
+
+
+def held_progress(*, call_id: Any, progress: float, total: float | None, message: str | None) -> None:
+    value = _progress_json(progress, total, message)
+    if value is not None:
+        call_progress(call_id=call_id, progress=value)
+
+
+# ---- push rounds -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PushOpened:
+    round_id: int | None  # None: nothing was opened (the call ended, or it already has an open round)
+    answer: dict[str, Any] | None  # set when the round needs no person (e.g. an unsupported request)
+
+
+def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True) -> PushOpened:
+    """The server asked on the session (or refused with -32042): park one round of kind PUSH.
+
+    `server_waits`: an ``elicitation/create`` the server waits for (its deadline is shown); False for the
+    URLs of a -32042 refusal, which nobody waits on."""
+    now = timezone.now()
+    with transaction.atomic():
+        call = _locked_open_call(call_id)
+        if call is None or call.server is None:
+            return PushOpened(None, {"action": "cancel"})
+        if call.rounds.exclude(status=Round.Status.CLOSED).exists():
+            # A second elicitation while the first waits (a server asking in parallel): one at a time.
+            logger.warning("call %s: a second elicitation while one waits; declined", call.pk)
+            return PushOpened(None, {"action": "decline"})
+        if server_waits:
+            requests = {"elicitation": {"method": "elicitation/create", "params": params}}
+        else:
+            requests = {
+                str(item.get("elicitationId") or f"url-{n}")[:URL_ROUND_KEY_MAX]: {
+                    "method": "elicitation/create",
+                    "params": item,
+                }
+                for n, item in enumerate(params.get("elicitations") or [], start=1)
+            }
+        try:
+            with transaction.atomic():
+                rnd = round_open(
+                    call=call,
+                    input_requests=requests,
+                    raw={"method": "elicitation/create", "params": params},
+                    request_state=None,
+                    received_at=now,
+                    kind=Round.Kind.PUSH,
+                    server_deadline=now + timedelta(seconds=call.server.elicitation_wait)
+                    if server_waits
+                    else None,
+                )
+        except IntegrityError:
+            return PushOpened(None, {"action": "decline"})
+        rnd.refresh_from_db()
+        if rnd.status != Round.Status.OPEN:
+            return PushOpened(rnd.pk, _take_answer(rnd))
+        ToolCall.objects.filter(pk=call.pk, status=ToolCall.Status.RUNNING).update(
+            status=ToolCall.Status.AWAITING_INPUT, updated_at=timezone.now()
+        )
+        transaction.on_commit(lambda: broadcast.call_changed(call))
+    return PushOpened(rnd.pk, None)
+
+
+def _take_answer(rnd: Round) -> dict[str, Any]:
+    """Close an answered push round and give the ElicitResult for the session; the call runs again."""
+    now = timezone.now()
+    Round.objects.filter(pk=rnd.pk).exclude(status=Round.Status.CLOSED).update(
+        status=Round.Status.CLOSED, closed_at=now
+    )
+    ToolCall.objects.filter(
+        pk=rnd.call_id, status__in=[ToolCall.Status.AWAITING_INPUT, ToolCall.Status.RESUMING]
+    ).update(status=ToolCall.Status.RUNNING, updated_at=now)
+    requests = list(rnd.input_requests.all())
+    if rnd.outcome == Round.Outcome.EXPIRED or not requests:
+        return {"action": "cancel"}
+    return requests[0].as_input_response()
+
+
+def push_answer(*, round_id: int) -> dict[str, Any] | None:
+    """The answer to give the server, once the round has one (None: still waiting).
+
+    A round closed otherwise (the call was cancelled, the round is gone) answers ``cancel``."""
+    with transaction.atomic():
+        rnd = Round.objects.select_for_update(of=("self",)).filter(pk=round_id).first()
+        if rnd is None:
+            return {"action": "cancel"}
+        if rnd.status == Round.Status.OPEN:
+            return None
+        if rnd.status == Round.Status.CLOSED:
+            if rnd.outcome in (Round.Outcome.ANSWERED, Round.Outcome.EXPIRED) and rnd.answered_at:
+                return _answers_of(rnd)
+            return {"action": "cancel"}
+        answer = _take_answer(rnd)
+        transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
+        return answer
+
+
+def _answers_of(rnd: Round) -> dict[str, Any]:
+    first = rnd.input_requests.exclude(status=InputRequest.Status.PENDING).first()
+    return first.as_input_response() if first and first.action else {"action": "cancel"}
+
+
+def push_gone(*, round_id: int, why: str) -> bool:
+    """The server stopped waiting (or the session ended): the round and its pending requests are GONE."""
+    with transaction.atomic():
+        rnd = (
+            Round.objects.select_for_update(of=("self",))
+            .select_related("call")
+            .filter(pk=round_id, status=Round.Status.OPEN)
+            .first()
+        )
+        if rnd is None:
+            return False
+        _gone(rnd, why)
+        ToolCall.objects.filter(pk=rnd.call_id, status=ToolCall.Status.AWAITING_INPUT).update(
+            status=ToolCall.Status.RUNNING, updated_at=timezone.now()
+        )
+        transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
+    return True
+
+
+def _gone(rnd: Round, why: str) -> None:
+    now = timezone.now()
+    pending = list(rnd.input_requests.pending())
+    InputRequest.objects.filter(pk__in=[ir.pk for ir in pending], status=InputRequest.Status.PENDING).update(
+        status=InputRequest.Status.GONE, action=InputRequest.Action.CANCEL, answered_at=now
+    )
+    Round.objects.filter(pk=rnd.pk).exclude(status=Round.Status.CLOSED).update(
+        status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.GONE
+    )
+    audit.record(
+        actor=SYSTEM,
+        verb="round.gone",
+        call=rnd.call,
+        data={"round": rnd.number, "why": why, "keys": [ir.key for ir in pending]},
+    )
+    call_id = rnd.call_id
+    transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id, pending))
+
+
+def _close_open_rounds(call: ToolCall, *, why: str) -> None:
+    for rnd in call.rounds.exclude(status=Round.Status.CLOSED):
+        if rnd.status == Round.Status.OPEN:
+            _gone(rnd, why)
+        else:
+            Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED, closed_at=timezone.now())
+
+
+def url_round_done(*, round_id: int) -> tuple[bool, dict[str, Any]]:
+    """After a -32042 round is answered: (may the call be re-sent?, the answers as ``{key: action}``)."""
+    rnd = Round.objects.select_related("call__server").get(pk=round_id)
+    answers = {ir.key: ir.action for ir in rnd.input_requests.all()}
+    accepted = bool(answers) and all(action == InputRequest.Action.ACCEPT for action in answers.values())
+    return accepted and safe_to_resend(rnd.call), answers
+
+
+# ---- holders that stop or are lost -------------------------------------------------------------------
+
+
+def _lose(holder: Holder, why: str) -> int:
+    """End every call `holder` held: unsent ones go back to the queue, sent ones fail ``holder_lost``."""
+    ended = 0
+    for call_id in ToolCall.objects.filter(holder=holder).open().values_list("pk", flat=True):
+        with transaction.atomic():
+            call = _locked_open_call(call_id)
+            if call is None or call.holder_id != holder.pk:
+                continue
+            sent = call.started_at is not None
+            if not sent:
+                ToolCall.objects.filter(pk=call.pk).update(
+                    holder=None, status=ToolCall.Status.QUEUED, updated_at=timezone.now()
+                )
+                notify()
+                continue
+            _close_open_rounds(call, why=why)
+            ToolCall.objects.filter(pk=call.pk).update(holder=None)
+            call_finish(
+                call=call,
+                status=ToolCall.Status.FAILED,
+                error={
+                    "code": "holder_lost",
+                    "message": f"The session running this call ended ({why}). tools/call had been sent, so "
+                    "the tool may have run; the hub does not send it again.",
+                    "tool_may_have_run": True,
+                },
+            )
+            ended += 1
+    return ended
+
+
+def holder_stop(*, holder_id: int, why: str = "the holder stopped") -> int:
+    """A holder shutting down: its sessions end with it."""
+    holder = Holder.objects.filter(pk=holder_id).first()
+    if holder is None:
+        return 0
+    ended = _lose(holder, why)
+    Holder.objects.filter(pk=holder_id).delete()
+    return ended
+
+
+def holders_sweep(*, now: datetime | None = None) -> int:
+    """Declare lost every holder whose heartbeat is older than ELICIT_HOLDER_STALE; returns the calls
+    that ended with it."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=settings.ELICIT_HOLDER_STALE)
+    ended = 0
+    for holder in Holder.objects.filter(heartbeat_at__lt=stale):
+        with transaction.atomic():
+            # Claimed first, so two sweeps never declare the same holder lost twice.
+            if not Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale).update(sessions=0):
+                continue
+            audit.record(
+                actor=SYSTEM,
+                verb="holder.lost",
+                data={"holder": holder.name, "heartbeat_at": holder.heartbeat_at.isoformat()},
+            )
+        ended += _lose(holder, f"its holder process {holder.name} stopped answering")
+        Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale).delete()
+    return ended

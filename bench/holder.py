@@ -1,0 +1,319 @@
+"""Benchmark the holder: N idle handshake-era sessions in one holder process; push -> reviewer latency.
+
+Starts its own processes on the engines the settings name (the embedded ones under ./var unless
+DATABASE_URL / REDIS_URL are set; run with DJANGO_DEBUG=true, as `make run` does): an MCP server whose tool
+asks with ``ctx.elicit()`` and waits (bench/holder_server.py), a Celery worker, one holder
+(``manage.py run_holder``) and the web server. Do not run it beside ``make run``: that holder would take
+some of the calls.
+
+1. Opens ``--sessions`` calls at once; each becomes a session whose server pushed an elicitation and waits.
+2. Over a quiet ``--quiet`` seconds, reads the holder's CPU time (utime + stime in /proc/<pid>/stat) and
+   memory (VmRSS, VmHWM): CPU is reported as % of one core.
+3. Sends ``--calls`` more calls one at a time through the API and records, for each, when the server sent
+   ``elicitation/create`` (the server's clock, the same machine) and when the reviewer saw it: the card
+   frame on a reviewer's websocket, and the item in ``GET /api/v1/inbox`` (polled every ``--poll`` ms).
+
+    DJANGO_DEBUG=true make bench BENCH="holder --sessions 500"
+    DJANGO_DEBUG=true make bench BENCH="holder --sessions 50 --quiet 20 --calls 20"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import websockets
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from approvals.models import Holder, McpServer, Membership, Round, Team
+from approvals.services import calls, tokens
+from elicit_hub import engines
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "var" / "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` so far, in seconds (fields 14 and 15 of /proc/<pid>/stat)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in {"VmRSS", "VmHWM", "Threads"}:
+            found[key] = int(value.split()[0])
+    return found
+
+
+class Proc:
+    """One child process, its output in var/bench/NAME.log, stopped by SIGTERM (then SIGKILL)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.log_path = LOGS / f"{name}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, ready: Any, what: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                raise CommandError(f"{self.name} exited:\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise CommandError(f"{what} not ready after {timeout:.0f} s:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--sessions", type=int, default=500, help="idle sessions to hold")
+        parser.add_argument("--quiet", type=float, default=60.0, help="seconds of the quiet CPU sample")
+        parser.add_argument("--calls", type=int, default=50, help="calls timed one at a time")
+        parser.add_argument("--poll", type=float, default=10.0, help="inbox polling interval, ms")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        if settings.USING_EMBEDDED_ENGINES:
+            engines.start()  # a no-op when `make run` or a test run already started them
+        call_command("migrate", verbosity=0)
+        fresh = timezone.now() - timedelta(seconds=getattr(settings, "ELICIT_HOLDER_STALE", 30))
+        if Holder.objects.filter(heartbeat_at__gte=fresh).exists():
+            raise CommandError("a holder is running (is `make run` up?): stop it, it would take calls")
+        stamp = int(time.time())
+        env = {
+            **os.environ,
+            "DJANGO_DEBUG": "true",
+            "PYTHONUNBUFFERED": "1",
+            "ELICIT_OUTBOUND_ALLOW": os.environ.get("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1"),
+            "ELICIT_HOLDER_MAX_CALLS": str(o["sessions"] + o["calls"] + 10),
+        }
+        mcp_port, web_port = free_port(), free_port()
+        py = sys.executable
+        procs: list[Proc] = []
+        try:
+            server = Proc("server", [py, "bench/holder_server.py", f"--port={mcp_port}"], env)
+            procs.append(server)
+            server.wait_for(lambda: _answers(f"http://127.0.0.1:{mcp_port}/sent"), "the MCP server")
+            worker = Proc(
+                "worker",
+                [py, "-m", "celery", "-A", "elicit_hub", "worker", "--pool=solo", "--without-gossip",
+                 "--without-mingle", "--without-heartbeat", "--loglevel=INFO", "-n", f"bench-{stamp}@%h"],
+                env,
+            )  # fmt: skip
+            procs.append(worker)
+            holder = Proc("holder", [py, "manage.py", "run_holder", "--name", f"bench-{stamp}"], env)
+            procs.append(holder)
+            web = Proc(
+                "web",
+                [py, "-m", "elicit_hub.serve", "-b", "127.0.0.1", "-p", str(web_port),
+                 "elicit_hub.asgi:application"],
+                env,
+            )  # fmt: skip
+            procs.append(web)
+            worker.wait_for(lambda: "ready." in worker.log(), "the Celery worker")
+            holder.wait_for(lambda: Holder.objects.filter(name=f"bench-{stamp}").exists(), "the holder")
+            hub = f"http://127.0.0.1:{web_port}"
+            web.wait_for(lambda: _answers(hub + "/accounts/login/"), "the web server")
+            self._run(o, stamp, hub, f"http://127.0.0.1:{mcp_port}", holder.proc.pid)
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+
+    def _run(self, o: dict[str, Any], stamp: int, hub: str, mcp_base: str, holder_pid: int) -> None:
+        team = Team.objects.create(slug=f"bench-holder-{stamp}", name=f"Bench holder {stamp}")
+        user = get_user_model().objects.create_user(f"bench-holder-{stamp}")
+        Membership.objects.create(team=team, user=user, role=Membership.Role.REVIEWER)
+        server = McpServer.objects.create(
+            slug=f"bench-holder-{stamp}",
+            name="Bench holder",
+            url=mcp_base + "/mcp",
+            default_team=team,
+            era=McpServer.Era.HANDSHAKE,
+            elicitation_wait=3600,
+        )
+        agent, agent_token = tokens.agent_create(name=f"bench-holder-{stamp}", servers=[server])
+        _, reviewer_token = tokens.personal_token_create(user=user)
+        cookie = self._cookie(user)
+
+        # 1. N idle sessions, each waiting on a pushed elicitation.
+        started = time.monotonic()
+        ids = [
+            str(calls.call_submit(agent=agent, server_slug=server.slug, tool="wait_for_person",
+                                  arguments={"n": i})[0].pk)
+            for i in range(o["sessions"])
+        ]  # fmt: skip
+        deadline = time.monotonic() + max(120, o["sessions"] * 0.5)
+        held = 0
+        while time.monotonic() < deadline:
+            held = Round.objects.filter(call_id__in=ids, kind=Round.Kind.PUSH).count()
+            if held >= len(ids):
+                break
+            time.sleep(0.5)
+        opened_in = time.monotonic() - started
+        self.stdout.write(f"sessions={o['sessions']} push rounds open={held} after {opened_in:.1f} s")
+        if held < len(ids):
+            self.stdout.write(
+                "not every session reached its elicitation; figures below are for those that did"
+            )
+
+        # 2. A quiet minute: the holder's CPU and memory while it only holds.
+        time.sleep(3)
+        cpu0, t0 = cpu_seconds(holder_pid), time.monotonic()
+        time.sleep(o["quiet"])
+        cpu1, t1 = cpu_seconds(holder_pid), time.monotonic()
+        mem = memory_kib(holder_pid)
+        cpu = 100 * (cpu1 - cpu0) / (t1 - t0)
+        rss, peak = mem.get("VmRSS", 0) / 1024, mem.get("VmHWM", 0) / 1024
+        self.stdout.write(
+            f"holder idle with {held} sessions over {t1 - t0:.0f} s: CPU {cpu:.2f} % of a core; "
+            f"RSS {rss:.1f} MiB (peak {peak:.1f} MiB), threads {mem.get('Threads', 0)}"
+        )
+
+        # 3. Latency from the server's elicitation/create to the reviewer's screen, with N sessions held.
+        ws_at, inbox_at, timed = asyncio.run(
+            self._latency(hub, agent_token, reviewer_token, cookie, server.slug, o, base=o["sessions"])
+        )
+        sent = httpx.get(mcp_base + "/sent", timeout=10).json()
+        numbers = {call_id: n for n, call_id in timed.items()}
+        rounds = Round.objects.filter(call_id__in=list(timed.values())).values_list("call_id", "opened_at")
+        opened = {str(call_id): at for call_id, at in rounds}
+        ws_ms = [(ws_at[c] - sent[str(numbers[c])]) * 1000 for c in ws_at if str(numbers[c]) in sent]
+        inbox_ms = [(inbox_at[c] - sent[str(numbers[c])]) * 1000 for c in inbox_at if str(numbers[c]) in sent]
+        stored_ms = [
+            (opened[c].timestamp() - sent[str(numbers[c])]) * 1000
+            for c in opened
+            if c in numbers and str(numbers[c]) in sent
+        ]
+        self.stdout.write(f"timed calls={len(timed)} (with {held} sessions held)")
+        for label, samples in (
+            ("elicitation/create -> round stored", stored_ms),
+            ("elicitation/create -> websocket card", ws_ms),
+            (f"elicitation/create -> inbox API (poll {o['poll']:g} ms)", inbox_ms),
+        ):
+            if samples:
+                self.stdout.write(
+                    f"{label}: p50={statistics.median(samples):.1f} ms p99={pct(samples, 0.99):.1f} ms "
+                    f"max={max(samples):.1f} ms (n={len(samples)})"
+                )
+            else:
+                self.stdout.write(f"{label}: no samples")
+
+    def _cookie(self, user: Any) -> str:
+        session = SessionStore()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        assert session.session_key is not None
+        return session.session_key
+
+    async def _latency(
+        self,
+        hub: str,
+        agent_token: str,
+        reviewer_token: str,
+        cookie: str,
+        slug: str,
+        o: dict[str, Any],
+        base: int,
+    ) -> tuple[dict[str, float], dict[str, float], dict[int, str]]:
+        ws_at: dict[str, float] = {}
+        inbox_at: dict[str, float] = {}
+        timed: dict[int, str] = {}
+        ready = asyncio.Event()
+
+        async def listen() -> None:
+            headers = {"Cookie": f"sessionid={cookie}", "Origin": hub}
+            url = hub.replace("http", "ws", 1) + "/ws/queue/"
+            async with websockets.connect(url, additional_headers=headers, max_size=2**22) as ws:
+                ready.set()
+                async for raw in ws:
+                    now = time.time()
+                    message = json.loads(raw)
+                    if message.get("type") == "card" and message.get("event") == "round.opened":
+                        ws_at.setdefault(str(message["call"]), now)
+
+        listener = asyncio.create_task(listen())
+        await asyncio.wait_for(ready.wait(), 30)
+        agent_headers = {"Authorization": f"Bearer {agent_token}"}
+        reviewer_headers = {"Authorization": f"Bearer {reviewer_token}"}
+        async with (
+            httpx.AsyncClient(base_url=hub, headers=agent_headers, timeout=30) as agent,
+            httpx.AsyncClient(base_url=hub, headers=reviewer_headers, timeout=30) as reviewer,
+        ):
+            for i in range(o["calls"]):
+                n = base + i
+                response = await agent.post(
+                    "/api/v1/calls", json={"server": slug, "tool": "wait_for_person", "arguments": {"n": n}}
+                )
+                if response.status_code != 202:
+                    raise CommandError(f"submitting a call failed: {response.status_code} {response.text}")
+                call_id = response.json()["id"]
+                timed[n] = call_id
+                deadline = time.monotonic() + 30
+                while call_id not in inbox_at and time.monotonic() < deadline:
+                    page = await reviewer.get("/api/v1/inbox", params={"limit": 1000})
+                    if any(item.get("call") == call_id for item in page.json()):
+                        inbox_at[call_id] = time.time()
+                        break
+                    await asyncio.sleep(o["poll"] / 1000)
+                while call_id not in ws_at and time.monotonic() < deadline:
+                    await asyncio.sleep(0.005)
+        listener.cancel()
+        return ws_at, inbox_at, timed
