@@ -384,11 +384,10 @@ CELERY_TASK_ANNOTATIONS = {
 # ELICIT_TOOLS_REFRESH_BATCH servers per run (every 5 minutes).
 ELICIT_TOOLS_REFRESH_INTERVAL = env_int("ELICIT_TOOLS_REFRESH_INTERVAL", 3600, minimum=60)
 ELICIT_TOOLS_REFRESH_BATCH = env_int("ELICIT_TOOLS_REFRESH_BATCH", 50, minimum=1)
-# stdio servers: the unprivileged user they run as when the hub runs as root, the directory under which
-# each gets its own working directory, and how old a holder's heartbeat may be before its lease is taken.
+# stdio servers: the unprivileged user they run as when the hub runs as root, and the directory under which
+# each gets its own working directory. A lease on one is taken over once its holder is ELICIT_HOLDER_STALE.
 ELICIT_STDIO_USER = env_str("ELICIT_STDIO_USER", "nobody")
 ELICIT_STDIO_DIR = Path(env_str("ELICIT_STDIO_DIR", str(engines.VAR_DIR / "stdio")))
-ELICIT_STDIO_LEASE_STALE = env_int("ELICIT_STDIO_LEASE_STALE", 30, minimum=1)
 ELICIT_WEBHOOK_MAX_ATTEMPTS = env_int("ELICIT_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
