@@ -1,6 +1,6 @@
-"""`make run`: engines, migrations, the demo set-up, then Daphne + Celery (worker and beat) + one holder (the
-process that keeps handshake-era sessions open) + the demo MCP server under honcho. One Ctrl-C stops them all,
-then the embedded engines."""
+"""`make run`: engines, migrations, the demo set-up, then Daphne + the MCP gateway (uvicorn) + Celery
+(worker and beat) + one holder (the process that keeps handshake-era sessions open) + the demo MCP server
+under honcho. One Ctrl-C stops them all, then the embedded engines."""
 
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ def main() -> int:
     env = dict(
         os.environ,
         ELICIT_WEB_PORT=port,
+        ELICIT_GATEWAY_PORT=os.environ.get("ELICIT_GATEWAY_PORT", "8001"),
         ELICIT_DEMO_PORT=str(urlsplit(demo_url).port or 8765),
         PYTHON=sys.executable,
     )
@@ -67,7 +68,10 @@ def main() -> int:
         hub = f"http://127.0.0.1:{port}"
         # The demo's health route, not /mcp: a GET there opens a stream that never ends.
         if wait_for(f"{hub}/accounts/login/") and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
-            print(f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs)\n", flush=True)
+            gateway = f"http://127.0.0.1:{env['ELICIT_GATEWAY_PORT']}/mcp"
+            print(
+                f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs; MCP: {gateway})\n", flush=True
+            )
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
                 demo_step("demo_agent", "--hub", hub)
         return procs.wait()

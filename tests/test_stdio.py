@@ -218,7 +218,7 @@ async def test_a_stale_holders_lease_is_taken_over_and_the_old_supervisor_stops(
         assert await old.start()
         assert value(await call(old, "echo", {"text": "old"})) == "old"
         assert not await new.start()  # the old holder's heartbeat is fresh
-        stale = timezone.now() - timedelta(seconds=settings.ELICIT_STDIO_LEASE_STALE + 5)
+        stale = timezone.now() - timedelta(seconds=settings.ELICIT_HOLDER_STALE + 5)
         await sync_to_async(lambda: Holder.objects.filter(name="host:1:old").update(heartbeat_at=stale))()
         assert await new.start()
         assert value(await call(new, "echo", {"text": "new"})) == "new"

@@ -96,8 +96,11 @@ def call_submit(
     idempotency_key: str | None = None,
     callback_url: str = "",
     on_behalf_of: str | None = None,
+    channel: str = "api",
 ) -> tuple[ToolCall, bool]:
-    """Queue a tool call for a worker. Returns (call, created); an idempotency key repeats the first call."""
+    """Queue a tool call for a worker. Returns (call, created); an idempotency key repeats the first call.
+
+    ``channel`` says how the agent asked ("api": the REST API, "mcp": the MCP gateway); the audit keeps it."""
     existing = _existing(agent, idempotency_key)
     if existing:
         return existing, False
@@ -121,7 +124,12 @@ def call_submit(
                 actor=Actor.agent(agent),
                 verb="call.submitted",
                 call=call,
-                data={"tool": tool, "arguments": arguments, "on_behalf_of": on_behalf_of or ""},
+                data={
+                    "tool": tool,
+                    "arguments": arguments,
+                    "on_behalf_of": on_behalf_of or "",
+                    "channel": channel,
+                },
             )
             enqueue_on_commit(RUN_CALL, str(call.pk))
     except IntegrityError:

@@ -1,0 +1,1 @@
+"""The hub as an MCP server for agents: see approvals.gateway.server."""

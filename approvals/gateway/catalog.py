@@ -1,0 +1,119 @@
+"""What the gateway reads: the tools an agent may call, and what one of its calls waits for.
+
+Plain synchronous ORM reads; the ASGI side runs them in a thread (``approvals.gateway.server``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from approvals.gateway.names import gateway_name
+from approvals.models import AgentClient, Decision, InputRequest, McpServer, ToolCall
+
+
+@dataclass(frozen=True)
+class ExposedTool:
+    name: str  # what the agent sees
+    server: str  # the upstream server's slug
+    tool: str  # the upstream tool's name
+    spec: dict[str, Any]  # the stored tools/list entry, renamed
+
+
+def allowed_servers(agent_id: int, slug: str | None = None) -> list[McpServer]:
+    """The enabled servers this agent may use (one, under `/mcp/<slug>`); credentials are never loaded."""
+    servers = McpServer.objects.filter(agents__pk=agent_id, enabled=True).only("slug", "name", "tools")
+    if slug is not None:
+        servers = servers.filter(slug=slug)
+    return list(servers.order_by("slug"))
+
+
+def may_use(agent_id: int, slug: str) -> bool:
+    return McpServer.objects.filter(agents__pk=agent_id, enabled=True, slug=slug).exists()
+
+
+def exposed_tools(agent_id: int, slug: str | None = None) -> list[ExposedTool]:
+    """The agent's tools from the stored tool lists: `<slug>__<tool>` on `/mcp`, the upstream names on
+    `/mcp/<slug>`. A tool list never fetched (or an entry without a name) contributes nothing."""
+    found: list[ExposedTool] = []
+    seen: set[str] = set()
+    for server in allowed_servers(agent_id, slug):
+        for spec in server.tools or []:
+            tool = spec.get("name") if isinstance(spec, dict) else None
+            if not isinstance(tool, str) or not tool:
+                continue
+            name = tool if slug is not None else gateway_name(server.slug, tool)
+            if name in seen:
+                continue
+            seen.add(name)
+            found.append(ExposedTool(name=name, server=server.slug, tool=tool, spec={**spec, "name": name}))
+    return found
+
+
+def find_tool(agent_id: int, name: str, slug: str | None = None) -> ExposedTool | None:
+    return next((tool for tool in exposed_tools(agent_id, slug) if tool.name == name), None)
+
+
+def agent(agent_id: int) -> AgentClient | None:
+    return AgentClient.objects.filter(pk=agent_id, is_active=True).first()
+
+
+@dataclass(frozen=True)
+class CallState:
+    id: str
+    status: str
+    is_final: bool
+    result: Any
+    result_truncated: bool
+    error: dict[str, Any] | None
+    waiting_for: str  # a line for progress notifications, e.g. "waiting for release: 1 of 2 approvals"
+
+
+def _approvals_given(ir: InputRequest) -> int:
+    return Decision.objects.filter(
+        input_request=ir, action=InputRequest.Action.ACCEPT, superseded=False, is_final=False
+    ).count()
+
+
+def _waiting_for(call: ToolCall) -> str:
+    server = call.server_name
+    if call.status == ToolCall.Status.QUEUED:
+        return f"queued for {server}"
+    if call.status == ToolCall.Status.RUNNING:
+        return f"running on {server}"
+    if call.status == ToolCall.Status.RESUMING:
+        return f"answers sent; resuming on {server}"
+    if call.status != ToolCall.Status.AWAITING_INPUT:
+        return call.status
+    pending = (
+        InputRequest.objects.filter(round__call=call, status=InputRequest.Status.PENDING)
+        .select_related("team", "escalation_team")
+        .order_by("created_at", "key")
+    )
+    parts = []
+    for ir in pending:
+        team = ir.escalation_team if ir.escalated_at and ir.escalation_team else ir.team
+        who = team.slug if team else "a reviewer"
+        required = ir.approvals_required
+        parts.append(
+            f"waiting for {who}: {_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
+        )
+    return "; ".join(parts) or "waiting for input"
+
+
+def call_state(call_id: Any) -> CallState:
+    call = ToolCall.objects.select_related("server").defer("server__headers", "server__env").get(pk=call_id)
+    return CallState(
+        id=str(call.pk),
+        status=call.status,
+        is_final=call.is_final,
+        result=call.result,
+        result_truncated=call.result_truncated,
+        error=call.error,
+        waiting_for="" if call.is_final else _waiting_for(call),
+    )
+
+
+def call_row(call_id: Any) -> ToolCall:
+    """The call's status only: what a wait re-reads."""
+    return ToolCall.objects.only("status").get(pk=call_id)

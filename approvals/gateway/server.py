@@ -1,0 +1,275 @@
+"""The hub as an MCP server: `/mcp` (every server the agent may use) and `/mcp/<server-slug>` (one).
+
+Streamable HTTP on the SDK's server side: one `StreamableHTTPSessionManager` serves handshake-era clients
+(2025-06-18, 2025-11-25: an `initialize`, then a session named by `Mcp-Session-Id`, held in this process)
+and 2026-07-28 clients (one self-contained POST per request); it routes by the `MCP-Protocol-Version`
+header. Agents authenticate with the REST API's bearer tokens; a handshake-era session stays bound to the
+agent that opened it.
+
+`tools/call` goes through `services.calls.call_submit`, the function behind `POST /api/v1/calls`, so routing,
+policies, audit, webhooks and the dashboard see a gateway call as they see any other (its audit records
+`"channel": "mcp"`). The request then stays open until the call is final; when the client sent a
+`progressToken`, a progress notification says every few seconds what the call waits for. An agent that
+disconnects stops waiting; the call goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import anyio
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
+from mcp.server import Server, ServerRequestContext
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from approvals import broadcast, safejson
+from approvals.gateway import catalog
+from approvals.models import AgentClient
+from approvals.services import calls, tokens
+from approvals.services.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+SCOPE_KEY = "elicit_hub.gateway"  # where the guard leaves {"agent": id, "slug": str | None} in the scope
+CALL_META_KEY = "elicit-hub/call"  # the hub's call id and status, in every tools/call result's _meta
+
+T = TypeVar("T")
+
+
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run an ORM function in a worker thread; its connection goes back to the pool at once, so a call
+    waiting for reviewers holds none."""
+
+    def run() -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return await sync_to_async(run, thread_sensitive=False)()
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def _agent_of(token: str) -> AgentClient | None:
+    found = tokens.authenticate(token)
+    return found if isinstance(found, AgentClient) else None
+
+
+class Guard:
+    """Every request to `/mcp` or `/mcp/<slug>`: an agent's bearer token, and (under a slug) a server that
+    agent may use, before the MCP session manager sees it."""
+
+    def __init__(self, app: StreamableHTTPASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        agent = await _db(_agent_of, token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        if agent is None:
+            response = _error(
+                401,
+                "unauthorized",
+                "An agent's bearer token is required (Authorization: Bearer eha_...).",
+                {"WWW-Authenticate": 'Bearer realm="elicit-hub"'},
+            )
+            await response(scope, receive, send)
+            return
+        slug = scope.get("path_params", {}).get("slug")
+        if slug is not None and not await _db(catalog.may_use, agent.pk, slug):
+            # The same answer whether the server does not exist or the agent may not use it.
+            await _error(404, "unknown_server", f"This agent has no MCP server {slug!r}.")(
+                scope, receive, send
+            )
+            return
+        scope[SCOPE_KEY] = {"agent": agent.pk, "slug": slug}
+        # The session manager binds a handshake-era session to this principal: another agent presenting
+        # the session's id gets 404. Only the agent's id is kept, never its token.
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
+        await self.app(scope, receive, send)
+
+
+def _who(ctx: ServerRequestContext[Any, Any]) -> tuple[int, str | None]:
+    request = ctx.request
+    found = request.scope.get(SCOPE_KEY) if isinstance(request, Request) else None
+    if not found:  # not through the guard: never served
+        raise MCPError(types.INVALID_REQUEST, "Unauthenticated request.")
+    return found["agent"], found["slug"]
+
+
+async def list_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
+    agent_id, slug = _who(ctx)
+    tools = []
+    for exposed in await _db(catalog.exposed_tools, agent_id, slug):
+        try:
+            tools.append(types.Tool.model_validate(exposed.spec))
+        except ValueError:
+            logger.warning(
+                "gateway: the stored tool %s of %s is not a valid Tool; not listed",
+                exposed.tool,
+                exposed.server,
+            )
+    return types.ListToolsResult(tools=tools)
+
+
+def _text_result(call: catalog.CallState, text: str) -> types.CallToolResult:
+    return types.CallToolResult.model_validate(
+        {
+            "content": [{"type": "text", "text": text}],
+            "isError": True,
+            "_meta": {CALL_META_KEY: {"id": call.id, "status": call.status}},
+        }
+    )
+
+
+def final_result(call: catalog.CallState) -> types.CallToolResult:
+    """What the agent gets for a final call: the upstream's CallToolResult when it completed; otherwise a
+    tool error (`isError: true`) saying what happened, in words."""
+    error = call.error or {}
+    if call.status == "completed" and isinstance(call.result, dict):
+        about: dict[str, Any] = {"id": call.id, "status": call.status}
+        if call.result_truncated:  # over ELICIT_MAX_RESULT: the hub kept the start of its text
+            about["result_truncated"] = True
+        body = dict(call.result)
+        body["_meta"] = {**(body.get("_meta") or {}), CALL_META_KEY: about}
+        try:
+            return types.CallToolResult.model_validate(body)
+        except ValueError:
+            return _text_result(
+                call, "The server's result is not a valid CallToolResult:\n" + json.dumps(call.result)
+            )
+    if call.status == "expired":
+        message = error.get("message") or "No one answered before the deadline."
+        if isinstance(call.result, dict):
+            texts = [i.get("text") for i in call.result.get("content") or [] if isinstance(i, dict)]
+            message += "\n" + "\n".join(t for t in texts if isinstance(t, str))
+        return _text_result(call, f"The call expired: {message.strip()}")
+    if call.status == "cancelled":
+        return _text_result(call, "The call was cancelled before it finished.")
+    if call.status == "failed":
+        return _text_result(call, f"The call failed: {error.get('message') or 'unknown error'}")
+    return _text_result(call, f"The call ended {call.status}.")
+
+
+def _still_open(call: catalog.CallState, waited: float) -> types.CallToolResult:
+    return _text_result(
+        call,
+        f"The hub stopped waiting after {int(waited)} s; the call is still {call.status} "
+        f"({call.waiting_for}). Its outcome will be at GET /api/v1/calls/{call.id}.",
+    )
+
+
+async def call_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+) -> types.CallToolResult:
+    agent_id, slug = _who(ctx)
+    exposed = await _db(catalog.find_tool, agent_id, params.name, slug)
+    if exposed is None:
+        raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+    arguments = params.arguments or {}
+    problem = safejson.problem(arguments, max_depth=settings.ELICIT_MAX_JSON_DEPTH)
+    if problem:
+        where, reason = problem
+        raise MCPError(types.INVALID_PARAMS, f"The arguments hold {reason} at {where}.")
+    request = ctx.request
+    key = request.headers.get("idempotency-key") if isinstance(request, Request) else None
+    agent = await _db(catalog.agent, agent_id)
+    if agent is None:
+        raise MCPError(types.INVALID_REQUEST, "This agent is no longer active.")
+    try:
+        submitted, _created = await _db(
+            calls.call_submit,
+            agent=agent,
+            server_slug=exposed.server,
+            tool=exposed.tool,
+            arguments=arguments,
+            idempotency_key=(key or "")[:200] or None,
+            channel="mcp",
+        )
+    except ServiceError as exc:
+        raise MCPError(types.INVALID_PARAMS, exc.message) from None
+    return await wait_for(ctx, submitted.pk)
+
+
+async def wait_for(ctx: ServerRequestContext[Any, Any], call_id: Any) -> types.CallToolResult:
+    """Wait until the call is final, telling a client that asked for progress what it waits for every
+    ELICIT_GATEWAY_PROGRESS_INTERVAL seconds. Cancelled (the agent went away): the call goes on."""
+    interval = settings.ELICIT_GATEWAY_PROGRESS_INTERVAL
+    loop_time = anyio.current_time
+    started = loop_time()
+    ticks = 0
+    while True:
+        state = await _db(catalog.call_state, call_id)
+        if state.is_final:
+            return final_result(state)
+        waited = loop_time() - started
+        if waited >= settings.ELICIT_GATEWAY_MAX_WAIT:
+            return _still_open(state, waited)
+        ticks += 1
+        await ctx.session.report_progress(ticks, None, state.waiting_for)
+        await broadcast.wait_until_final(
+            call_id,
+            min(interval, settings.ELICIT_GATEWAY_MAX_WAIT - waited),
+            lambda: _db(catalog.call_row, call_id),
+        )
+
+
+def build_app() -> Starlette:
+    """The gateway's ASGI application (served by uvicorn: its lifespan runs the session manager)."""
+    server: Server[Any] = Server(
+        "elicit-hub",
+        version="1",
+        instructions=(
+            "Tools of the MCP servers this agent may use, called through Elicit Hub. A call whose server "
+            "asks for input waits while people answer; ask for progress to hear what it waits for."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    manager = StreamableHTTPSessionManager(
+        app=server,
+        # Bearer tokens, not cookies, authenticate every request, so a rebound DNS name gains a page nothing.
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=settings.ELICIT_MAX_BODY,
+        session_idle_timeout=settings.ELICIT_GATEWAY_SESSION_IDLE,
+        max_sessions=settings.ELICIT_GATEWAY_MAX_SESSIONS,
+    )
+    guarded = Guard(StreamableHTTPASGIApp(manager))
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return Starlette(
+        routes=[
+            Route("/mcp", endpoint=guarded),
+            Route("/mcp/{slug}", endpoint=guarded),
+            Route("/healthz", endpoint=healthz),
+        ],
+        lifespan=lifespan,
+    )

@@ -1,0 +1,368 @@
+"""The hub as an MCP server, on real parts: the gateway process (uvicorn), PostgreSQL, Redis, a Celery worker,
+the demo MCP server, and the official Python SDK client in both eras; reviewers answer over the REST API."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp
+import mcp_types as types
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from approvals.models import AuditEvent, McpServer, ToolCall
+from approvals.services import servers, tokens
+from tests import demo_support
+from tests.hub import Agent, Hub, set_up_hub
+from tests.live import Process, child_env, free_port, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+MODES = ["legacy", "2026-07-28"]
+
+
+class Gateway(Process):
+    """`elicit_hub.gateway_asgi` under uvicorn, as `make run` starts it."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.port = free_port()
+        super().__init__(
+            "gateway",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "elicit_hub.gateway_asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-access-log",
+            ],
+            env,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Gateway:
+        super().start()
+
+        def up() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited:\n{self.log()[-3000:]}")
+            try:
+                return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, 60, what="the gateway")
+        return self
+
+
+@pytest.fixture(scope="session")
+def gateway_process(django_db_setup: None) -> Iterator[Gateway]:
+    gateway = Gateway(child_env(ELICIT_GATEWAY_PROGRESS_INTERVAL="1"))
+    gateway.start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture
+def gateway(live_db: None, gateway_process: Gateway) -> Gateway:
+    return gateway_process
+
+
+@dataclass
+class GatewayHub:
+    hub: Hub
+    token: str
+    url: str
+
+
+@pytest.fixture
+def ghub(worker, demo_server, gateway: Gateway) -> GatewayHub:
+    demo_support.reset(demo_server.url)
+    hub = set_up_hub(demo_server.url)
+    servers.server_refresh_tools(server=hub.server)  # the stored tool list, from the real demo server
+    # The same agent's token, in a new version, so the test knows it (the REST client uses it too).
+    token = tokens.agent_token_rotate(agent=hub.server.agents.get())
+    hub.agent = Agent(token)
+    return GatewayHub(hub, token, gateway.url)
+
+
+@dataclass
+class Outcome:
+    result: types.CallToolResult | None = None
+    error: BaseException | None = None
+    progress: list[tuple[float, str | None]] = field(default_factory=list)
+
+
+def _client(url: str, token: str, mode: str) -> tuple[httpx2.AsyncClient, mcp.Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60))
+    return http, mcp.Client(streamable_http_client(url, http_client=http), mode=mode)  # type: ignore[arg-type]
+
+
+async def _list(url: str, token: str, mode: str) -> list[str]:
+    http, client = _client(url, token, mode)
+    async with http, client:
+        return [tool.name for tool in (await client.list_tools()).tools]
+
+
+def list_tools(url: str, token: str, mode: str) -> list[str]:
+    return anyio.run(_list, url, token, mode)
+
+
+def call_in_background(
+    url: str, token: str, mode: str, name: str, arguments: dict[str, Any]
+) -> tuple[Outcome, threading.Thread]:
+    """Call a tool through the gateway on a thread of its own (the test answers as a reviewer meanwhile)."""
+    outcome = Outcome()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        outcome.progress.append((progress, message))
+
+    async def run() -> None:
+        http, client = _client(url, token, mode)
+        async with http, client:
+            await client.list_tools()
+            outcome.result = await client.call_tool(name, arguments, progress_callback=on_progress)
+
+    def target() -> None:
+        try:
+            anyio.run(run)
+        except BaseException as exc:  # reported to the test
+            outcome.error = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return outcome, thread
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(item.text for item in result.content if isinstance(item, types.TextContent))
+
+
+def _pending_call(hub: Hub) -> str:
+    return wait_until(
+        lambda: next((i["call"] for i in hub.reviewer.inbox() if i["key"] == "environment"), None),
+        30,
+        0.1,
+        what="the gateway's call in the reviewer's inbox",
+    )  # type: ignore[return-value]
+
+
+# --- authentication -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", [None, "Bearer eha_wrong", "Basic abc", "Bearer"])
+def test_no_or_wrong_token_gets_401_with_www_authenticate(ghub: GatewayHub, header: str | None) -> None:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if header is not None:
+        headers["Authorization"] = header
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for path in ("/mcp", "/mcp/demo"):
+        response = httpx.post(ghub.url + path, json=body, headers=headers)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"].startswith("Bearer")
+        assert response.json()["error"]["code"] == "unauthorized"
+        assert response.json()["error"]["message"]
+
+
+def test_a_reviewers_personal_token_is_not_an_agent_token(ghub: GatewayHub) -> None:
+    _, personal = tokens.personal_token_create(user=ghub.hub.reviewer_user)
+    response = httpx.post(
+        ghub.url + "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        headers={"Authorization": f"Bearer {personal}", "Accept": "application/json, text/event-stream"},
+    )
+    assert response.status_code == 401
+
+
+# --- tools/list -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tools_list_names_tools_by_server_on_mcp_and_as_upstream_under_the_slug(
+    ghub: GatewayHub, mode: str
+) -> None:
+    stored = sorted(tool["name"] for tool in McpServer.objects.get(slug="demo").tools)
+    assert "create_deployment" in stored
+    assert sorted(list_tools(ghub.url + "/mcp", ghub.token, mode)) == [f"demo__{name}" for name in stored]
+    assert sorted(list_tools(ghub.url + "/mcp/demo", ghub.token, mode)) == stored
+
+
+def test_an_agent_limited_to_one_server_sees_only_its_tools(ghub: GatewayHub, demo_server) -> None:
+    other = McpServer.objects.create(slug="other", name="Other bot", url=demo_server.url)
+    other.tools = [{"name": "only_here", "inputSchema": {"type": "object"}}]
+    other.save()
+    _, both_token = tokens.agent_create(name="both", servers=[ghub.hub.server, other])
+    _, one_token = tokens.agent_create(name="one", servers=[other])
+
+    assert list_tools(ghub.url + "/mcp", one_token, "2026-07-28") == ["other__only_here"]
+    assert "demo__create_deployment" in list_tools(ghub.url + "/mcp", both_token, "2026-07-28")
+    assert "other__only_here" in list_tools(ghub.url + "/mcp", both_token, "2026-07-28")
+    # A server the agent may not use answers exactly as one that does not exist.
+    for slug in ("demo", "nowhere"):
+        response = httpx.post(
+            f"{ghub.url}/mcp/{slug}",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            headers={"Authorization": f"Bearer {one_token}", "Accept": "application/json, text/event-stream"},
+        )
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "unknown_server"
+
+    # Calling another server's tool by its gateway name is refused, and nothing is called.
+    outcome, thread = call_in_background(
+        ghub.url + "/mcp", one_token, "2026-07-28", "demo__echo", {"text": "x"}
+    )
+    thread.join(60)
+    assert isinstance(outcome.error, MCPError) or "Unknown tool" in repr(outcome.error)
+    assert not ToolCall.objects.exists()
+
+
+def test_a_disabled_server_disappears_from_the_list(ghub: GatewayHub) -> None:
+    McpServer.objects.filter(slug="demo").update(enabled=False)
+    assert list_tools(ghub.url + "/mcp", ghub.token, "2026-07-28") == []
+
+
+# --- tools/call -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_waits_for_the_reviewer_with_progress_and_gets_the_upstream_result(
+    ghub: GatewayHub, demo_server, mode: str
+) -> None:
+    outcome, thread = call_in_background(
+        ghub.url + "/mcp", ghub.token, mode, "demo__create_deployment", {"branch": "feature/gw"}
+    )
+    call_id = _pending_call(ghub.hub)
+    # The client hears what the call waits for while no one has answered yet.
+    wait_until(
+        lambda: any("waiting for release: 0 of 1 approval" in (m or "") for _, m in outcome.progress),
+        30,
+        0.1,
+        what="a progress notification naming the team",
+    )
+    assert thread.is_alive()
+    item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+    assert item["server"] == "demo" and item["arguments"] == {"branch": "feature/gw"}
+    assert ghub.hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
+
+    thread.join(60)
+    assert outcome.error is None, repr(outcome.error)
+    result = outcome.result
+    assert result is not None and result.is_error is False
+    assert "Deployed feature/gw to staging" in _text(result)
+    assert result.meta and result.meta["elicit-hub/call"] == {"id": call_id, "status": "completed"}
+    # The same result the REST API reports, and the server ran the tool once.
+    call = ToolCall.objects.get(pk=call_id)
+    assert (
+        call.status == "completed"
+        and call.result["content"]
+        == result.model_dump(mode="json", by_alias=True, exclude_none=True)["content"]
+    )
+    assert demo_support.executions(demo_server.url).get("create_deployment") == 1
+    # Progress increases, as the protocol requires.
+    values = [p for p, _ in outcome.progress]
+    assert values == sorted(values) and len(set(values)) == len(values)
+    # The audit says the call came through the gateway.
+    submitted = AuditEvent.objects.get(call_id=call_id, verb="call.submitted")
+    assert submitted.data["channel"] == "mcp"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_declined_call_is_a_tool_error_with_a_readable_message(ghub: GatewayHub, mode: str) -> None:
+    outcome, thread = call_in_background(
+        ghub.url + "/mcp/demo", ghub.token, mode, "create_deployment", {"branch": "main"}
+    )
+    call_id = _pending_call(ghub.hub)
+    item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+    ghub.hub.reviewer.respond(item["id"], "decline", reason="not today")
+    thread.join(60)
+    assert outcome.error is None, repr(outcome.error)
+    assert outcome.result is not None and outcome.result.is_error is True
+    assert "declined" in _text(outcome.result).lower()
+
+
+def test_a_cancelled_call_is_a_tool_error_saying_so(ghub: GatewayHub) -> None:
+    outcome, thread = call_in_background(
+        ghub.url + "/mcp", ghub.token, "2026-07-28", "demo__create_deployment", {"branch": "main"}
+    )
+    call_id = _pending_call(ghub.hub)
+    assert ghub.hub.agent.post(f"/calls/{call_id}/cancel", {}).status_code == 200
+    thread.join(60)
+    assert outcome.error is None, repr(outcome.error)
+    assert outcome.result is not None and outcome.result.is_error is True
+    assert "cancelled" in _text(outcome.result)
+
+
+def test_a_call_without_input_returns_at_once_and_without_progress_token_no_progress(
+    ghub: GatewayHub,
+) -> None:
+    async def run() -> types.CallToolResult:
+        http, client = _client(ghub.url + "/mcp", ghub.token, "2026-07-28")
+        async with http, client:
+            return await client.call_tool("demo__echo", {"text": "hello gateway"})
+
+    result = anyio.run(run)
+    assert result.is_error is False
+    assert "hello gateway" in _text(result)
+
+
+def test_the_call_goes_on_when_the_agent_disconnects(ghub: GatewayHub, demo_server) -> None:
+    async def give_up() -> None:
+        http, client = _client(ghub.url + "/mcp", ghub.token, "2026-07-28")
+        async with http, client:
+            with anyio.move_on_after(3):
+                await client.call_tool("demo__create_deployment", {"branch": "gone"})
+
+    anyio.run(give_up)
+    call_id = _pending_call(ghub.hub)
+    item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+    ghub.hub.reviewer.respond(item["id"], "accept", {"environment": "staging"})
+    body = ghub.hub.agent.wait(call_id)
+    assert body["status"] == "completed"
+    assert "Deployed gone to staging" in body["result"]["content"][0]["text"]
+    assert demo_support.executions(demo_server.url).get("create_deployment") == 1
+
+
+def test_bad_arguments_and_unknown_tools_are_protocol_errors_and_start_nothing(ghub: GatewayHub) -> None:
+    headers = {
+        "Authorization": f"Bearer {ghub.token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+    }
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    for name, arguments in [
+        ("demo__nope", {}),
+        ("create_deployment", {}),
+        ("demo__echo", {"text": "a\u0000b"}),
+    ]:
+        response = httpx.post(
+            ghub.url + "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments, "_meta": meta},
+            },
+            headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": name},
+        )
+        body = response.json()
+        assert "error" in body and body["error"]["code"] == types.INVALID_PARAMS, body
+    assert not ToolCall.objects.exists()
