@@ -384,11 +384,10 @@ CELERY_TASK_ANNOTATIONS = {
 # ELICIT_TOOLS_REFRESH_BATCH servers per run (every 5 minutes).
 ELICIT_TOOLS_REFRESH_INTERVAL = env_int("ELICIT_TOOLS_REFRESH_INTERVAL", 3600, minimum=60)
 ELICIT_TOOLS_REFRESH_BATCH = env_int("ELICIT_TOOLS_REFRESH_BATCH", 50, minimum=1)
-# stdio servers: the unprivileged user they run as when the hub runs as root, the directory under which
-# each gets its own working directory, and how old a holder's heartbeat may be before its lease is taken.
+# stdio servers: the unprivileged user they run as when the hub runs as root, and the directory under which
+# each gets its own working directory. A lease on one is taken over once its holder is ELICIT_HOLDER_STALE.
 ELICIT_STDIO_USER = env_str("ELICIT_STDIO_USER", "nobody")
 ELICIT_STDIO_DIR = Path(env_str("ELICIT_STDIO_DIR", str(engines.VAR_DIR / "stdio")))
-ELICIT_STDIO_LEASE_STALE = env_int("ELICIT_STDIO_LEASE_STALE", 30, minimum=1)
 ELICIT_WEBHOOK_MAX_ATTEMPTS = env_int("ELICIT_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 ELICIT_WEBHOOK_RETRY_MAX = env_int("ELICIT_WEBHOOK_RETRY_MAX", 600, minimum=1)
 ELICIT_WEBHOOK_TIMEOUT = env_int("ELICIT_WEBHOOK_TIMEOUT", 10, minimum=1)
@@ -412,6 +411,9 @@ ELICIT_LONG_POLL_MAX = 60
 # goes on after that); handshake-era sessions idle this long are closed, and at most this many are open.
 ELICIT_GATEWAY_PROGRESS_INTERVAL = env_int("ELICIT_GATEWAY_PROGRESS_INTERVAL", 5, minimum=1)
 ELICIT_GATEWAY_MAX_WAIT = env_int("ELICIT_GATEWAY_MAX_WAIT", 24 * 3600, minimum=1)
+# A tools/call without an Idempotency-Key that repeats one of the agent's calls (same tool, same arguments)
+# still open, or ended less than this many seconds ago, gets that call instead of a second execution.
+ELICIT_GATEWAY_REPEAT_WINDOW = env_int("ELICIT_GATEWAY_REPEAT_WINDOW", 600, minimum=0)
 ELICIT_GATEWAY_SESSION_IDLE = env_int("ELICIT_GATEWAY_SESSION_IDLE", 1800, minimum=10)
 ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minimum=1)
 # Where reviewers reach the dashboard; links in notices point here.

@@ -571,3 +571,28 @@ def test_check_server_on_a_stdio_server_shows_what_its_holder_found_without_star
     McpServer.objects.filter(slug="local").update(probe=found, tools=[{"name": "a"}, {"name": "b"}])
     human = out_of("check_server", "local")
     assert "ok: era handshake (2025-11-25), 2 tool(s), 5 ms" in human and "a, b" in human
+
+
+@pytest.mark.django_db
+def test_refused_credentials_are_flagged_and_never_stored_or_audited(modern: Running) -> None:
+    secret = "Bearer s3cret-probe-token"
+    server = McpServer.objects.create(
+        slug="locked",
+        name="Locked",
+        url=modern.base + "/scripted/unauthorized",
+        headers={"Authorization": secret},
+    )
+    found = servers.server_probe(server)
+    assert found["ok"] is False and found["error"]["code"] == "auth_failed"
+    assert found["hint"] is not None and "credentials" in found["hint"]
+    event = AuditEvent.objects.filter(verb="server.probed").latest("id")
+    assert "s3cret" not in json.dumps(found) and "s3cret" not in json.dumps(event.data)
+
+
+def test_a_server_offering_only_older_versions_to_discover_falls_back(modern: Running) -> None:
+    # -32022 naming only handshake-era versions: the server is not modern; the fallback decides.
+    result = run(probe(modern.config("/scripted/old_version")))
+    assert not result.ok and result.error is not None and result.error["code"] == "protocol_unsupported"
+    assert result.hint is not None and result.hint.startswith(
+        "the server and the hub share no protocol version"
+    )

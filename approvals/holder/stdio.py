@@ -104,7 +104,28 @@ def working_dir(slug: str, run_as: RunAs | None) -> Path:
     os.chmod(path, 0o700)
     if run_as is not None:
         os.chown(path, run_as.uid, run_as.gid)
+        blocked = _untraversable(root.resolve().parent, run_as)
+        if blocked is not None:
+            raise RuntimeError(
+                f"{run_as.name} cannot reach {root}: {blocked} has no execute permission for it "
+                "(chmod o+x that directory, or move ELICIT_STDIO_DIR)"
+            )
     return path
+
+
+def _untraversable(directory: Path, run_as: RunAs) -> Path | None:
+    """The first directory from `directory` up to / that `run_as` may not pass through, if any."""
+    for part in [directory, *directory.parents]:
+        mode = part.stat()
+        if mode.st_uid == run_as.uid:
+            allowed = mode.st_mode & 0o100
+        elif mode.st_gid == run_as.gid:
+            allowed = mode.st_mode & 0o010
+        else:
+            allowed = mode.st_mode & 0o001
+        if not allowed:
+            return part
+    return None
 
 
 def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | None) -> StdioServerParameters:
@@ -160,7 +181,6 @@ class StdioSupervisor:
         self.restarts = 0  # processes started after the first
         self.lost = False  # the lease went to another holder (or the server was disabled)
         self.last_exit = ""  # why the last process ended
-        self.pid: int | None = None
         self._client: Client | None = None
         self._dispatcher: Dispatcher | None = None
         self._ready = asyncio.Event()
@@ -265,12 +285,12 @@ class StdioSupervisor:
             assert client is not None and dispatcher is not None
             if not self._suspect:
                 return client, dispatcher
-            # After a failed call: a ping tells a live session from one whose process is gone.
+            # After a failed call: one cheap request tells a live session from one whose process is gone.
             try:
                 with anyio.fail_after(min(5.0, max(0.1, deadline - time.monotonic()))):
                     await _check_alive(client)
             except Exception:
-                logger.warning("%r: the session does not answer a ping; restarting the server", self)
+                logger.warning("%r: the session does not answer; restarting the server", self)
                 self._ready.clear()
                 self.restart()
                 continue
@@ -283,10 +303,20 @@ class StdioSupervisor:
         backoff = BACKOFF_MIN
         first = True
         while not self._stopping:
-            if not await self._lease_held():
+            try:
+                held = await self._lease_held()
+            except Exception as exc:  # the database is unreachable: try again later
+                self.last_exit = f"the lease could not be checked: {type(exc).__name__}"
+                held = None
+            if held is False:
                 self.lost = True
                 logger.warning("%r: the lease went to another holder; the server is no longer run here", self)
                 break
+            if held is None:
+                logger.warning("%r: %s; trying again in %.0f s", self, self.last_exit, backoff)
+                await self._pause(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
             if not first:
                 self.restarts += 1
                 with contextlib.suppress(Exception):
@@ -313,10 +343,16 @@ class StdioSupervisor:
             if time.monotonic() - began >= STABLE_AFTER:
                 backoff = BACKOFF_MIN
             logger.warning("%r: restarting in %.0f s (%s)", self, backoff, self.last_exit)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), backoff)
+            await self._pause(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait `seconds`, or less if a stop is asked."""
+        self._wake.clear()
+        if self._stopping:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
 
     async def _lease_held(self) -> bool:
         return await sync_to_async(stdio_service.stdio_lease_held)(
@@ -418,7 +454,12 @@ class StdioSupervisor:
             if self._restart_asked:
                 self.last_exit = "a restart was asked"
                 return
-            if not await self._lease_held():
+            try:
+                held = await self._lease_held()
+            except Exception as exc:  # the database is unreachable: the server keeps running meanwhile
+                logger.warning("%r: the lease could not be checked: %s", self, type(exc).__name__)
+                continue
+            if not held:
                 self.lost = True
                 self.last_exit = "the lease went to another holder"
                 return

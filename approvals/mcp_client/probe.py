@@ -65,6 +65,10 @@ HINTS = {
     "invalid_url": "the server URL cannot be used: check it",
     "http_5xx": "the server failed: look at its logs",
     "rate_limited": "the server is rate limiting the hub: try again later",
+    "protocol_unsupported": (
+        f"the server and the hub share no protocol version (the hub speaks {PROTOCOL_VERSION} and the "
+        f"handshake era, {', '.join(HANDSHAKE_PROTOCOL_VERSIONS)})"
+    ),
 }
 MAX_TEXT = 200  # a server's name, title or version
 MAX_CAPABILITIES = 20_000  # bytes of capabilities JSON kept in full; beyond, only their names

@@ -3,7 +3,7 @@
 A stdio server is a command the hub starts. Two holders running the same one would be two servers with two
 states (and a tool run twice), so each holder takes the lease (`McpServer.stdio_holder`) before it starts
 the process: only when the lease is free, already its own, or held by a holder whose heartbeat is older
-than `ELICIT_STDIO_LEASE_STALE` seconds (that holder is presumed dead; its server process died with it).
+than `ELICIT_HOLDER_STALE` seconds (that holder is presumed dead; its server process died with it).
 The holder's heartbeat renews the lease; the holder releases it when it stops.
 """
 
@@ -116,7 +116,7 @@ def stdio_launch(*, server_id: int) -> Launch:
 
 
 def _stale_before() -> datetime:
-    return timezone.now() - timedelta(seconds=settings.ELICIT_STDIO_LEASE_STALE)
+    return timezone.now() - timedelta(seconds=settings.ELICIT_HOLDER_STALE)
 
 
 def stdio_lease_take(*, server_id: int, holder_name: str) -> bool:
