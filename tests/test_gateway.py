@@ -3,6 +3,8 @@ the demo MCP server, and the official Python SDK client in both eras; reviewers 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -24,7 +26,7 @@ from approvals.models import AuditEvent, McpServer, ToolCall
 from approvals.services import servers, tokens
 from tests import demo_support
 from tests.hub import Agent, Hub, set_up_hub
-from tests.live import Process, child_env, free_port, wait_until
+from tests.live import ROOT, Process, child_env, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,23 +34,13 @@ MODES = ["legacy", "2026-07-28"]
 
 
 class Gateway(Process):
-    """`elicit_hub.gateway_asgi` under uvicorn, as `make run` starts it."""
+    """`manage.py run_gateway` (`elicit_hub.gateway_asgi` under uvicorn), as `make run` starts it."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.port = free_port()
         super().__init__(
             "gateway",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "elicit_hub.gateway_asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--no-access-log",
-            ],
+            [sys.executable, "manage.py", "run_gateway", "--host", "127.0.0.1", "--port", str(self.port)],
             env,
         )
 
@@ -483,3 +475,84 @@ def test_concurrent_identical_calls_start_one_call(ghub: GatewayHub) -> None:
     for outcome, thread in started:
         thread.join(60)
         assert _call_id(outcome.result) == call_id
+
+
+# --- the official TypeScript SDK client (npm, pinned in tests/gateway_ts/package-lock.json) ---------------
+
+TS_CLIENT = ROOT / "tests" / "gateway_ts"
+
+
+def _ts_client() -> str:
+    if not (TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=TS_CLIENT,
+            check=True,
+            timeout=600,
+        )
+    return str(TS_CLIENT / "client.mjs")
+
+
+@pytest.mark.parametrize("action", ["accept", "decline"])
+def test_the_typescript_sdk_client_waits_through_a_round_with_progress(
+    ghub: GatewayHub, demo_server, action: str
+) -> None:
+    script = _ts_client()
+    proc = subprocess.Popen(
+        [
+            "node",
+            script,
+            ghub.url + "/mcp",
+            ghub.token,
+            "demo__create_deployment",
+            json.dumps({"branch": "ts"}),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    events: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                events.append({"output": line})
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        call_id = _pending_call(ghub.hub)
+        wait_until(
+            lambda: any(
+                "waiting for release" in (e.get("progress") or {}).get("message", "") for e in events
+            ),
+            30,
+            0.1,
+            what="progress in the TypeScript client",
+        )
+        item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+        if action == "accept":
+            ghub.hub.reviewer.respond(item["id"], "accept", {"environment": "staging"})
+        else:
+            ghub.hub.reviewer.respond(item["id"], "decline", reason="not today")
+        proc.wait(60)
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert events[0].get("tools") and "demo__create_deployment" in events[0]["tools"], events
+    results = [e["result"] for e in events if "result" in e]
+    assert results, events
+    text = "\n".join(c.get("text", "") for c in results[0]["content"])
+    if action == "accept":
+        assert results[0].get("isError") is not True
+        assert "Deployed ts to staging" in text
+    else:
+        assert results[0]["isError"] is True and "declined" in text.lower()
+    assert results[0]["_meta"]["elicit-hub/call"]["id"] == call_id
+    assert demo_support.executions(demo_server.url).get("create_deployment", 0) == (
+        1 if action == "accept" else 0
+    )
