@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 
 
 @register()
@@ -26,4 +28,29 @@ def countdowns_below_visibility_timeout(app_configs: Any = None, **kwargs: Any) 
         )
         for name, value in countdowns.items()
         if value >= visibility
+    ]
+
+
+@register()
+def stdio_servers_run_unprivileged(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A hub running as root runs stdio servers as ELICIT_STDIO_USER through setpriv; without either, no
+    stdio server starts (never as root instead)."""
+    from approvals.holder.stdio import RunAs
+
+    if os.geteuid() != 0:
+        return []
+    problems = []
+    try:
+        RunAs.configured()
+    except RuntimeError as exc:
+        problems.append(str(exc))
+    if shutil.which("setpriv") is None:
+        problems.append("setpriv (util-linux) is not on PATH; stdio servers cannot drop root")
+    return [
+        Warning(
+            problem,
+            hint="stdio servers will not start until this is fixed; Streamable HTTP servers are unaffected.",
+            id="approvals.W001",
+        )
+        for problem in problems
     ]

@@ -411,6 +411,9 @@ ELICIT_LONG_POLL_MAX = 60
 # goes on after that); handshake-era sessions idle this long are closed, and at most this many are open.
 ELICIT_GATEWAY_PROGRESS_INTERVAL = env_int("ELICIT_GATEWAY_PROGRESS_INTERVAL", 5, minimum=1)
 ELICIT_GATEWAY_MAX_WAIT = env_int("ELICIT_GATEWAY_MAX_WAIT", 24 * 3600, minimum=1)
+# A tools/call without an Idempotency-Key that repeats one of the agent's calls (same tool, same arguments)
+# still open, or ended less than this many seconds ago, gets that call instead of a second execution.
+ELICIT_GATEWAY_REPEAT_WINDOW = env_int("ELICIT_GATEWAY_REPEAT_WINDOW", 600, minimum=0)
 ELICIT_GATEWAY_SESSION_IDLE = env_int("ELICIT_GATEWAY_SESSION_IDLE", 1800, minimum=10)
 ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minimum=1)
 # Where reviewers reach the dashboard; links in notices point here.

@@ -12,6 +12,7 @@ answer before it gives up (default 60 s).
 - ``ask_url()``: a url-mode elicitation (``ctx.elicit_url``).
 - ``needs_auth()``: refuses with ``URLElicitationRequiredError`` (-32042) until ``POST /_authorize``.
 - ``count_steps(steps)``: reports progress, then returns.
+- ``grow()``: adds a destructive tool ``wipe`` and sends ``notifications/tools/list_changed``.
 - ``echo(text)``, ``slow(seconds)``.
 - ``GET /_counts``: how many times each tool ran (``tools/call`` received).
 """
@@ -26,7 +27,7 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import UrlElicitationRequiredError
-from mcp_types import ElicitRequestURLParams
+from mcp_types import ElicitRequestURLParams, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -92,6 +93,21 @@ async def count_steps(steps: int, ctx: Context) -> str:
         await ctx.report_progress(step, steps, f"step {step}")
         await anyio.sleep(0.05)
     return f"{steps} steps"
+
+
+def wipe(target: str) -> str:
+    """Delete the target (added by ``grow``)."""
+    return f"wiped {target}"
+
+
+@mcp.tool()
+async def grow(ctx: Context) -> str:
+    """Add the ``wipe`` tool (destructive) and tell the client its tool list changed."""
+    COUNTS["grow"] += 1
+    mcp.add_tool(wipe, annotations=ToolAnnotations(destructiveHint=True))
+    await ctx.session.send_tool_list_changed()
+    await anyio.sleep(0.5)
+    return "grown"
 
 
 @mcp.tool()

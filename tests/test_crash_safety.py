@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from approvals import tasks
-from approvals.models import Round, ToolCall
+from approvals.models import AuditEvent, Round, ToolCall
 from tests import demo_support
 from tests.conftest import WORKER_ENV
 from tests.hub import set_up_hub
@@ -118,6 +118,7 @@ def test_a_killed_worker_leaves_an_unsafe_tool_outcome_unknown_never_run_twice(w
     assert call.error["code"] == "outcome_unknown"
     assert call.error["tool_may_have_run"] is True
     assert Round.objects.get(call_id=call_id, number=1).status == Round.Status.CLOSED
-    # Sent once, run once.
+    # Sent once, run once; the audit log records no re-send.
+    assert not AuditEvent.objects.filter(call_id=call_id, verb="round.resent").exists()
     assert len(retries_sent(demo_server.url)) == 1
     assert demo_support.executions(demo_server.url).get("create_deployment") == 1

@@ -3,10 +3,13 @@ the demo MCP server, and the official Python SDK client in both eras; reviewers 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -15,6 +18,7 @@ import httpx2
 import mcp
 import mcp_types as types
 import pytest
+from django.utils import timezone
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -22,7 +26,7 @@ from approvals.models import AuditEvent, McpServer, ToolCall
 from approvals.services import servers, tokens
 from tests import demo_support
 from tests.hub import Agent, Hub, set_up_hub
-from tests.live import Process, child_env, free_port, wait_until
+from tests.live import ROOT, Process, child_env, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,23 +34,13 @@ MODES = ["legacy", "2026-07-28"]
 
 
 class Gateway(Process):
-    """`elicit_hub.gateway_asgi` under uvicorn, as `make run` starts it."""
+    """`manage.py run_gateway` (`elicit_hub.gateway_asgi` under uvicorn), as `make run` starts it."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.port = free_port()
         super().__init__(
             "gateway",
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "elicit_hub.gateway_asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--no-access-log",
-            ],
+            [sys.executable, "manage.py", "run_gateway", "--host", "127.0.0.1", "--port", str(self.port)],
             env,
         )
 
@@ -109,8 +103,11 @@ class Outcome:
     progress: list[tuple[float, str | None]] = field(default_factory=list)
 
 
-def _client(url: str, token: str, mode: str) -> tuple[httpx2.AsyncClient, mcp.Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60))
+def _client(url: str, token: str, mode: str, key: str = "") -> tuple[httpx2.AsyncClient, mcp.Client]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if key:
+        headers["Idempotency-Key"] = key
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60))
     return http, mcp.Client(streamable_http_client(url, http_client=http), mode=mode)  # type: ignore[arg-type]
 
 
@@ -125,7 +122,7 @@ def list_tools(url: str, token: str, mode: str) -> list[str]:
 
 
 def call_in_background(
-    url: str, token: str, mode: str, name: str, arguments: dict[str, Any]
+    url: str, token: str, mode: str, name: str, arguments: dict[str, Any], key: str = ""
 ) -> tuple[Outcome, threading.Thread]:
     """Call a tool through the gateway on a thread of its own (the test answers as a reviewer meanwhile)."""
     outcome = Outcome()
@@ -134,7 +131,7 @@ def call_in_background(
         outcome.progress.append((progress, message))
 
     async def run() -> None:
-        http, client = _client(url, token, mode)
+        http, client = _client(url, token, mode, key)
         async with http, client:
             await client.list_tools()
             outcome.result = await client.call_tool(name, arguments, progress_callback=on_progress)
@@ -365,4 +362,197 @@ def test_bad_arguments_and_unknown_tools_are_protocol_errors_and_start_nothing(g
         )
         body = response.json()
         assert "error" in body and body["error"]["code"] == types.INVALID_PARAMS, body
+    too_long = httpx.post(
+        ghub.url + "/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "demo__echo", "arguments": {"text": "x"}, "_meta": meta},
+        },
+        headers={
+            **headers,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "demo__echo",
+            "Idempotency-Key": "k" * 201,
+        },
+    ).json()
+    assert (
+        too_long["error"]["code"] == types.INVALID_PARAMS
+        and "Idempotency-Key" in too_long["error"]["message"]
+    )
     assert not ToolCall.objects.exists()
+
+
+def _call_id(result: types.CallToolResult | None) -> str:
+    assert result is not None and result.meta
+    return result.meta["elicit-hub/call"]["id"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_disconnect_and_repeat_one_execution_and_the_repeat_gets_the_result(
+    ghub: GatewayHub, demo_server, mode: str
+) -> None:
+    async def give_up() -> None:
+        http, client = _client(ghub.url + "/mcp", ghub.token, mode)
+        async with http, client:
+            with anyio.move_on_after(3):
+                await client.call_tool("demo__create_deployment", {"branch": "again", "environment": None})
+
+    anyio.run(give_up)
+    call_id = _pending_call(ghub.hub)
+    # The same call again (its arguments in another order): it re-attaches to the open call.
+    outcome, thread = call_in_background(
+        ghub.url + "/mcp",
+        ghub.token,
+        mode,
+        "demo__create_deployment",
+        {"environment": None, "branch": "again"},
+    )
+    wait_until(lambda: outcome.progress, 30, 0.1, what="progress on the repeated call")
+    assert ToolCall.objects.count() == 1
+    item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+    ghub.hub.reviewer.respond(item["id"], "accept", {"environment": "staging"})
+    thread.join(60)
+    assert outcome.error is None, repr(outcome.error)
+    assert _call_id(outcome.result) == call_id
+    assert "Deployed again to staging" in _text(outcome.result)  # type: ignore[arg-type]
+
+    # Once more after it ended (within the window): the same result at once, no new execution.
+    later, thread = call_in_background(
+        ghub.url + "/mcp/demo",
+        ghub.token,
+        mode,
+        "create_deployment",
+        {"branch": "again", "environment": None},
+    )
+    thread.join(60)
+    assert _call_id(later.result) == call_id
+    assert _text(later.result) == _text(outcome.result)  # type: ignore[arg-type]
+    assert ToolCall.objects.count() == 1
+    assert demo_support.executions(demo_server.url).get("create_deployment") == 1
+
+
+def test_a_repeat_after_the_window_or_with_another_idempotency_key_starts_a_new_call(
+    ghub: GatewayHub,
+) -> None:
+    url, token, mode = ghub.url + "/mcp", ghub.token, "2026-07-28"
+    first, thread = call_in_background(url, token, mode, "demo__echo", {"text": "once"})
+    thread.join(60)
+    first_id = _call_id(first.result)
+
+    keyed, thread = call_in_background(url, token, mode, "demo__echo", {"text": "once"}, key="k-1")
+    thread.join(60)
+    assert _call_id(keyed.result) != first_id
+    # The same key again is the same call, at any time.
+    again, thread = call_in_background(url, token, mode, "demo__echo", {"text": "once"}, key="k-1")
+    thread.join(60)
+    assert _call_id(again.result) == _call_id(keyed.result)
+
+    # Past the window (ELICIT_GATEWAY_REPEAT_WINDOW, 10 minutes): a new call.
+    ToolCall.objects.filter(pk=first_id).update(finished_at=timezone.now() - timedelta(minutes=11))
+    ToolCall.objects.filter(pk=_call_id(keyed.result)).update(
+        finished_at=timezone.now() - timedelta(minutes=11)
+    )
+    fresh, thread = call_in_background(url, token, mode, "demo__echo", {"text": "once"})
+    thread.join(60)
+    assert _call_id(fresh.result) not in (first_id, _call_id(keyed.result))
+    assert ToolCall.objects.count() == 3
+
+
+def test_concurrent_identical_calls_start_one_call(ghub: GatewayHub) -> None:
+    started = [
+        call_in_background(
+            ghub.url + "/mcp", ghub.token, "2026-07-28", "demo__create_deployment", {"branch": "x"}
+        )
+        for _ in range(4)
+    ]
+    call_id = _pending_call(ghub.hub)
+    wait_until(lambda: all(o.progress for o, _ in started), 30, 0.1, what="progress on every request")
+    assert ToolCall.objects.count() == 1
+    item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+    ghub.hub.reviewer.respond(item["id"], "accept", {"environment": "staging"})
+    for outcome, thread in started:
+        thread.join(60)
+        assert _call_id(outcome.result) == call_id
+
+
+# --- the official TypeScript SDK client (npm, pinned in tests/gateway_ts/package-lock.json) ---------------
+
+TS_CLIENT = ROOT / "tests" / "gateway_ts"
+
+
+def _ts_client() -> str:
+    if not (TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=TS_CLIENT,
+            check=True,
+            timeout=600,
+        )
+    return str(TS_CLIENT / "client.mjs")
+
+
+@pytest.mark.parametrize("action", ["accept", "decline"])
+def test_the_typescript_sdk_client_waits_through_a_round_with_progress(
+    ghub: GatewayHub, demo_server, action: str
+) -> None:
+    script = _ts_client()
+    proc = subprocess.Popen(
+        [
+            "node",
+            script,
+            ghub.url + "/mcp",
+            ghub.token,
+            "demo__create_deployment",
+            json.dumps({"branch": "ts"}),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    events: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                events.append({"output": line})
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        call_id = _pending_call(ghub.hub)
+        wait_until(
+            lambda: any(
+                "waiting for release" in (e.get("progress") or {}).get("message", "") for e in events
+            ),
+            30,
+            0.1,
+            what="progress in the TypeScript client",
+        )
+        item = ghub.hub.reviewer.wait_for_request(call_id, "environment")
+        if action == "accept":
+            ghub.hub.reviewer.respond(item["id"], "accept", {"environment": "staging"})
+        else:
+            ghub.hub.reviewer.respond(item["id"], "decline", reason="not today")
+        proc.wait(60)
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert events[0].get("tools") and "demo__create_deployment" in events[0]["tools"], events
+    results = [e["result"] for e in events if "result" in e]
+    assert results, events
+    text = "\n".join(c.get("text", "") for c in results[0]["content"])
+    if action == "accept":
+        assert results[0].get("isError") is not True
+        assert "Deployed ts to staging" in text
+    else:
+        assert results[0]["isError"] is True and "declined" in text.lower()
+    assert results[0]["_meta"]["elicit-hub/call"]["id"] == call_id
+    assert demo_support.executions(demo_server.url).get("create_deployment", 0) == (
+        1 if action == "accept" else 0
+    )

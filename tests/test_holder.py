@@ -188,6 +188,17 @@ def test_progress_is_stored(hub: Hub, holder: HolderRunner) -> None:
     assert (progress["progress"], progress["total"], progress["message"]) == (3, 3, "step 3")
 
 
+def test_a_changed_tool_list_is_listed_again_on_the_session(hub: Hub, holder: HolderRunner) -> None:
+    call_id = hub.agent.call("grow", {}, server="pushy")
+    assert _text(_finished(hub, call_id)) == "grown"
+
+    def stored() -> dict[str, Any] | None:
+        return McpServer.objects.get(pk=hub.server.pk).tool("wipe")
+
+    wipe = wait_until(stored, 10, 0.1, what="the changed tool list stored")
+    assert wipe["annotations"]["destructiveHint"] is True  # type: ignore[index]
+
+
 def test_killing_the_holder_mid_wait_ends_the_call_holder_lost(
     hub: Hub, holder: HolderRunner, push: PushServer
 ) -> None:

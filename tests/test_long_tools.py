@@ -282,3 +282,36 @@ def test_the_admin_refuses_bad_time_limits(extra: dict[str, str], field: str, me
     form = McpServerForm(data=http_form(**extra))
     assert not form.is_valid()
     assert message in " ".join(form.errors[field])
+
+
+# ---- progress: throttled, the last one always stored ---------------------------------------------
+
+
+def test_a_burst_of_progress_is_stored_twice_ending_with_the_last(live_db: None, monkeypatch: Any) -> None:
+    import anyio
+
+    server = factories.server()
+    call = factories.call(server, status=ToolCall.Status.RUNNING)
+    writes: list[dict[str, Any]] = []
+    store = sending.call_progress
+
+    def counted(*, call_id: Any, progress: dict[str, Any]) -> bool:
+        writes.append(progress)
+        return store(call_id=call_id, progress=progress)
+
+    monkeypatch.setattr(sending, "call_progress", counted)
+    writer = sending.ProgressWriter(call.pk)
+
+    async def burst() -> None:
+        # As the SDK delivers them: each notification in a task of its own, all before the first write ends.
+        async with anyio.create_task_group() as tg:
+            for step in range(50):
+                tg.start_soon(writer, float(step), 50.0, f"step {step}" + "x" * 600 * (step == 49))
+            tg.start_soon(writer, float("nan"), None, "not a number: ignored")
+
+    anyio.run(burst)
+    assert [w["progress"] for w in writes] == [0.0, 49.0]
+    call.refresh_from_db()
+    assert call.progress is not None
+    assert call.progress["progress"] == 49.0 and call.progress["total"] == 50.0
+    assert len(call.progress["message"]) == sending.MAX_PROGRESS_MESSAGE

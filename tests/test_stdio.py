@@ -397,3 +397,30 @@ async def test_a_tool_list_change_between_calls_updates_the_stored_tools(
     )()
     assert changed[-1]["why"] == "list_changed" and "brand_new" in changed[-1]["tools"]
     assert value(await call(supervisor, "brand_new")) == "new"
+
+
+async def test_a_working_directory_the_user_cannot_reach_is_named_in_the_probe(_stdio_dir: Path) -> None:
+    closed = _stdio_dir.parent / "closed"
+    closed.mkdir(mode=0o700, parents=True)
+    try:
+        stranger = stdio_holder.RunAs(name="stranger", uid=os.geteuid() + 4242, gid=os.getegid() + 4242)
+        (closed / "inner").mkdir(mode=0o755)
+        assert stdio_holder._untraversable(closed / "inner", stranger) == closed
+        os.chmod(closed, 0o701)
+        assert stdio_holder._untraversable(closed / "inner", stranger) is None
+        os.chmod(closed, 0o700)
+        if os.geteuid() == 0:  # a root hub runs the server as ELICIT_STDIO_USER: the start fails, saying why
+            settings.ELICIT_STDIO_DIR = closed / "stdio"
+            server = await sync_to_async(make_server)(slug="unreachable")
+            supervisor = StdioSupervisor(server.pk, (await sync_to_async(make_holder)("host:1:a")).name)
+            try:
+                with pytest.raises(McpError):
+                    await call_briefly(supervisor)
+            finally:
+                await supervisor.stop()
+            stored = await sync_to_async(McpServer.objects.get)(pk=server.pk)
+            assert stored.probe["error"]["code"] == "not_running"
+            expected = f"cannot reach {closed / 'stdio'}: {closed} has no execute permission"
+            assert expected in stored.probe["error"]["message"]
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)

@@ -198,3 +198,17 @@ def test_a_refused_admin_form_does_not_echo_typed_credentials(admin_client) -> N
     )
     assert page.status_code == 200 and "url" in page.context["adminform"].form.errors
     assert SECRET not in page.content.decode()
+
+
+@pytest.mark.parametrize("user", ["no-such-user-anywhere", "root"])
+def test_a_root_hub_warns_when_stdio_servers_cannot_drop_root(settings, user: str) -> None:
+    from django.core.checks import run_checks
+
+    settings.ELICIT_STDIO_USER = user
+    warnings = [w for w in run_checks() if w.id == "approvals.W001"]
+    if os.geteuid() == 0:
+        assert len(warnings) == 1 and "never run as root" in warnings[0].msg
+    else:
+        assert warnings == []  # the hub's own user runs them
+    settings.ELICIT_STDIO_USER = "nobody"
+    assert not [w for w in run_checks() if w.id == "approvals.W001"]

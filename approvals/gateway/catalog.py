@@ -80,7 +80,8 @@ def _waiting_for(call: ToolCall) -> str:
     if call.status == ToolCall.Status.QUEUED:
         return f"queued for {server}"
     if call.status == ToolCall.Status.RUNNING:
-        return f"running on {server}"
+        said = (call.progress or {}).get("message") if isinstance(call.progress, dict) else None
+        return f"running on {server}: {said}" if said else f"running on {server}"
     if call.status == ToolCall.Status.RESUMING:
         return f"answers sent; resuming on {server}"
     if call.status != ToolCall.Status.AWAITING_INPUT:

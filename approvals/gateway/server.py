@@ -10,7 +10,9 @@ agent that opened it.
 policies, audit, webhooks and the dashboard see a gateway call as they see any other (its audit records
 `"channel": "mcp"`). The request then stays open until the call is final; when the client sent a
 `progressToken`, a progress notification says every few seconds what the call waits for. An agent that
-disconnects stops waiting; the call goes on.
+disconnects stops waiting; the call goes on, and the same request repeated (same tool, same arguments, no
+`Idempotency-Key`) while it is open or up to ELICIT_GATEWAY_REPEAT_WINDOW seconds after it ended gets that
+call again instead of a second execution. An `Idempotency-Key` header is the call's idempotency key.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "elicit_hub.gateway"  # where the guard leaves {"agent": id, "slug": str | None} in the scope
 CALL_META_KEY = "elicit-hub/call"  # the hub's call id and status, in every tools/call result's _meta
+MAX_IDEMPOTENCY_KEY = 200  # ToolCall.idempotency_key's length
 
 T = TypeVar("T")
 
@@ -193,20 +196,33 @@ async def call_tool(
         where, reason = problem
         raise MCPError(types.INVALID_PARAMS, f"The arguments hold {reason} at {where}.")
     request = ctx.request
-    key = request.headers.get("idempotency-key") if isinstance(request, Request) else None
+    key = (request.headers.get("idempotency-key") or "").strip() if isinstance(request, Request) else ""
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise MCPError(types.INVALID_PARAMS, f"The Idempotency-Key is over {MAX_IDEMPOTENCY_KEY} characters.")
     agent = await _db(catalog.agent, agent_id)
     if agent is None:
         raise MCPError(types.INVALID_REQUEST, "This agent is no longer active.")
     try:
-        submitted, _created = await _db(
-            calls.call_submit,
-            agent=agent,
-            server_slug=exposed.server,
-            tool=exposed.tool,
-            arguments=arguments,
-            idempotency_key=(key or "")[:200] or None,
-            channel="mcp",
-        )
+        if key:
+            submitted, _created = await _db(
+                calls.call_submit,
+                agent=agent,
+                server_slug=exposed.server,
+                tool=exposed.tool,
+                arguments=arguments,
+                idempotency_key=key,
+                channel="mcp",
+            )
+        else:
+            submitted, _created = await _db(
+                calls.call_submit_or_repeat,
+                agent=agent,
+                server_slug=exposed.server,
+                tool=exposed.tool,
+                arguments=arguments,
+                window=settings.ELICIT_GATEWAY_REPEAT_WINDOW,
+                channel="mcp",
+            )
     except ServiceError as exc:
         raise MCPError(types.INVALID_PARAMS, exc.message) from None
     return await wait_for(ctx, submitted.pk)

@@ -40,9 +40,10 @@ from approvals.mcp_client.session import (
     call_on,
     check_url,
     http_transport,
+    list_tools_on,
     open_client,
 )
-from approvals.services import holding
+from approvals.services import holding, servers
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class _Run:
     held: holding.HeldCall
     sent: bool = False
     last_progress: float = 0.0
+    tools_changed: bool = False
 
 
 class _NotSent(Exception):
@@ -285,7 +287,11 @@ class HolderProcess:
 
     async def _call(self, run: _Run, client: Any, dispatcher: Dispatcher) -> Completed | ToolError | None:
         held = run.held
-        hooks = SessionHooks(elicit=partial(self._elicit, run), progress=partial(self._progress, run))
+        hooks = SessionHooks(
+            elicit=partial(self._elicit, run),
+            progress=partial(self._progress, run),
+            tools_changed=partial(self._tools_changed, run),
+        )
         assert self.holder_id is not None
         while True:
             if not await db(holding.held_sending)(call_id=held.call_id, holder_id=self.holder_id):
@@ -300,6 +306,8 @@ class HolderProcess:
                 timeout=held.limit,
                 idempotency_key=held.idempotency_key,
             )
+            if run.tools_changed:
+                await self._relist(run, client)
             if not isinstance(outcome, UrlRequired):
                 return outcome
             if not await self._url_round(run, outcome):
@@ -368,6 +376,21 @@ class HolderProcess:
                 wait = min(wait, remaining)
             with anyio.move_on_after(wait):
                 await event.wait()
+
+    async def _tools_changed(self, run: _Run) -> None:
+        run.tools_changed = True  # listed again on this session once the call has its outcome
+
+    async def _relist(self, run: _Run, client: Any) -> None:
+        """``notifications/tools/list_changed`` during the call: list the tools on the same session and
+        store them (routing rules read their annotations)."""
+        run.tools_changed = False
+        try:
+            tools = await list_tools_on(client, timeout=run.held.config.timeout)
+            await db(servers.server_tools_changed)(run.held.server_id, tools=tools)
+        except Exception as exc:
+            logger.warning(
+                "call %s: listing the changed tools failed: %s", run.held.call_id, type(exc).__name__
+            )
 
     async def _progress(self, run: _Run, progress: float, total: float | None, message: str | None) -> None:
         now = anyio.current_time()

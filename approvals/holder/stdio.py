@@ -104,7 +104,28 @@ def working_dir(slug: str, run_as: RunAs | None) -> Path:
     os.chmod(path, 0o700)
     if run_as is not None:
         os.chown(path, run_as.uid, run_as.gid)
+        blocked = _untraversable(root.resolve().parent, run_as)
+        if blocked is not None:
+            raise RuntimeError(
+                f"{run_as.name} cannot reach {root}: {blocked} has no execute permission for it "
+                "(chmod o+x that directory, or move ELICIT_STDIO_DIR)"
+            )
     return path
+
+
+def _untraversable(directory: Path, run_as: RunAs) -> Path | None:
+    """The first directory from `directory` up to / that `run_as` may not pass through, if any."""
+    for part in [directory, *directory.parents]:
+        mode = part.stat()
+        if mode.st_uid == run_as.uid:
+            allowed = mode.st_mode & 0o100
+        elif mode.st_gid == run_as.gid:
+            allowed = mode.st_mode & 0o010
+        else:
+            allowed = mode.st_mode & 0o001
+        if not allowed:
+            return part
+    return None
 
 
 def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | None) -> StdioServerParameters:

@@ -322,6 +322,20 @@ async def call_on(
     return outcome
 
 
+async def list_tools_on(client: Client, *, timeout: float, max_pages: int = 100) -> list[dict[str, Any]]:
+    """Every tool the server lists on this open session (all pages, at most `max_pages`), as JSON."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    with anyio.fail_after(timeout):
+        for _ in range(max_pages):
+            page = await client.list_tools(cursor=cursor)
+            tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return tools
+
+
 __all__ = [
     "Dispatcher",
     "McpError",
@@ -334,5 +348,6 @@ __all__ = [
     "call_on",
     "check_url",
     "http_transport",
+    "list_tools_on",
     "open_client",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -138,6 +140,49 @@ def call_submit(
             raise
         return existing, False
     return call, True
+
+
+def _repeat_lock_key(agent: AgentClient, server_slug: str, tool: str, arguments: dict[str, Any]) -> int:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(f"repeat\0{agent.pk}\0{server_slug}\0{tool}\0{canonical}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def call_submit_or_repeat(
+    *,
+    agent: AgentClient,
+    server_slug: str,
+    tool: str,
+    arguments: dict[str, Any],
+    window: int,
+    channel: str = "api",
+) -> tuple[ToolCall, bool]:
+    """`call_submit` without an idempotency key, for agents that repeat a call after losing its answer: the
+    same agent asking for the same tool of the same server with the same arguments (compared as JSON
+    values, so key order does not matter) gets the call still open, or one that ended less than ``window``
+    seconds ago, instead of a second execution. Returns (call, created).
+
+    Concurrent identical requests are serialised on a transaction-scoped advisory lock, so exactly one of
+    them creates the call."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s)", [_repeat_lock_key(agent, server_slug, tool, arguments)]
+            )
+        since = timezone.now() - timedelta(seconds=window)
+        existing = (
+            ToolCall.objects.filter(
+                agent=agent, kind=ToolCall.Kind.CALL, server__slug=server_slug, tool=tool, arguments=arguments
+            )
+            .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+            .order_by("-created_at")
+            .first()
+        )
+        if existing is not None:
+            return existing, False
+        return call_submit(
+            agent=agent, server_slug=server_slug, tool=tool, arguments=arguments, channel=channel
+        )
 
 
 def relay_submit(

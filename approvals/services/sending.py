@@ -201,7 +201,8 @@ def _claim(call_id: Any) -> Send | None:
         if not claimed:
             return None
         rnd.refresh_from_db()
-        if rnd.send_attempts > 1:
+        # A re-send (not one the outcome-unknown rule stops: that ends the call instead).
+        if rnd.send_attempts > 1 and (not held or safe_to_resend(call)):
             audit.record(
                 actor=SYSTEM,
                 verb="round.resent",
