@@ -53,6 +53,9 @@ T = TypeVar("T")
 # After the server's announced wait, how long the hub still keeps the round open (clock skew, latency).
 DEADLINE_GRACE = 2.0
 PROGRESS_EVERY = 1.0  # seconds between stored progress updates of one call
+# While LISTEN works, a waiting call re-reads its round this rarely (a NOTIFY wakes it at once): hundreds of
+# idle sessions must not poll the database every few seconds. Without LISTEN, every ELICIT_HOLDER_POLL.
+RECHECK_LISTENING = 30.0
 STDIO_MODULE = "approvals.holder.stdio"
 
 
@@ -106,6 +109,7 @@ class HolderProcess:
         self.stopping = asyncio.Event()
         self.sessions = 0
         self.lost = False
+        self.listening = False
         self.stdio = importlib.util.find_spec(STDIO_MODULE) is not None
         self._supervisors: dict[int, Any] = {}  # stdio servers this holder runs, by server id
 
@@ -187,14 +191,20 @@ class HolderProcess:
             try:
                 async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {holding.CHANNEL}")
-                    self.wake.set()  # notices may have been missed while not listening
+                    self.listening = True
+                    # Notices may have been missed while not listening: everyone looks once.
+                    self.wake.set()
+                    for waiter in self.waiters.values():
+                        waiter.set()
                     async for notice in conn.notifies():
                         self._notice(notice.payload)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.warning("holder LISTEN connection failed; polling meanwhile", exc_info=True)
-                await asyncio.sleep(self.poll)
+            finally:
+                self.listening = False
+            await asyncio.sleep(self.poll)
 
     def _notice(self, payload: str) -> None:
         if payload.startswith("call:"):
@@ -368,7 +378,7 @@ class HolderProcess:
             answer = await db(holding.push_answer)(round_id=round_id)
             if answer is not None:
                 return answer
-            wait = float(self.poll)
+            wait = RECHECK_LISTENING * random.uniform(0.8, 1.0) if self.listening else float(self.poll)
             if deadline is not None:
                 remaining = deadline - anyio.current_time()
                 if remaining <= 0:
