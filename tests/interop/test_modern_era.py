@@ -3,11 +3,14 @@ reviewer's API, and the server's own count of how often each tool body ran."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from approvals.models import McpServer, ToolCall
+from tests.conftest import WORKER_ENV
 from tests.interop.conftest import ThirdPartyServer, register
-from tests.live import wait_until
+from tests.live import CeleryWorker, child_env, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -85,7 +88,22 @@ def test_mcp23_plain_tool_completes_over_2026_07_28(worker, mcp23_server: ThirdP
     assert mcp23_server.runs().get("add", 0) == before + 1
 
 
-def test_fastmcp4_40_s_tool_runs_once_and_reports_progress(worker, fastmcp4_server: ThirdPartyServer) -> None:
+@pytest.fixture
+def long_worker(live_db: None, worker_process: CeleryWorker) -> Iterator[CeleryWorker]:
+    """A worker whose calls may last a minute (the shared one caps them at 30 s); the shared worker is
+    stopped meanwhile, so this one takes the task, and the next test's `worker` fixture restarts it."""
+    worker_process.stop()
+    env = {**WORKER_ENV, "ELICIT_MAX_CALL_TIMEOUT": "60", "ELICIT_VISIBILITY_TIMEOUT": "300"}
+    long = CeleryWorker(child_env(**env), name="long-worker").start()
+    try:
+        yield long
+    finally:
+        long.stop()
+
+
+def test_fastmcp4_40_s_tool_runs_once_and_reports_progress(
+    long_worker: CeleryWorker, fastmcp4_server: ThirdPartyServer
+) -> None:
     """The issue's "35 s tool ran five times": now one send, progress stored, the result returned."""
     hub = register(fastmcp4_server.url, "fastmcp4", McpServer.Era.MODERN)
     before = fastmcp4_server.runs().get("slow_report", 0)
