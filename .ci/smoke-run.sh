@@ -25,6 +25,11 @@ if [ -z "$ok" ]; then
     echo "make run did not serve the login page and the demo server in time"; tail -50 "$log"; exit 1
 fi
 grep -q "Elicit Hub is up" "$log" || { sleep 5; grep -q "Elicit Hub is up" "$log"; }
+# The MCP gateway beside Daphne: up, and /mcp refuses a request without an agent token.
+for _ in $(seq 1 30); do curl -fsS "http://127.0.0.1:8001/healthz" >/dev/null 2>&1 && break; sleep 1; done
+curl -fsS "http://127.0.0.1:8001/healthz" >/dev/null
+[ "$(curl -sS -o /dev/null -w '%{http_code}' -X POST http://127.0.0.1:8001/mcp -d '{}')" = 401 ]
+echo "make run: the MCP gateway answers"
 grep -q "Demo login" "$log" || echo "(demo admin existed already)"
 echo "make run: login page and demo MCP server answer"
 kill -INT -- -$pid

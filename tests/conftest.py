@@ -103,11 +103,13 @@ def demo_server(django_db_setup: None) -> Iterator[object]:
         server.stop()
 
 
-# Fast retries and short timeouts, so failure paths finish in seconds; every countdown stays below the
-# (short) visibility timeout, after which Redis hands a dead worker's task to another.
+# Fast retries and short timeouts, so failure paths finish in seconds; every countdown and task time limit
+# (run_call's follows ELICIT_MAX_CALL_TIMEOUT) stays below the visibility timeout, after which Redis hands a
+# dead worker's task to another (system check approvals.E001, which `migrate` runs).
 WORKER_ENV = {
-    "ELICIT_VISIBILITY_TIMEOUT": "30",
+    "ELICIT_VISIBILITY_TIMEOUT": "120",
     "ELICIT_TASK_TIME_LIMIT": "25",
+    "ELICIT_MAX_CALL_TIMEOUT": "30",
     "ELICIT_MCP_TIMEOUT": "5",
     "ELICIT_MCP_MAX_RETRIES": "2",
     "ELICIT_MCP_RETRY_BASE": "1",

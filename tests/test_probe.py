@@ -37,7 +37,7 @@ from approvals.models import AuditEvent, InputRequest, McpServer, RoutingRule, T
 from approvals.services import servers, tokens
 from tests import demo_support, factories
 from tests.hub import Agent
-from tests.live import free_port, wait_until
+from tests.live import HolderRunner, child_env, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -415,27 +415,50 @@ def test_a_stale_tool_list_is_fetched_again_before_the_round_is_routed(worker, d
     assert server.tool("create_deployment") is not None and server.tools_fetched_at > old
 
 
-def test_a_handshake_server_under_auto_fails_once_and_is_probed_again(worker, handshake: Running) -> None:
+def test_a_handshake_server_under_auto_is_probed_again_and_the_call_waits_for_a_session(
+    worker, handshake: Running
+) -> None:
     server = McpServer.objects.create(slug="legacy", name="Legacy", url=handshake.url)
     assert not server.needs_session  # never probed: sent as 2026-07-28
     call_id = _agent_for(server).call("echo", {"text": "hi"}, server="legacy")
-    call = wait_until(
-        lambda: ToolCall.objects.filter(pk=call_id, status=ToolCall.Status.FAILED).first(),
+    moved = wait_until(
+        lambda: AuditEvent.objects.filter(call_id=call_id, verb="call.moved_to_session").first(),
         30,
         0.1,
-        what="failed",
+        what="the call moved to a session",
     )
-    assert (
-        call.error["code"] == "protocol_unsupported"
-        and "set its era to handshake or auto" in call.error["message"]
-    )
+    assert "Missing session ID" in moved.data["refused"] and moved.data["era"] == HANDSHAKE
+    server.refresh_from_db()
+    assert server.probe["era"] == HANDSHAKE and server.needs_session
+    call = ToolCall.objects.get(pk=call_id)
+    # Refused without a session, nothing ran: back in the queue for a holder, not failed, not retried.
+    assert call.status == ToolCall.Status.QUEUED and call.error is None and call.holder is None
     assert call.attempts == 1
     assert not AuditEvent.objects.filter(call_id=call_id, verb="call.retry_scheduled").exists()
-    # The worker probes the server right after failing the call.
-    server = wait_until(  # type: ignore[assignment]
-        lambda: McpServer.objects.filter(pk=server.pk, probe__isnull=False).first(), 30, 0.1, what="a probe"
-    )
-    assert server.probe["era"] == HANDSHAKE and server.needs_session
+
+
+def test_a_call_to_a_server_found_to_speak_the_handshake_era_completes_on_a_holders_session(
+    worker, handshake: Running
+) -> None:
+    runner = HolderRunner(child_env(ELICIT_HOLDER_POLL="1", ELICIT_HOLDER_HEARTBEAT="1")).start()
+    try:
+        server = McpServer.objects.create(slug="legacy", name="Legacy", url=handshake.url)
+        agent = _agent_for(server)
+        call_id = agent.call("echo", {"text": "hi"}, server="legacy")
+        body = agent.wait(call_id, 30)
+        if body["status"] not in ("completed", "failed"):
+            body = wait_until(  # type: ignore[assignment]
+                lambda: (b := agent.wait(call_id, 5))["status"] in ("completed", "failed") and b,
+                30,
+                0.2,
+                what="the call to end",
+            )
+        assert body["status"] == "completed", body
+        assert body["result"]["content"][0]["text"] == "echo: hi"
+        verbs = list(AuditEvent.objects.filter(call_id=call_id).order_by("id").values_list("verb", flat=True))
+        assert verbs.index("call.moved_to_session") < verbs.index("call.held") < verbs.index("call.completed")
+    finally:
+        runner.stop()
 
 
 # ---- the admin ------------------------------------------------------------------------------------------

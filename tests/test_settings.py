@@ -140,3 +140,11 @@ def test_outbound_requests_reach_only_public_addresses_unless_listed() -> None:
     assert production.returncode == 0, production.stderr
     assert "ALLOW ''" in production.stdout
     assert "ALLOW '127.0.0.0/8,::1'" in development.stdout
+
+
+def test_the_test_workers_settings_pass_the_system_checks() -> None:
+    from tests.conftest import WORKER_ENV
+
+    # The processes the suite starts (and `migrate` in the outage test) run with these.
+    result = manage("check", DJANGO_DEBUG="true", **WORKER_ENV)
+    assert result.returncode == 0, result.stderr[-2000:]

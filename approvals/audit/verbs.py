@@ -16,6 +16,7 @@ VERBS: tuple[str, ...] = (
     "call.cancelled",
     "call.outcome_discarded",
     "call.held",
+    "call.moved_to_session",
     "relay.submitted",
     "relay.answered",
     "relay.expired",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -28,12 +29,14 @@ import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
+from django.http import HttpRequest
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from ninja.throttling import AnonRateThrottle
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -72,6 +75,23 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
+def _anonymous_wait(client: str, forwarded_for: str | None) -> float | None:
+    """Count a request without a valid agent token on the REST API's limiter for anonymous requests (per
+    client address, ELICIT_API_ANON_RATE): None while under the limit, else the seconds to wait."""
+    request = HttpRequest()
+    request.META["REMOTE_ADDR"] = client
+    if forwarded_for:
+        request.META["HTTP_X_FORWARDED_FOR"] = forwarded_for
+    throttle = AnonRateThrottle(settings.ELICIT_API_ANON_RATE)
+    try:
+        if throttle.allow_request(request):
+            return None
+    except Exception:  # the limiter's store (Redis) is down: the request still gets its 401
+        logger.warning("gateway: the anonymous request limiter is unavailable")
+        return None
+    return max(1.0, throttle.wait() or 1.0)
+
+
 def _agent_of(token: str) -> AgentClient | None:
     found = tokens.authenticate(token)
     return found if isinstance(found, AgentClient) else None
@@ -89,6 +109,16 @@ class Guard:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         agent = await _db(_agent_of, token.strip()) if scheme.lower() == "bearer" and token.strip() else None
         if agent is None:
+            client = scope.get("client") or ("", 0)
+            wait = await _db(_anonymous_wait, client[0], request.headers.get("x-forwarded-for"))
+            if wait is not None:
+                await _error(
+                    429,
+                    "rate_limited",
+                    "Too many requests; retry after the time in Retry-After.",
+                    {"Retry-After": str(math.ceil(wait))},
+                )(scope, receive, send)
+                return
             response = _error(
                 401,
                 "unauthorized",

@@ -267,13 +267,39 @@ def call_send(*, call_id: Any) -> float | None:
                     return None
                 return _transient(send, exc)
             except mcp_client.PermanentError as exc:
-                _fail(send, exc)
+                # What the failure says about the server first: a refused stateless request re-probes it.
                 server_after_send(send.call.server, send.call.tool, error=exc)
+                if not _moved_to_session(send, exc):
+                    _fail(send, exc)
                 return None
             # Before the answer is applied: a round routes on the tool's annotations in the stored list.
             server_after_send(send.call.server, send.call.tool, outcome=outcome)
             if not _apply(send, outcome, received_at=timezone.now()):
                 return None
+
+
+def _moved_to_session(send: Send, exc: mcp_client.McpError) -> bool:
+    """A server of the handshake era refused the call's first stateless request (it runs nothing without a
+    session), and the probe now says it needs one: the call goes back to the queue for a holder, once."""
+    server = send.call.server
+    if exc.code != "protocol_unsupported" or send.round is not None or send.attempts != 1:
+        return False
+    if server is None or not server.needs_session:
+        return False
+    with transaction.atomic():
+        moved = ToolCall.objects.filter(
+            pk=send.call.pk, status=ToolCall.Status.RUNNING, holder__isnull=True
+        ).update(status=ToolCall.Status.QUEUED, started_at=None, updated_at=timezone.now())
+        if not moved:
+            return False
+        audit.record(
+            actor=SYSTEM,
+            verb="call.moved_to_session",
+            call=send.call,
+            data={"server": server.slug, "era": (server.probe or {}).get("era"), "refused": exc.message},
+        )
+        notify_holders()
+    return True
 
 
 def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
