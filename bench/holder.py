@@ -142,6 +142,8 @@ class Command(BaseCommand):
             "PYTHONUNBUFFERED": "1",
             "ELICIT_OUTBOUND_ALLOW": os.environ.get("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1"),
             "ELICIT_HOLDER_MAX_CALLS": str(o["sessions"] + o["calls"] + 10),
+            # The reviewer polls the inbox every few ms: the per-token API rate would refuse it.
+            "ELICIT_API_RATE": "1000000/m",
         }
         mcp_port, web_port = free_port(), free_port()
         py = sys.executable
@@ -176,25 +178,37 @@ class Command(BaseCommand):
                 proc.stop()
 
     def _run(self, o: dict[str, Any], stamp: int, hub: str, mcp_base: str, holder_pid: int) -> None:
+        # The idle sessions wait for another team, so the timed reviewer's inbox (oldest first, capped) and
+        # websocket show only the timed calls; both servers are the same process.
+        idle_team = Team.objects.create(slug=f"bench-idle-{stamp}", name=f"Bench idle {stamp}")
         team = Team.objects.create(slug=f"bench-holder-{stamp}", name=f"Bench holder {stamp}")
         user = get_user_model().objects.create_user(f"bench-holder-{stamp}")
         Membership.objects.create(team=team, user=user, role=Membership.Role.REVIEWER)
-        server = McpServer.objects.create(
-            slug=f"bench-holder-{stamp}",
-            name="Bench holder",
-            url=mcp_base + "/mcp",
-            default_team=team,
-            era=McpServer.Era.HANDSHAKE,
-            elicitation_wait=3600,
+        common = {"url": mcp_base + "/mcp", "era": McpServer.Era.HANDSHAKE, "elicitation_wait": 3600}
+        idle = McpServer.objects.create(
+            slug=f"bench-idle-{stamp}", name="Bench idle", default_team=idle_team, **common
         )
-        agent, agent_token = tokens.agent_create(name=f"bench-holder-{stamp}", servers=[server])
+        server = McpServer.objects.create(
+            slug=f"bench-holder-{stamp}", name="Bench holder", default_team=team, **common
+        )
+        agent, agent_token = tokens.agent_create(name=f"bench-holder-{stamp}", servers=[idle, server])
         _, reviewer_token = tokens.personal_token_create(user=user)
         cookie = self._cookie(user)
+
+        # 0. The holder's own floor, holding nothing (heartbeat, polling).
+        floor = min(o["quiet"], 20.0)
+        cpu0, t0 = cpu_seconds(holder_pid), time.monotonic()
+        time.sleep(floor)
+        cpu = 100 * (cpu_seconds(holder_pid) - cpu0) / (time.monotonic() - t0)
+        rss = memory_kib(holder_pid).get("VmRSS", 0) / 1024
+        self.stdout.write(
+            f"holder with no sessions over {floor:.0f} s: CPU {cpu:.2f} % of a core; RSS {rss:.1f} MiB"
+        )
 
         # 1. N idle sessions, each waiting on a pushed elicitation.
         started = time.monotonic()
         ids = [
-            str(calls.call_submit(agent=agent, server_slug=server.slug, tool="wait_for_person",
+            str(calls.call_submit(agent=agent, server_slug=idle.slug, tool="wait_for_person",
                                   arguments={"n": i})[0].pk)
             for i in range(o["sessions"])
         ]  # fmt: skip
@@ -226,7 +240,7 @@ class Command(BaseCommand):
         )
 
         # 3. Latency from the server's elicitation/create to the reviewer's screen, with N sessions held.
-        ws_at, inbox_at, timed = asyncio.run(
+        ws_at, inbox_at, timed, submitted = asyncio.run(
             self._latency(hub, agent_token, reviewer_token, cookie, server.slug, o, base=o["sessions"])
         )
         sent = httpx.get(mcp_base + "/sent", timeout=10).json()
@@ -235,6 +249,9 @@ class Command(BaseCommand):
         opened = {str(call_id): at for call_id, at in rounds}
         ws_ms = [(ws_at[c] - sent[str(numbers[c])]) * 1000 for c in ws_at if str(numbers[c]) in sent]
         inbox_ms = [(inbox_at[c] - sent[str(numbers[c])]) * 1000 for c in inbox_at if str(numbers[c]) in sent]
+        pickup_ms = [
+            (sent[str(numbers[c])] - submitted[c]) * 1000 for c in submitted if str(numbers[c]) in sent
+        ]
         stored_ms = [
             (opened[c].timestamp() - sent[str(numbers[c])]) * 1000
             for c in opened
@@ -242,6 +259,7 @@ class Command(BaseCommand):
         ]
         self.stdout.write(f"timed calls={len(timed)} (with {held} sessions held)")
         for label, samples in (
+            ("API accepted the call -> server sent elicitation/create", pickup_ms),
             ("elicitation/create -> round stored", stored_ms),
             ("elicitation/create -> websocket card", ws_ms),
             (f"elicitation/create -> inbox API (poll {o['poll']:g} ms)", inbox_ms),
@@ -272,7 +290,8 @@ class Command(BaseCommand):
         slug: str,
         o: dict[str, Any],
         base: int,
-    ) -> tuple[dict[str, float], dict[str, float], dict[int, str]]:
+    ) -> tuple[dict[str, float], dict[str, float], dict[int, str], dict[str, float]]:
+        submitted: dict[str, float] = {}
         ws_at: dict[str, float] = {}
         inbox_at: dict[str, float] = {}
         timed: dict[int, str] = {}
@@ -299,6 +318,7 @@ class Command(BaseCommand):
         ):
             for i in range(o["calls"]):
                 n = base + i
+                before = time.time()
                 response = await agent.post(
                     "/api/v1/calls", json={"server": slug, "tool": "wait_for_person", "arguments": {"n": n}}
                 )
@@ -306,14 +326,18 @@ class Command(BaseCommand):
                     raise CommandError(f"submitting a call failed: {response.status_code} {response.text}")
                 call_id = response.json()["id"]
                 timed[n] = call_id
-                deadline = time.monotonic() + 30
+                submitted[call_id] = before
+                deadline = time.monotonic() + 60
                 while call_id not in inbox_at and time.monotonic() < deadline:
                     page = await reviewer.get("/api/v1/inbox", params={"limit": 1000})
+                    if page.status_code != 200:
+                        raise CommandError(f"the inbox answered {page.status_code}: {page.text[:300]}")
                     if any(item.get("call") == call_id for item in page.json()):
                         inbox_at[call_id] = time.time()
                         break
                     await asyncio.sleep(o["poll"] / 1000)
+                deadline = min(deadline, time.monotonic() + 5)
                 while call_id not in ws_at and time.monotonic() < deadline:
                     await asyncio.sleep(0.005)
         listener.cancel()
-        return ws_at, inbox_at, timed
+        return ws_at, inbox_at, timed, submitted
