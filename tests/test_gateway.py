@@ -598,3 +598,19 @@ def test_the_typescript_sdk_client_waits_through_a_round_with_progress(
     assert demo_support.executions(demo_server.url).get("create_deployment", 0) == (
         1 if action == "accept" else 0
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_deleted_while_the_agent_waits_ends_the_request_with_a_clear_error(
+    ghub: GatewayHub, mode: str
+) -> None:
+    outcome, thread = call_in_background(
+        ghub.url + "/mcp", ghub.token, mode, "demo__create_deployment", {"branch": "gone"}
+    )
+    call_id = _pending_call(ghub.hub)
+    wait_until(lambda: outcome.progress, 30, 0.1, what="progress before the call is deleted")
+    ToolCall.objects.filter(pk=call_id).delete()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert outcome.result is None
+    assert "no longer exists" in repr(outcome.error), repr(outcome.error)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
 
 from approvals.gateway.catalog import CallState
-from approvals.gateway.server import CALL_META_KEY, final_result
+from approvals.gateway.server import CALL_META_KEY, final_result, never_leaks
 
 
 def state(status: str, result: Any = None, error: dict | None = None, truncated: bool = False) -> CallState:
@@ -84,3 +87,22 @@ def test_a_cancelled_call_is_a_tool_error() -> None:
 def test_a_result_that_is_not_a_call_tool_result_is_reported_not_raised() -> None:
     result = final_result(state("completed", {"content": "not a list"}))
     assert result.is_error is True and "not a valid CallToolResult" in text(result)
+
+
+def test_an_unexpected_failure_reaches_the_agent_without_its_details() -> None:
+    async def broken() -> None:
+        raise RuntimeError('relation "approvals_secret" at db.internal:5432 password=hunter2')
+
+    with pytest.raises(MCPError) as raised:
+        anyio.run(never_leaks(broken))
+    assert raised.value.code == types.INTERNAL_ERROR
+    assert "hunter2" not in str(raised.value) and "db.internal" not in raised.value.message
+
+
+def test_an_mcp_error_passes_as_it_is() -> None:
+    async def unknown() -> None:
+        raise MCPError(types.INVALID_PARAMS, "Unknown tool: x")
+
+    with pytest.raises(MCPError) as raised:
+        anyio.run(never_leaks(unknown))
+    assert raised.value.code == types.INVALID_PARAMS and raised.value.message == "Unknown tool: x"

@@ -274,3 +274,30 @@ def test_a_stdio_servers_elicitation_reaches_a_reviewer(hub: Hub, holder: Holder
     assert hub.reviewer.respond(item["id"], "accept", {"name": "Grace"}).status_code == 200
     assert _text(_finished(hub, call_id)) == "hello Grace"
     assert McpServer.objects.get(pk=local.pk).stdio_holder is not None
+
+
+def test_a_holder_stopped_mid_wait_ends_its_calls_at_once(hub: Hub, holder: HolderRunner) -> None:
+    McpServer.objects.filter(pk=hub.server.pk).update(elicitation_wait=600)
+    call_id = hub.agent.call("ask", {"question": "Before the restart?"}, server="pushy")
+    item = hub.reviewer.wait_for_request(call_id, "elicitation")
+    holder.stop()  # SIGTERM: a deploy or a restart
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.status == ToolCall.Status.FAILED
+    assert call.error["code"] == "holder_lost"
+    assert call.error["tool_may_have_run"] is True
+    assert InputRequest.objects.get(pk=item["id"]).status == InputRequest.Status.GONE
+    assert not Holder.objects.exists()
+
+
+def test_an_agent_cancelling_a_held_call_answers_the_server_cancel(hub: Hub, holder: HolderRunner) -> None:
+    call_id = hub.agent.call("ask", {"question": "Go?"}, server="pushy")
+    hub.reviewer.wait_for_request(call_id, "elicitation")
+    assert hub.agent.post(f"/calls/{call_id}/cancel", {}).status_code == 200
+
+    def discarded() -> bool:
+        return AuditEvent.objects.filter(call_id=call_id, verb="call.outcome_discarded").exists()
+
+    wait_until(discarded, 30, 0.1, what="the server's answer after the cancel")
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.status == ToolCall.Status.CANCELLED
+    assert call.result is None

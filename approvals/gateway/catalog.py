@@ -102,8 +102,16 @@ def _waiting_for(call: ToolCall) -> str:
     return "; ".join(parts) or "waiting for input"
 
 
-def call_state(call_id: Any) -> CallState:
-    call = ToolCall.objects.select_related("server").defer("server__headers", "server__env").get(pk=call_id)
+def call_state(call_id: Any) -> CallState | None:
+    """The call as the gateway reports it; None once it no longer exists (deleted while an agent waited)."""
+    call = (
+        ToolCall.objects.select_related("server")
+        .defer("server__headers", "server__env")
+        .filter(pk=call_id)
+        .first()
+    )
+    if call is None:
+        return None
     return CallState(
         id=str(call.pk),
         status=call.status,

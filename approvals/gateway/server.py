@@ -18,10 +18,11 @@ call again instead of a second execution. An `Idempotency-Key` header is the cal
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -45,7 +46,7 @@ from starlette.types import Receive, Scope, Send
 
 from approvals import broadcast, safejson
 from approvals.gateway import catalog
-from approvals.models import AgentClient
+from approvals.models import AgentClient, ToolCall
 from approvals.services import calls, tokens
 from approvals.services.errors import ServiceError
 
@@ -267,6 +268,8 @@ async def wait_for(ctx: ServerRequestContext[Any, Any], call_id: Any) -> types.C
     ticks = 0
     while True:
         state = await _db(catalog.call_state, call_id)
+        if state is None:
+            raise MCPError(types.INTERNAL_ERROR, f"The call {call_id} no longer exists on the hub.")
         if state.is_final:
             return final_result(state)
         waited = loop_time() - started
@@ -274,11 +277,34 @@ async def wait_for(ctx: ServerRequestContext[Any, Any], call_id: Any) -> types.C
             return _still_open(state, waited)
         ticks += 1
         await ctx.session.report_progress(ticks, None, state.waiting_for)
-        await broadcast.wait_until_final(
-            call_id,
-            min(interval, settings.ELICIT_GATEWAY_MAX_WAIT - waited),
-            lambda: _db(catalog.call_row, call_id),
-        )
+        with contextlib.suppress(ToolCall.DoesNotExist):  # deleted meanwhile: the next read says so
+            await broadcast.wait_until_final(
+                call_id,
+                min(interval, settings.ELICIT_GATEWAY_MAX_WAIT - waited),
+                lambda: _db(catalog.call_row, call_id),
+            )
+
+
+H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
+
+
+def never_leaks(handler: H) -> H:
+    """A handler's unexpected failure reaches the agent as a plain internal error, its details only the log
+    (an exception's text can name tables, hosts or values); MCP errors pass as they are."""
+
+    @functools.wraps(handler)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await handler(*args, **kwargs)
+        except MCPError:
+            raise
+        except Exception:
+            logger.exception("gateway: %s failed", handler.__name__)
+            raise MCPError(
+                types.INTERNAL_ERROR, "The hub could not serve this request; a call it started goes on."
+            ) from None
+
+    return guarded  # type: ignore[return-value]
 
 
 def build_app() -> Starlette:
@@ -290,8 +316,8 @@ def build_app() -> Starlette:
             "Tools of the MCP servers this agent may use, called through Elicit Hub. A call whose server "
             "asks for input waits while people answer; ask for progress to hear what it waits for."
         ),
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_list_tools=never_leaks(list_tools),
+        on_call_tool=never_leaks(call_tool),
     )
     manager = StreamableHTTPSessionManager(
         app=server,
