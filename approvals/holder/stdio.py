@@ -44,10 +44,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from approvals.mcp_client.outcomes import TransientError
-from approvals.mcp_client.session import Dispatcher, Mode, open_client
+from approvals.mcp_client.probe import probe_open
+from approvals.mcp_client.session import Dispatcher, Mode, list_tools_on, open_client
 from approvals.models import McpServer
 from approvals.services import servers as servers_service
 from approvals.services import stdio as stdio_service
@@ -62,7 +62,6 @@ BACKOFF_MAX = 60.0
 # A process that ran this long before it ended was not crash-looping: the backoff starts again.
 STABLE_AFTER = 60.0
 LEASE_CHECK_EVERY = 5.0
-MAX_TOOL_PAGES = 20
 
 
 @dataclass(frozen=True)
@@ -402,23 +401,13 @@ class StdioSupervisor:
         latency_ms = int((time.monotonic() - began) * 1000)
         try:
             with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
-                tools = await _list_tools(client)
-        except Exception as exc:
-            logger.warning("%r: tools/list failed on the new session: %s", self, type(exc).__name__)
-            tools = None
-        version = client.protocol_version
-        found = {
-            "ok": tools is not None,
-            "era": "handshake" if version in HANDSHAKE_PROTOCOL_VERSIONS else version,
-            "protocol_version": version,
-            "server_info": _dump(client.server_info),
-            "capabilities": _dump(client.server_capabilities) or {},
-            "tool_count": len(tools) if tools is not None else None,
-            "latency_ms": latency_ms,
-            "error": None if tools is not None else {"code": "rpc_error", "message": "tools/list failed"},
-            "hint": None,
-        }
-        await sync_to_async(stdio_service.stdio_probed)(server_id=self.server_id, found=found, tools=tools)
+                found = await probe_open(client, latency_ms=latency_ms)
+        except TimeoutError:
+            logger.warning("%r: tools/list timed out on the new session", self)
+            return
+        await sync_to_async(stdio_service.stdio_probed)(
+            server_id=self.server_id, found=found.as_json(), tools=found.tools if found.ok else None
+        )
 
     def _tools_changed(self) -> None:
         """Between calls the server said its tools changed: list them on the session (as soon as no call
@@ -429,8 +418,7 @@ class StdioSupervisor:
     async def _relist(self) -> None:
         try:
             async with self.session() as (client, _):
-                with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
-                    tools = await _list_tools(client)
+                tools = await list_tools_on(client, timeout=float(settings.ELICIT_MCP_TIMEOUT))
             await sync_to_async(servers_service.server_tools_changed)(self.server_id, tools=tools)
         except Exception as exc:
             logger.warning("%r: listing the changed tools failed: %s", self, type(exc).__name__)
@@ -497,20 +485,3 @@ class StdioSupervisor:
 async def _check_alive(client: Client) -> None:
     """One cheap request both ways, in either era (2026-07-28 removed ``ping``): one page of tools/list."""
     await client.list_tools()
-
-
-async def _list_tools(client: Client) -> list[dict[str, Any]]:
-    """Every page of tools/list (at most MAX_TOOL_PAGES), each tool as JSON."""
-    tools: list[dict[str, Any]] = []
-    cursor: str | None = None
-    for _ in range(MAX_TOOL_PAGES):
-        page = await client.list_tools(cursor=cursor)
-        tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
-        cursor = page.next_cursor
-        if not cursor:
-            break
-    return tools
-
-
-def _dump(model: Any) -> dict[str, Any] | None:
-    return None if model is None else model.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -39,6 +39,7 @@ from approvals.mcp_client.client import (
     discover_on,
 )
 from approvals.mcp_client.outcomes import McpError, PermanentError, ServerConfig, TransientError
+from approvals.mcp_client.session import list_tools_on
 from approvals.mcp_client.transport import TeeTransport, Wire
 from approvals.mcp_client.wire import MAX_DEPTH, PROTOCOL_VERSION, handshake_hint
 
@@ -47,6 +48,8 @@ T = TypeVar("T")
 AUTO = "auto"
 MODERN = PROTOCOL_VERSION
 HANDSHAKE = "handshake"
+# Listing the tools on a session that is already open (the caller bounds the whole probe as well).
+OPEN_LIST_TIMEOUT = 60.0
 Era = Literal["auto", "2026-07-28", "handshake"]
 
 # A fresh SDK transport (an async context manager yielding the read and write streams) per connection.
@@ -406,18 +409,10 @@ async def probe_open(client: Client, *, latency_ms: int | None = None) -> ProbeR
 async def _list_open(client: Client, wire: Wire) -> list[dict[str, Any]]:
     """Every tool page on an open client (not wired through a `Wire`: the tools are read from the SDK's
     models)."""
-    tools: list[dict[str, Any]] = []
-    cursor: str | None = None
     try:
-        for _ in range(MAX_TOOL_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(_dump(tool) or {} for tool in page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
+        return await list_tools_on(client, timeout=OPEN_LIST_TIMEOUT, max_pages=MAX_TOOL_PAGES)
     except Exception as exc:
         raise _classify(exc, wire, "tools/list", []) from None
-    return tools
 
 
 __all__ = [
