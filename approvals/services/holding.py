@@ -31,7 +31,7 @@ from approvals.mcp_client.session import Mode
 from approvals.models import Holder, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
 from approvals.services.rounds import HOLDER_CHANNEL, notify_holders, round_open
-from approvals.services.sending import _progress_json, call_limit, call_progress, safe_to_resend
+from approvals.services.sending import call_limit, call_progress, progress_json, safe_to_resend
 from approvals.services.servers import server_config
 
 logger = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ def held_finish(
 
 
 def held_progress(*, call_id: Any, progress: float, total: float | None, message: str | None) -> None:
-    value = _progress_json(progress, total, message)
+    value = progress_json(progress, total, message)
     if value is not None:
         call_progress(call_id=call_id, progress=value)
 

@@ -362,7 +362,7 @@ def _fail_unknown(send: Send, why: str) -> None:
         call_finish(call=send.call, status=ToolCall.Status.FAILED, error=error)
 
 
-def _progress_json(progress: float, total: float | None, message: str | None) -> dict[str, Any] | None:
+def progress_json(progress: float, total: float | None, message: str | None) -> dict[str, Any] | None:
     if not math.isfinite(progress):
         return None
     return {
@@ -417,7 +417,7 @@ class ProgressWriter:
         self._writing = False
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        value = _progress_json(progress, total, message)
+        value = progress_json(progress, total, message)
         if value is None:
             return
         self._pending = value

@@ -81,23 +81,9 @@ class Command(BaseCommand):
             headers = parse_header_lines(header)
         except ValueError as exc:
             raise CommandError(f'--header must look like "Name: value", got {str(exc)!r}...') from None
-        default_team = None
-        if team:
-            default_team, _ = Team.objects.get_or_create(
-                slug=team, defaults={"name": team.replace("-", " ").title()}
-            )
-        server, created = McpServer.objects.update_or_create(
-            slug=slug,
-            defaults={
-                **NOT_STDIO,
-                "url": url,
-                "name": name or slug.replace("-", " ").title(),
-                "default_team": default_team,
-                **({"headers": headers} if headers else {}),
-                **({"era": era} if era else {}),
-            },
+        server, verb = self.register(
+            slug, name, team, era, {**NOT_STDIO, "url": url, **({"headers": headers} if headers else {})}
         )
-        verb = "registered" if created else "updated"
         self.stdout.write(
             f"{verb} MCP server {server.slug} at {server.url}"
             + (f" ({len(headers)} header(s))" if headers else "")
@@ -116,6 +102,26 @@ class Command(BaseCommand):
                 "the server is registered all the same; `manage.py check_server` probes it again"
             )
 
+    def register(
+        self, slug: str, name: str, team: str, era: str | None, fields: dict[str, Any]
+    ) -> tuple[McpServer, str]:
+        """Create or update the server with `fields`, its name, default team and era: (server, verb)."""
+        default_team = None
+        if team:
+            default_team, _ = Team.objects.get_or_create(
+                slug=team, defaults={"name": team.replace("-", " ").title()}
+            )
+        server, created = McpServer.objects.update_or_create(
+            slug=slug,
+            defaults={
+                **fields,
+                "name": name or slug.replace("-", " ").title(),
+                "default_team": default_team,
+                **({"era": era} if era else {}),
+            },
+        )
+        return server, "registered" if created else "updated"
+
     def add_stdio(self, slug: str, name: str, team: str, era: str | None, options: dict[str, Any]) -> None:
         """A stdio server: the command (checked now, run by a holder), its arguments and environment."""
         try:
@@ -127,26 +133,10 @@ class Command(BaseCommand):
             env = stdio_rules.parse_env_lines(options["env"])
         except ValueError as exc:
             raise CommandError(f"--env: {exc}") from None
-        default_team = None
-        if team:
-            default_team, _ = Team.objects.get_or_create(
-                slug=team, defaults={"name": team.replace("-", " ").title()}
-            )
-        server, created = McpServer.objects.update_or_create(
-            slug=slug,
-            defaults={
-                "transport": McpServer.Transport.STDIO,
-                "url": "",
-                "headers": {},
-                "command": command,
-                "args": args,
-                "name": name or slug.replace("-", " ").title(),
-                "default_team": default_team,
-                **({"env": env} if env else {}),
-                **({"era": era} if era else {}),
-            },
+        stdio = {"transport": McpServer.Transport.STDIO, "url": "", "headers": {}, "command": command}
+        server, verb = self.register(
+            slug, name, team, era, {**stdio, "args": args, **({"env": env} if env else {})}
         )
-        verb = "registered" if created else "updated"
         self.stdout.write(
             f"{verb} stdio MCP server {server.slug}: {command} with {len(args)} argument(s)"
             + (f" and {len(env)} environment variable(s)" if env else "")
