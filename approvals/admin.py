@@ -357,6 +357,7 @@ class RoutingRuleForm(forms.ModelForm):
             "conditions",
             "team",
             "policy",
+            "answered_by",
         ]
 
     def clean_conditions(self) -> list:
@@ -374,7 +375,17 @@ class RoutingRuleForm(forms.ModelForm):
 @admin.register(RoutingRule)
 class RoutingRuleAdmin(admin.ModelAdmin):
     form = RoutingRuleForm
-    list_display = ["position", "name", "enabled", "server", "tool_pattern", "mode", "team", "policy"]
+    list_display = [
+        "position",
+        "name",
+        "enabled",
+        "server",
+        "tool_pattern",
+        "mode",
+        "team",
+        "policy",
+        "answered_by",
+    ]
     list_display_links = ["name"]
     list_editable = ["position", "enabled"]
     list_filter = ["enabled", "team", "server"]
