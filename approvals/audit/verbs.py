@@ -35,6 +35,13 @@ VERBS: tuple[str, ...] = (
     "input.approvals_restarted",
     "input.escalated",
     "input.expired",
+    # Gates: approval before a call is sent, bound to the exact call
+    "gate.opened",
+    "gate.approved",
+    "gate.declined",
+    "gate.edited",
+    "gate.voided",
+    "gate.used",
     # Holder processes (handshake-era and stdio sessions)
     "holder.lost",
     # MCP servers

@@ -211,19 +211,21 @@ def round_open(
     if not pending:
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     else:
-        transaction.on_commit(functools.partial(_announce, rnd.pk, call, pending))
+        transaction.on_commit(functools.partial(_announce, rnd.pk, call.pk, pending))
     return rnd
 
 
-def _announce(round_id: int, call: ToolCall, pending: list[InputRequest]) -> None:
+def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
     """After commit: the round is in the inbox now (or with the agent's client); tell the queues (or the
     gateway request waiting on the call) first, then note the hop's time."""
     visible_at = timezone.now()
     queued = [ir for ir in pending if not ir.for_requester]
     if queued:
-        broadcast.queue_changed("round.opened", call.pk, queued)
+        broadcast.queue_changed("round.opened", call_id, queued)
     if len(queued) < len(pending):
-        broadcast.call_changed(call)
+        call = ToolCall.objects.only("status").filter(pk=call_id).first()
+        if call is not None:
+            broadcast.call_changed(call)
     Round.objects.filter(pk=round_id).update(visible_at=visible_at)
 
 
@@ -240,6 +242,11 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
     )
     if call.kind == ToolCall.Kind.RELAY:
         _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
+        return True
+    if rnd.kind == Round.Kind.GATE:
+        from approvals.services.gates import gate_decided
+
+        gate_decided(rnd=rnd, outcome=outcome)
         return True
     if rnd.kind == Round.Kind.PUSH:
         # The holder waiting on the session gives the answer to the server; no retry is queued.

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0009_handshake_era_holders'),
+        ('approvals', '0010_gates'),
     ]
 
     operations = [
