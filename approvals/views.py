@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import InputRequest, ToolCall
-from approvals.services import answers, presence
+from approvals.services import answers, grants, presence
 from approvals.services.errors import AnswerInvalid, Conflict, ServiceError
 
 DECLINE_REASONS = [
@@ -137,6 +137,7 @@ def _request_page(
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context(request)
     context["choices"] = selectors.queue_filter_choices(request.user)
+    context["grant_suggestions"] = grants.suggestions(request.user)
     return render(request, "approvals/queue.html", context)
 
 

@@ -35,6 +35,15 @@ VERBS: tuple[str, ...] = (
     "input.approvals_restarted",
     "input.escalated",
     "input.expired",
+    # Gates: a call stopped for a person before it is sent, and the grants that let the same again through
+    "gate.opened",
+    "gate.approved",
+    "gate.declined",
+    "gate.edited",
+    "gate.voided",
+    "gate.granted",
+    "grant.created",
+    "grant.revoked",
     # Holder processes (handshake-era and stdio sessions)
     "holder.lost",
     # MCP servers
