@@ -35,12 +35,7 @@ VERBS: tuple[str, ...] = (
     "input.approvals_restarted",
     "input.escalated",
     "input.expired",
-    # Gates: a call stopped for a person before it is sent, and the grants that let the same again through
-    "gate.opened",
-    "gate.approved",
-    "gate.declined",
-    "gate.edited",
-    "gate.voided",
+    # Remembered grants, and the gated calls they let through
     "gate.granted",
     "grant.created",
     "grant.revoked",

@@ -50,7 +50,7 @@ def covers(grant: Grant, arguments: dict[str, Any]) -> bool:
     if grant.arguments_mode == Grant.Arguments.EXACT:
         try:
             return canonical.digest(arguments) == grant.arguments_digest
-        except canonical.NotCanonical:
+        except canonical.CanonicalError:
             return False
     conditions = grant.conditions or []
     if not conditions:
@@ -195,7 +195,7 @@ def _clean_conditions(conditions: Any) -> list[dict[str, Any]]:
                 raise bad(f"The condition on {condition['argument']} needs a value.")
             try:
                 size = len(canonical.canonical_json(condition["value"]))
-            except canonical.NotCanonical as exc:
+            except canonical.CanonicalError as exc:
                 raise bad(f"The value for {condition['argument']} is not plain JSON: {exc}") from None
             if size > MAX_CONDITION_VALUE:
                 raise bad(
@@ -249,7 +249,7 @@ def create_from_approval(
     if checked["arguments"] == Grant.Arguments.EXACT:
         try:
             grant.arguments_digest = canonical.digest(approved)
-        except canonical.NotCanonical as exc:
+        except canonical.CanonicalError as exc:
             raise Invalid(f"These arguments cannot be granted exactly: {exc}", code="invalid_grant") from None
         grant.arguments = approved
     else:
