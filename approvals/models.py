@@ -184,7 +184,26 @@ class McpServer(models.Model):
         return (self.probe or {}).get("era") == "handshake"
 
 
-class Policy(models.Model):
+class Revised(models.Model):
+    """A row whose ``revision`` goes up by one on every save (the admin's included): an approval records the
+    revision of the rule and the policy that required it, and any later edit voids that approval."""
+
+    revision = models.PositiveIntegerField(default=1, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            self.revision = (
+                type(self)._default_manager.filter(pk=self.pk).values_list("revision", flat=True).first() or 0
+            ) + 1
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
+        super().save(*args, **kwargs)
+
+
+class Policy(Revised):
     """What a routed request needs before its answer goes to the server, and what happens when no one acts."""
 
     class Risk(models.TextChoices):
@@ -224,8 +243,11 @@ class Policy(models.Model):
         return self.name
 
 
-class RoutingRule(models.Model):
-    """Evaluated in order when a round opens; the first match names the team and the policy."""
+class RoutingRule(Revised):
+    """Evaluated in order when a round opens; the first match names the team and the policy.
+
+    A rule with ``gate`` set is a gate: a call it matches waits for approval before it is sent upstream
+    (``services.gates``). Gate rules are evaluated apart from the routing of a server's input requests."""
 
     position = models.PositiveIntegerField(default=100)
     name = models.CharField(max_length=120)
@@ -252,11 +274,21 @@ class RoutingRule(models.Model):
             "ops: ==, !=, in, not in, exists."
         ),
     )
+    gate = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Stop the calls this rule matches for approval before they are sent to the server. A gate rule "
+            "matches on server, tool, annotations and arguments; its team approves under its policy."
+        ),
+    )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rules")
     policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.PROTECT, related_name="rules")
 
     class Meta:
         ordering = ["position", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gate=False) | Q(mode=""), name="routingrule_gate_any_mode"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -468,6 +500,7 @@ class Round(models.Model):
     class Kind(models.TextChoices):
         RETRY = "retry", _("input_required: answered by retrying the call")
         PUSH = "push", _("elicitation/create on an open session: answered on that session")
+        GATE = "gate", _("a gate: approval before the call is sent")
 
     call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveIntegerField()
@@ -630,6 +663,58 @@ class InputRequest(models.Model):
         if self.action == self.Action.ACCEPT and self.mode == self.Mode.FORM:
             response["content"] = self.content or {}
         return response
+
+
+class Gate(models.Model):
+    """The approval a gate rule asked for, bound to the exact call: one per gate round.
+
+    ``digest`` covers the server, the tool definition as the hub holds it, the canonical arguments, the agent,
+    the person it acts for and the revisions of the rule and the policy (``services.gates.call_digest``).
+    An approval is used once, by the call's send; the send recomputes the digest first, and any difference
+    voids the approval and opens a new gate."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", _("Waiting for a decision")
+        APPROVED = "approved", _("Approved, not sent yet")
+        USED = "used", _("Approved and sent")
+        DECLINED = "declined", _("Declined")
+        VOIDED = "voided", _("Voided: the call changed after approval")
+        EXPIRED = "expired", _("No one decided in time")
+
+    round = models.OneToOneField(Round, on_delete=models.CASCADE, related_name="gate")
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="gates")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    rule = models.ForeignKey(RoutingRule, null=True, on_delete=models.SET_NULL, related_name="+")
+    rule_revision = models.PositiveIntegerField()
+    policy = models.ForeignKey(Policy, null=True, on_delete=models.SET_NULL, related_name="+")
+    policy_revision = models.PositiveIntegerField(null=True)
+    # The tool's definition as the hub held it when the gate opened: name, description, schemas, annotations.
+    tool = models.JSONField(default=dict)
+    arguments = models.JSONField(default=dict)  # what the agent asked to send
+    digest = models.CharField(max_length=64)  # of the call as asked
+    # Set by the decision: what will be sent (the reviewer may have edited it), and its digest.
+    approved_arguments = models.JSONField(null=True, blank=True)
+    approved_digest = models.CharField(max_length=64, blank=True)
+    diff = models.JSONField(default=list, blank=True)  # [{"path", "op", "from", "to"}]: asked -> approved
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)  # why it was declined, or voided
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status__in=["approved", "used"]) | ~Q(approved_digest=""),
+                name="gate_approved_has_digest",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"gate of {self.call_id} ({self.status})"
 
 
 class Decision(models.Model):

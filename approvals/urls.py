@@ -11,6 +11,7 @@ urlpatterns = [
     path("requests/<uuid:pk>/state/", views.request_state, name="request_state"),
     path("requests/<uuid:pk>/respond/", views.respond, name="respond"),
     path("requests/<uuid:pk>/open/", views.open_url, name="open_url"),
+    path("requests/<uuid:pk>/decide/", views.gate_decide, name="gate_decide"),
     path("requests/<uuid:pk>/presence/", views.request_presence, name="presence"),
     path("calls/<uuid:pk>/", views.call_detail, name="call"),
     path("calls/<uuid:pk>/body/", views.call_body, name="call_body"),

@@ -22,15 +22,6 @@ from tests import factories
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture(autouse=True)
-def gate_decision_verbs(monkeypatch) -> None:
-    """The suggestion counts the gates' decisions, gate.approved and gate.declined: registered here for the
-    audit log to accept them wherever the gates themselves are not installed."""
-    from approvals.audit import verbs
-
-    monkeypatch.setattr(verbs, "_REGISTERED", verbs._REGISTERED | {"gate.approved", "gate.declined"})
-
 TOOL_DIGEST = "a" * 64
 ARGS = {"environment": "production", "version": "2.3.1", "options": {"force": False}}
 

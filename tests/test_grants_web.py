@@ -20,15 +20,6 @@ from tests.hub import ApiClient
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture(autouse=True)
-def gate_decision_verbs(monkeypatch) -> None:
-    """The suggestion counts the gates' decisions, gate.approved and gate.declined: registered here for the
-    audit log to accept them wherever the gates themselves are not installed."""
-    from approvals.audit import verbs
-
-    monkeypatch.setattr(verbs, "_REGISTERED", verbs._REGISTERED | {"gate.approved", "gate.declined"})
-
 TOOL_DIGEST = "d" * 64
 
 
@@ -278,3 +269,84 @@ def test_the_queue_suggests_a_grant_for_a_tool_approved_often(world, settings) -
     assert "data-grant-suggestions" in html and 'data-suggestion="deploy/create_deployment"' in html
     assert "2 times in 14 days" in html
     assert "data-grant-suggestions" not in signed_in(world.olga).get("/").content.decode()
+
+
+# --- approving a gate in the browser with "also allow the same again" ---------------------------------------
+
+
+@pytest.fixture
+def gated(world) -> Any:
+    """The deploy server's stored destructive tool behind a gate rule of team release."""
+    from approvals.models import RoutingRule
+
+    world.deploy.tools = [
+        {
+            "name": "wipe",
+            "description": "Delete a bucket.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"bucket": {"type": "string"}},
+                "required": ["bucket"],
+            },
+            "annotations": {"destructiveHint": True},
+        }
+    ]
+    world.deploy.tools_fetched_at = timezone.now()
+    world.deploy.save()
+    RoutingRule.objects.create(
+        name="wipes", server=world.deploy, tool_pattern="wipe", gate=True, team=world.release
+    )
+    return world
+
+
+def submit_wipe(world: Any, bucket: str = "logs") -> Any:
+    from approvals.services import calls
+
+    call, _ = calls.call_submit(
+        agent=world.agent, server_slug="deploy", tool="wipe", arguments={"bucket": bucket}
+    )
+    return call
+
+
+def pending_gate(call: Any) -> Any:
+    from approvals.models import InputRequest
+
+    return InputRequest.objects.filter(round__call=call, key="gate", status="pending").first()
+
+
+def test_approving_in_the_browser_with_a_grant_lets_the_same_call_through_next_time(gated) -> None:
+    from approvals.models import ToolCall
+
+    first = submit_wipe(gated)
+    ir = pending_gate(first)
+    client = signed_in(gated.alice)
+    page = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "Also allow the same again" in page and 'name="grant_for"' in page
+    response = client.post(
+        f"/requests/{ir.pk}/decide/", {"decision": "approve", "grant_for": "1h", "grant_arguments": "exact"}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    made = Grant.objects.get()
+    assert (
+        made.granted_by == gated.alice and made.arguments == {"bucket": "logs"} and made.team == gated.release
+    )
+    assert timedelta(minutes=59) < made.expires_at - made.created_at <= timedelta(hours=1)
+
+    again = submit_wipe(gated)
+    assert pending_gate(again) is None and again.status == ToolCall.Status.QUEUED
+    assert AuditEvent.objects.filter(call_id=again.pk, verb="gate.granted").count() == 1
+    other = submit_wipe(gated, bucket="backups")
+    assert pending_gate(other) is not None  # exactly these arguments: another bucket stops at the gate
+
+
+def test_a_grant_choice_that_cannot_be_honoured_is_a_readable_page_and_approves_nothing(gated) -> None:
+    call = submit_wipe(gated)
+    ir = pending_gate(call)
+    response = signed_in(gated.alice).post(
+        f"/requests/{ir.pk}/decide/",
+        {"decision": "approve", "grant_for": "8h", "grant_arguments": "conditions"},
+    )
+    assert response.status_code == 400
+    assert "A grant on conditions needs at least one condition." in response.content.decode()
+    ir.refresh_from_db()
+    assert ir.status == "pending" and not Grant.objects.exists()

@@ -18,9 +18,9 @@ from ninja.parser import Parser
 
 from approvals import broadcast, outage, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
-from approvals.api.schemas import CallIn, Created, ErrorOut, RelayIn, RespondIn
+from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
-from approvals.services import answers, calls, grants
+from approvals.services import answers, calls, gates, grants
 from approvals.services.errors import Forbidden, Invalid, ServiceError
 
 
@@ -249,6 +249,27 @@ def respond(request: HttpRequest, request_id: UUID, payload: RespondIn) -> dict:
         action=payload.action,
         content=payload.content,
         reason=payload.reason,
+    )
+    return {"id": str(ir.pk), "status": ir.status, "action": ir.action}
+
+
+@api.post(
+    "/input-requests/{request_id}/decide",
+    auth=reviewer_auth,
+    response={200: dict, 422: ErrorOut, **ERRORS},
+    tags=["reviewers"],
+)
+def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
+    """Decide a gate (an inbox item with ``gate``): ``approve`` the call as asked, ``edit`` it (approve the
+    given ``arguments`` instead; checked against the tool's inputSchema), or ``decline`` it with a
+    ``reason`` the agent reads. Team, N-of-M and self-approval rules apply as for any input request."""
+    ir = gates.gate_decide(
+        input_request_id=request_id,
+        user=request.user,
+        decision=payload.decision,
+        arguments=payload.arguments,
+        reason=payload.reason,
+        grant=payload.grant,
     )
     return {"id": str(ir.pk), "status": ir.status, "action": ir.action}
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from approvals.gateway.names import gateway_name
 from approvals.models import AgentClient, Decision, InputRequest, McpServer, ToolCall
+from approvals.selectors import gate_summary
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class CallState:
     result_truncated: bool
     error: dict[str, Any] | None
     waiting_for: str  # a line for progress notifications, e.g. "waiting for release: 1 of 2 approvals"
+    gate: dict[str, Any] | None = None  # the call's gate (services.gates.gate_summary): digest, diff
 
 
 def _approvals_given(ir: InputRequest) -> int:
@@ -96,8 +98,9 @@ def _waiting_for(call: ToolCall) -> str:
         team = ir.escalation_team if ir.escalated_at and ir.escalation_team else ir.team
         who = team.slug if team else "a reviewer"
         required = ir.approvals_required
+        what = "approval to send: " if ir.method == "tools/call" else ""  # a gate (services.gates)
         parts.append(
-            f"waiting for {who}: {_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
+            f"waiting for {what}{who}: {_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
         )
     return "; ".join(parts) or "waiting for input"
 
@@ -120,6 +123,7 @@ def call_state(call_id: Any) -> CallState | None:
         result_truncated=call.result_truncated,
         error=call.error,
         waiting_for="" if call.is_final else _waiting_for(call),
+        gate=gate_summary(call) if call.is_final else None,
     )
 
 

@@ -167,13 +167,18 @@ async def list_tools(
     return types.ListToolsResult(tools=tools)
 
 
+def _about(call: catalog.CallState) -> dict[str, Any]:
+    """The hub's note in the result's _meta: the call's id and status, and its gate (digest, the diff of
+    arguments a reviewer edited) when it had one."""
+    about: dict[str, Any] = {"id": call.id, "status": call.status}
+    if call.gate is not None:
+        about["gate"] = call.gate
+    return about
+
+
 def _text_result(call: catalog.CallState, text: str) -> types.CallToolResult:
     return types.CallToolResult.model_validate(
-        {
-            "content": [{"type": "text", "text": text}],
-            "isError": True,
-            "_meta": {CALL_META_KEY: {"id": call.id, "status": call.status}},
-        }
+        {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {CALL_META_KEY: _about(call)}}
     )
 
 
@@ -182,7 +187,7 @@ def final_result(call: catalog.CallState) -> types.CallToolResult:
     tool error (`isError: true`) saying what happened, in words."""
     error = call.error or {}
     if call.status == "completed" and isinstance(call.result, dict):
-        about: dict[str, Any] = {"id": call.id, "status": call.status}
+        about = _about(call)
         if call.result_truncated:  # over ELICIT_MAX_RESULT: the hub kept the start of its text
             about["result_truncated"] = True
         body = dict(call.result)
@@ -201,6 +206,8 @@ def final_result(call: catalog.CallState) -> types.CallToolResult:
         return _text_result(call, f"The call expired: {message.strip()}")
     if call.status == "cancelled":
         return _text_result(call, "The call was cancelled before it finished.")
+    if call.status == "failed" and error.get("code") == "declined":  # a gate's reviewer said no
+        return _text_result(call, f"The call was declined and not sent: {error.get('message')}")
     if call.status == "failed":
         return _text_result(call, f"The call failed: {error.get('message') or 'unknown error'}")
     return _text_result(call, f"The call ended {call.status}.")

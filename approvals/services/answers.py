@@ -14,6 +14,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
+from approvals.services.gates import is_gate, validate_decision
 from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)
@@ -36,6 +37,8 @@ def describe_answer(ir: InputRequest) -> str:
 
 
 def validate_answer(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
+    if is_gate(ir):
+        return validate_decision(ir, action, content)
     if action not in ACTIONS:
         raise Invalid(
             "action must be accept, decline or cancel.",

@@ -17,7 +17,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
 from approvals.queueing import RUN_CALL, enqueue_on_commit
-from approvals.services import webhooks
+from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
 
@@ -133,7 +133,8 @@ def call_submit(
                     "channel": channel,
                 },
             )
-            enqueue_on_commit(RUN_CALL, str(call.pk))
+            if not gates.gate_on_submit(call):
+                enqueue_on_commit(RUN_CALL, str(call.pk))
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:

@@ -236,6 +236,11 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
     if call.kind == ToolCall.Kind.RELAY:
         _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
         return True
+    if rnd.kind == Round.Kind.GATE:
+        from approvals.services.gates import gate_decided
+
+        gate_decided(rnd=rnd, outcome=outcome)
+        return True
     if rnd.kind == Round.Kind.PUSH:
         # The holder waiting on the session gives the answer to the server; no retry is queued.
         notify_holders(f"call:{call.pk}")

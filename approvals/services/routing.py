@@ -29,7 +29,8 @@ def route(*, call: ToolCall, ir: InputRequest) -> Route:
     )
     checked = []
     chosen: Route | None = None
-    for rule in RoutingRule.objects.select_related("server", "team", "policy"):
+    # Gate rules decide whether a call is sent at all (services.gates); they do not route questions.
+    for rule in RoutingRule.objects.filter(gate=False).select_related("server", "team", "policy"):
         verdict = rules.evaluate(rule, subject)
         checked.append(
             {"rule": rule.name, "position": rule.position, "matched": verdict.matched, "why": verdict.why}

@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0009_handshake_era_holders'),
+        ('approvals', '0010_gates'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
