@@ -359,6 +359,7 @@ class RoutingRuleForm(forms.ModelForm):
             "gate",
             "team",
             "policy",
+            "answered_by",
         ]
 
     def clean(self) -> dict[str, Any]:
@@ -394,6 +395,7 @@ class RoutingRuleAdmin(admin.ModelAdmin):
         "mode",
         "team",
         "policy",
+        "answered_by",
         "revision",
     ]
     list_display_links = ["name"]

@@ -284,6 +284,21 @@ class RoutingRule(Revised):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rules")
     policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.PROTECT, related_name="rules")
 
+    class AnsweredBy(models.TextChoices):
+        TEAM = "team", _("The team's reviewers")
+        REQUESTER = "requester", _("The requester (the agent's own person, through the agent's MCP client)")
+
+    answered_by = models.CharField(
+        max_length=10,
+        choices=AnsweredBy.choices,
+        default=AnsweredBy.TEAM,
+        help_text=_(
+            "Requester: a call made through /mcp by a client that declared the elicitation capability (and "
+            "the mode asked for) gets the question itself, for the person it acts for; otherwise the team "
+            "answers."
+        ),
+    )
+
     class Meta:
         ordering = ["position", "id"]
         constraints = [
@@ -417,6 +432,9 @@ class ToolCall(models.Model):
     holder = models.ForeignKey(
         Holder, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls", editable=False
     )
+    # A call made through /mcp: what the agent's MCP client can answer itself, as the gateway last saw it:
+    # {"era": "2026-07-28" | "handshake", "modes": ["form", "url"]} (modes empty: no elicitation capability).
+    agent_client = models.JSONField(null=True, blank=True, editable=False)
 
     objects = ToolCallQuerySet.as_manager()
 
@@ -615,6 +633,8 @@ class InputRequest(models.Model):
     escalation_team = models.ForeignKey(
         Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Passed through to the agent (its rule says the requester answers): never in a reviewer's queue.
+    for_requester = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = InputRequestQuerySet.as_manager()

@@ -34,7 +34,8 @@ def answerable_input_requests(user: Any) -> InputRequestQuerySet:
     for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
     the URL was made for them. Membership is read on every call, so removing someone takes effect at once.
     """
-    qs = InputRequest.objects.all()
+    # A request passed through to the agent is answered by its own person through the agent, never here.
+    qs = InputRequest.objects.filter(for_requester=False)
     if not user.is_authenticated:
         return qs.none()
     mine = Q(assignee=user)
@@ -70,6 +71,8 @@ def scope_of(user: Any) -> Scope:
 
 
 def may_answer(scope: Scope, ir: InputRequest) -> bool:
+    if ir.for_requester:
+        return False
     if ir.assignee_id is not None:
         return bool(ir.assignee_id == scope.user_id)
     if scope.superuser:

@@ -127,6 +127,21 @@ def tree(roots: Iterable[int]) -> set[int]:
     return found
 
 
+def engine_pids() -> set[int]:
+    """The embedded engines' server processes (PostgreSQL's postmaster, Redis), found by their data paths."""
+    found = set()
+    var = str(ROOT / "var")
+    for pid in all_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        program = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
+        if var in cmdline and program in ("postgres", "redis-server"):
+            found.add(pid)
+    return found
+
+
 def discover() -> dict[str, set[int]]:
     """Hub processes started from this checkout (their working directory), by kind, from command lines."""
     found: dict[str, set[int]] = {kind: set() for kind in KINDS}
@@ -265,7 +280,7 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=30.0, help="seconds of counted load")
         parser.add_argument("--calls", type=int, default=0, help="stop after this many counted calls")
         parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load not counted")
-        parser.add_argument("--poll", type=float, default=20.0, help="reviewers' inbox polling interval, ms")
+        parser.add_argument("--poll", type=float, default=50.0, help="reviewers' inbox polling interval, ms")
         parser.add_argument("--floor", type=int, default=300, help="samples of each engine floor")
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -293,6 +308,9 @@ class Command(BaseCommand):
                 roots = self._given_pids(o["pid"])
             else:
                 webs, roots = self._start_hub(env, stamp, procs)
+            if settings.USING_EMBEDDED_ENGINES:
+                # PostgreSQL's backends are the postmaster's children: the tree counts them.
+                roots["engines"] = engine_pids()
             shown = ", ".join(f"{kind} {sorted(pids)}" for kind, pids in roots.items())
             self.stdout.write(f"hub: {', '.join(webs)}; processes measured: {shown}")
             self._measure(o, stamp, webs, mcp_base, roots)
@@ -621,9 +639,9 @@ class Command(BaseCommand):
         parts = []
         for kind, seconds in used.items():
             per_call = 1000 * seconds / max(len(completed), 1)
-            total += per_call
+            total += per_call if kind != "engines" else 0.0
             parts.append(f"{kind} {per_call:.1f} ms ({100 * seconds / cpu_wall:.0f} % of a core)")
-        self.stdout.write(f"CPU per completed call: {'; '.join(parts)}; total {total:.1f} ms")
+        self.stdout.write(f"CPU per completed call: {'; '.join(parts)}; hub total {total:.1f} ms")
         self.stdout.write(
             "load average (1/5/15 min): before "
             + " ".join(f"{x:.2f}" for x in load_before)

@@ -152,14 +152,25 @@ def _own_call_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
             connection.close()
 
 
+def _own_status_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
+    """Only the call's status (one small query), for the checks while a long-poll waits; the connection goes
+    back to the pool. A call gone meanwhile reads as final, so the wait ends and the full load answers 404."""
+    try:
+        call = ToolCall.objects.only("id", "status").filter(pk=call_id, agent=agent, kind=kind).first()
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+    return call if call is not None else ToolCall(pk=call_id, status=ToolCall.Status.CANCELLED)
+
+
 async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
-    load = sync_to_async(_own_call_released)
-    call = await load(agent, call_id, kind)
     wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
-    if wait and not call.is_final:
-        await broadcast.wait_until_final(call_id, wait, lambda: load(agent, call_id, kind))
-        call = await load(agent, call_id, kind)
-    return call
+    if wait:
+        # The whole call (rounds, requests, gates) is read once, for the answer; waiting reads its status.
+        status = sync_to_async(_own_status_released)
+        if not (await status(agent, call_id, kind)).is_final:
+            await broadcast.wait_until_final(call_id, wait, lambda: status(agent, call_id, kind))
+    return await sync_to_async(_own_call_released)(agent, call_id, kind)
 
 
 @api.get("/calls/{call_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])

@@ -99,12 +99,16 @@ def call_submit(
     callback_url: str = "",
     on_behalf_of: str | None = None,
     channel: str = "api",
+    agent_client: dict[str, Any] | None = None,
 ) -> tuple[ToolCall, bool]:
     """Queue a tool call for a worker. Returns (call, created); an idempotency key repeats the first call.
 
-    ``channel`` says how the agent asked ("api": the REST API, "mcp": the MCP gateway); the audit keeps it."""
+    ``channel`` says how the agent asked ("api": the REST API, "mcp": the MCP gateway); the audit keeps it.
+    ``agent_client``: what the gateway's client can answer itself (``ToolCall.agent_client``); a repeat
+    records the latest client's, so a later round may pass through to it."""
     existing = _existing(agent, idempotency_key)
     if existing:
+        _note_client(existing, agent_client)
         return existing, False
     server = _server_for(agent, server_slug)
     if not tool:
@@ -121,6 +125,7 @@ def call_submit(
                 on_behalf_of=user,
                 idempotency_key=idempotency_key or None,
                 callback_url=callback_url,
+                agent_client=agent_client,
             )
             audit.record(
                 actor=Actor.agent(agent),
@@ -157,6 +162,7 @@ def call_submit_or_repeat(
     arguments: dict[str, Any],
     window: int,
     channel: str = "api",
+    agent_client: dict[str, Any] | None = None,
 ) -> tuple[ToolCall, bool]:
     """`call_submit` without an idempotency key, for agents that repeat a call after losing its answer: the
     same agent asking for the same tool of the same server with the same arguments (compared as JSON
@@ -180,10 +186,22 @@ def call_submit_or_repeat(
             .first()
         )
         if existing is not None:
+            _note_client(existing, agent_client)
             return existing, False
         return call_submit(
-            agent=agent, server_slug=server_slug, tool=tool, arguments=arguments, channel=channel
+            agent=agent,
+            server_slug=server_slug,
+            tool=tool,
+            arguments=arguments,
+            channel=channel,
+            agent_client=agent_client,
         )
+
+
+def _note_client(call: ToolCall, agent_client: dict[str, Any] | None) -> None:
+    if agent_client is not None and call.agent_client != agent_client and not call.is_final:
+        ToolCall.objects.filter(pk=call.pk).update(agent_client=agent_client)
+        call.agent_client = agent_client
 
 
 def relay_submit(

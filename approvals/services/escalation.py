@@ -24,6 +24,7 @@ def escalate_due(*, now: datetime) -> int:
     candidates = (
         InputRequest.objects.pending()
         .filter(
+            for_requester=False,  # the agent's own person answers those: no team to escalate to
             escalated_at__isnull=True,
             policy__escalate_after__isnull=False,
             policy__escalation_team__isnull=False,
@@ -74,6 +75,7 @@ def warn_expiring(*, now: datetime) -> int:
             round__deadline__lte=soon,
             round__deadline__gt=now,
             team__isnull=False,
+            for_requester=False,
         )
         .select_related("team", "escalation_team")
     )

@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0010_gates'),
+        ('approvals', '0011_passthrough'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
