@@ -39,8 +39,8 @@ conformance: $(STAMP)
 interop-install:
 	bash .ci/interop.sh
 
-# Benchmarks, not shipped with the hub: BENCH="loop --calls 200", "live", "seed_audit --count N", "audit".
-BENCH ?= loop
+# Benchmarks, not shipped with the hub: BENCH="load --rate 20", "loop --calls 200", "live", "seed_audit --count N", "audit".
+BENCH ?= load
 bench: $(STAMP)
 	$(PY) -m bench $(BENCH)
 

@@ -337,6 +337,7 @@ class PolicyAdmin(admin.ModelAdmin):
         "escalate_after",
         "escalation_team",
         "reauth_within",
+        "revision",
     ]
     list_filter = ["risk"]
 
@@ -355,9 +356,19 @@ class RoutingRuleForm(forms.ModelForm):
             "read_only",
             "open_world",
             "conditions",
+            "gate",
             "team",
             "policy",
+            "answered_by",
         ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if cleaned.get("gate") and cleaned.get("mode"):
+            self.add_error(
+                "mode", "A gate stops calls, whatever mode a later question has: leave mode empty."
+            )
+        return cleaned
 
     def clean_conditions(self) -> list:
         from approvals import rules
@@ -374,10 +385,22 @@ class RoutingRuleForm(forms.ModelForm):
 @admin.register(RoutingRule)
 class RoutingRuleAdmin(admin.ModelAdmin):
     form = RoutingRuleForm
-    list_display = ["position", "name", "enabled", "server", "tool_pattern", "mode", "team", "policy"]
+    list_display = [
+        "position",
+        "name",
+        "enabled",
+        "gate",
+        "server",
+        "tool_pattern",
+        "mode",
+        "team",
+        "policy",
+        "answered_by",
+        "revision",
+    ]
     list_display_links = ["name"]
     list_editable = ["position", "enabled"]
-    list_filter = ["enabled", "team", "server"]
+    list_filter = ["enabled", "gate", "team", "server"]
 
 
 @admin.register(Notification)

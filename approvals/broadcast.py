@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Protocol, TypedDict
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -294,7 +294,14 @@ class _CallWaiters:
 _waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _CallWaiters] = weakref.WeakKeyDictionary()
 
 
-async def wait_until_final(call_id: object, seconds: float, load: Callable[[], Awaitable[ToolCall]]) -> None:
+class Finishable(Protocol):
+    @property
+    def is_final(self) -> bool: ...
+
+
+async def wait_until_final(
+    call_id: object, seconds: float, load: Callable[[], Awaitable[Finishable]]
+) -> None:
     """Return once the call is final or ``seconds`` have passed, woken by ``call.changed`` notices.
 
     The call is re-read every few seconds as well, so a notice lost in transit costs latency, not correctness;

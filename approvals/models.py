@@ -184,7 +184,26 @@ class McpServer(models.Model):
         return (self.probe or {}).get("era") == "handshake"
 
 
-class Policy(models.Model):
+class Revised(models.Model):
+    """A row whose ``revision`` goes up by one on every save (the admin's included): an approval records the
+    revision of the rule and the policy that required it, and any later edit voids that approval."""
+
+    revision = models.PositiveIntegerField(default=1, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            self.revision = (
+                type(self)._default_manager.filter(pk=self.pk).values_list("revision", flat=True).first() or 0
+            ) + 1
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
+        super().save(*args, **kwargs)
+
+
+class Policy(Revised):
     """What a routed request needs before its answer goes to the server, and what happens when no one acts."""
 
     class Risk(models.TextChoices):
@@ -224,8 +243,11 @@ class Policy(models.Model):
         return self.name
 
 
-class RoutingRule(models.Model):
-    """Evaluated in order when a round opens; the first match names the team and the policy."""
+class RoutingRule(Revised):
+    """Evaluated in order when a round opens; the first match names the team and the policy.
+
+    A rule with ``gate`` set is a gate: a call it matches waits for approval before it is sent upstream
+    (``services.gates``). Gate rules are evaluated apart from the routing of a server's input requests."""
 
     position = models.PositiveIntegerField(default=100)
     name = models.CharField(max_length=120)
@@ -252,11 +274,36 @@ class RoutingRule(models.Model):
             "ops: ==, !=, in, not in, exists."
         ),
     )
+    gate = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Stop the calls this rule matches for approval before they are sent to the server. A gate rule "
+            "matches on server, tool, annotations and arguments; its team approves under its policy."
+        ),
+    )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rules")
     policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.PROTECT, related_name="rules")
 
+    class AnsweredBy(models.TextChoices):
+        TEAM = "team", _("The team's reviewers")
+        REQUESTER = "requester", _("The requester (the agent's own person, through the agent's MCP client)")
+
+    answered_by = models.CharField(
+        max_length=10,
+        choices=AnsweredBy.choices,
+        default=AnsweredBy.TEAM,
+        help_text=_(
+            "Requester: a call made through /mcp by a client that declared the elicitation capability (and "
+            "the mode asked for) gets the question itself, for the person it acts for; otherwise the team "
+            "answers."
+        ),
+    )
+
     class Meta:
         ordering = ["position", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gate=False) | Q(mode=""), name="routingrule_gate_any_mode"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -385,6 +432,9 @@ class ToolCall(models.Model):
     holder = models.ForeignKey(
         Holder, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls", editable=False
     )
+    # A call made through /mcp: what the agent's MCP client can answer itself, as the gateway last saw it:
+    # {"era": "2026-07-28" | "handshake", "modes": ["form", "url"]} (modes empty: no elicitation capability).
+    agent_client = models.JSONField(null=True, blank=True, editable=False)
 
     objects = ToolCallQuerySet.as_manager()
 
@@ -468,6 +518,7 @@ class Round(models.Model):
     class Kind(models.TextChoices):
         RETRY = "retry", _("input_required: answered by retrying the call")
         PUSH = "push", _("elicitation/create on an open session: answered on that session")
+        GATE = "gate", _("a gate: approval before the call is sent")
 
     call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="rounds")
     number = models.PositiveIntegerField()
@@ -582,6 +633,8 @@ class InputRequest(models.Model):
     escalation_team = models.ForeignKey(
         Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Passed through to the agent (its rule says the requester answers): never in a reviewer's queue.
+    for_requester = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = InputRequestQuerySet.as_manager()
@@ -632,6 +685,58 @@ class InputRequest(models.Model):
         return response
 
 
+class Gate(models.Model):
+    """The approval a gate rule asked for, bound to the exact call: one per gate round.
+
+    ``digest`` covers the server, the tool definition as the hub holds it, the canonical arguments, the agent,
+    the person it acts for and the revisions of the rule and the policy (``services.gates.call_digest``).
+    An approval is used once, by the call's send; the send recomputes the digest first, and any difference
+    voids the approval and opens a new gate."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", _("Waiting for a decision")
+        APPROVED = "approved", _("Approved, not sent yet")
+        USED = "used", _("Approved and sent")
+        DECLINED = "declined", _("Declined")
+        VOIDED = "voided", _("Voided: the call changed after approval")
+        EXPIRED = "expired", _("No one decided in time")
+
+    round = models.OneToOneField(Round, on_delete=models.CASCADE, related_name="gate")
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="gates")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    rule = models.ForeignKey(RoutingRule, null=True, on_delete=models.SET_NULL, related_name="+")
+    rule_revision = models.PositiveIntegerField()
+    policy = models.ForeignKey(Policy, null=True, on_delete=models.SET_NULL, related_name="+")
+    policy_revision = models.PositiveIntegerField(null=True)
+    # The tool's definition as the hub held it when the gate opened: name, description, schemas, annotations.
+    tool = models.JSONField(default=dict)
+    arguments = models.JSONField(default=dict)  # what the agent asked to send
+    digest = models.CharField(max_length=64)  # of the call as asked
+    # Set by the decision: what will be sent (the reviewer may have edited it), and its digest.
+    approved_arguments = models.JSONField(null=True, blank=True)
+    approved_digest = models.CharField(max_length=64, blank=True)
+    diff = models.JSONField(default=list, blank=True)  # [{"path", "op", "from", "to"}]: asked -> approved
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)  # why it was declined, or voided
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status__in=["approved", "used"]) | ~Q(approved_digest=""),
+                name="gate_approved_has_digest",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"gate of {self.call_id} ({self.status})"
+
+
 class Decision(models.Model):
     """One reviewer's action on one input request (several when a policy wants N approvals)."""
 
@@ -655,6 +760,93 @@ class Decision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.user_id}"
+
+
+class GrantQuerySet(models.QuerySet["Grant"]):
+    def active(self, now: datetime) -> GrantQuerySet:
+        """Neither revoked nor expired at ``now``: the only grants that let a call through."""
+        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), revoked_at__isnull=True)
+
+    def expired(self, now: datetime) -> GrantQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__lte=now)
+
+    def revoked(self) -> GrantQuerySet:
+        return self.filter(revoked_at__isnull=False)
+
+
+class Grant(models.Model):
+    """ "The same again": a reviewer's approval of a gated call, remembered for later calls of the same
+    agent, for the same person, to the same tool (as defined when it was approved), with exactly the same
+    arguments or with arguments meeting stated conditions. Made by ``grants.create_from_approval``;
+    revocable; expires."""
+
+    class Arguments(models.TextChoices):
+        EXACT = "exact", _("Exactly these arguments")
+        CONDITIONS = "conditions", _("Arguments meeting conditions")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(AgentClient, on_delete=models.CASCADE, related_name="grants")
+    # The person the agent acts for; NULL: calls naming no one. Deleting the person deletes the grant (it must
+    # never widen to "no one").
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="grants")
+    tool = models.CharField(max_length=200)
+    tool_digest = models.CharField(max_length=64)  # the tool definition as the hub held it when approved
+    arguments_mode = models.CharField(max_length=10, choices=Arguments.choices)
+    arguments_digest = models.CharField(max_length=64, blank=True)  # exact: digest of the canonical arguments
+    arguments = models.JSONField(null=True, blank=True)  # exact: the arguments, for display
+    conditions = models.JSONField(default=list, blank=True)  # conditions: RoutingRule.conditions' shape
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="grants")
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source_call = models.ForeignKey(
+        ToolCall, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )  # the call whose approval made it
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)  # NULL: until revoked
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GrantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(arguments_mode="exact") & ~Q(arguments_digest=""))
+                | (Q(arguments_mode="conditions") & ~Q(conditions=[])),
+                name="grant_mode_has_arguments",
+            ),
+            models.CheckConstraint(
+                condition=Q(expires_at__isnull=True) | Q(expires_at__gt=models.F("created_at")),
+                name="grant_expires_after_creation",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["agent", "server", "tool"],
+                condition=Q(revoked_at__isnull=True),
+                name="grant_lookup_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"grant {self.pk} for {self.tool}"
+
+    def state(self, now: datetime | None = None) -> str:
+        """ "active", "expired" or "revoked"."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return "active"
 
 
 class WebhookDelivery(models.Model):
@@ -768,6 +960,12 @@ class AuditEvent(models.Model):
             models.Index(fields=["call_id", "id"], name="audit_call_idx"),
             models.Index(fields=["verb", "id"], name="audit_verb_idx"),
             models.Index(fields=["at"], name="audit_at_idx"),
+            # The dashboard's grant suggestion: gate decisions of the last days, per team and tool.
+            models.Index(
+                fields=["at", "team_slug", "server_slug", "tool"],
+                condition=Q(verb__in=["gate.approved", "gate.declined"]),
+                name="audit_gate_decisions_idx",
+            ),
             # Every filter of the audit page is "column = value, newest first": (column, id) serves both.
             models.Index(fields=["input_request_id", "id"], name="audit_input_request_idx"),
             models.Index(fields=["team_slug", "id"], name="audit_team_idx"),

@@ -7,7 +7,16 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from approvals.models import AuditEvent, InputRequest, InputRequestQuerySet, Membership, Team, ToolCall
+from approvals.models import (
+    AuditEvent,
+    Grant,
+    GrantQuerySet,
+    InputRequest,
+    InputRequestQuerySet,
+    Membership,
+    Team,
+    ToolCall,
+)
 
 ANSWERING_ROLES = [Membership.Role.REVIEWER, Membership.Role.ADMIN]
 
@@ -25,7 +34,8 @@ def answerable_input_requests(user: Any) -> InputRequestQuerySet:
     for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
     the URL was made for them. Membership is read on every call, so removing someone takes effect at once.
     """
-    qs = InputRequest.objects.all()
+    # A request passed through to the agent is answered by its own person through the agent, never here.
+    qs = InputRequest.objects.filter(for_requester=False)
     if not user.is_authenticated:
         return qs.none()
     mine = Q(assignee=user)
@@ -61,6 +71,8 @@ def scope_of(user: Any) -> Scope:
 
 
 def may_answer(scope: Scope, ir: InputRequest) -> bool:
+    if ir.for_requester:
+        return False
     if ir.assignee_id is not None:
         return bool(ir.assignee_id == scope.user_id)
     if scope.superuser:
@@ -106,3 +118,19 @@ def visible_audit_events(user: Any) -> QuerySet[AuditEvent]:
     if user.is_staff:
         scope |= Q(team_slug="")
     return AuditEvent.objects.filter(scope)
+
+
+def visible_grants(user: Any) -> GrantQuerySet:
+    """Grants of the teams the user belongs to (any role); every grant for a superuser."""
+    if not user.is_authenticated:
+        return Grant.objects.none()
+    if user.is_superuser:
+        return Grant.objects.all()
+    return Grant.objects.filter(team__in=visible_teams(user))
+
+
+def can_revoke_grant(user: Any, grant: Grant) -> bool:
+    """A reviewer (or admin) of the grant's team, or a superuser. Read on every call, like answering."""
+    if not user.is_authenticated:
+        return False
+    return bool(user.is_superuser) or reviewer_teams(user).filter(pk=grant.team_id).exists()

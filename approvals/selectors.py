@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import Prefetch, Q, QuerySet
 
 from approvals import safejson
-from approvals.models import AuditEvent, InputRequest, Round, ToolCall
+from approvals.models import AuditEvent, Gate, Grant, InputRequest, Round, ToolCall
 from approvals.permissions import answerable_input_requests, visible_calls
 
 
@@ -22,12 +22,13 @@ def _iso(value: datetime | None) -> str | None:
 
 def calls_with_rounds() -> QuerySet[ToolCall]:
     return ToolCall.objects.select_related("server", "agent").prefetch_related(
+        Prefetch("gates", queryset=Gate.objects.select_related("decided_by")),
         Prefetch(
             "rounds",
             queryset=Round.objects.order_by("number").prefetch_related(
                 Prefetch("input_requests", queryset=InputRequest.objects.order_by("created_at", "key"))
             ),
-        )
+        ),
     )
 
 
@@ -73,8 +74,28 @@ def call_detail(call: ToolCall) -> dict[str, Any]:
         "result_size": call.result_size,
         "error": call.error,
         "progress": call.progress,
+        "gate": gate_summary(call),
         "created_at": _iso(call.created_at),
         "updated_at": _iso(call.updated_at),
+    }
+
+
+def gate_summary(call: ToolCall) -> dict[str, Any] | None:
+    """The call's latest gate for the agent (call JSON, the MCP result's _meta) and the call page; reads
+    the gates `calls_with_rounds` prefetched."""
+    every = sorted(call.gates.all(), key=lambda gate: gate.created_at)
+    if not every:
+        return None
+    gate = every[-1]
+    return {
+        "status": gate.status,
+        "digest": gate.approved_digest or gate.digest,
+        "asked_digest": gate.digest,
+        "arguments_asked": gate.arguments,
+        "diff": gate.diff,
+        "decided_by": gate.decided_by.get_username() if gate.decided_by else None,
+        "reason": gate.reason,
+        "voided": sum(1 for earlier in every if earlier.status == Gate.Status.VOIDED),
     }
 
 
@@ -108,6 +129,17 @@ def inbox_item(ir: InputRequest) -> dict[str, Any]:
     else:
         item["url"] = ir.url
     item["team"] = ir.team.slug if ir.team else None
+    gate = getattr(ir.round, "gate", None) if ir.round.kind == Round.Kind.GATE else None
+    if gate is not None:
+        # A gate: the call waits for approval before it is sent. The tool as the server claims it.
+        item["gate"] = {
+            "agent": call.agent.name if call.agent else None,
+            "on_behalf_of": call.on_behalf_of.get_username() if call.on_behalf_of else None,
+            "tool": gate.tool,
+            "arguments": gate.arguments,
+            "digest": gate.digest,
+            "decide_url": f"/api/v1/input-requests/{ir.pk}/decide",
+        }
     if ir.escalated_at:
         item["escalated_to"] = ir.escalation_team.slug if ir.escalation_team else None
     if ir.approvals_required > 1:
@@ -154,7 +186,14 @@ def inbox(user: Any) -> QuerySet[InputRequest]:
     return (
         answerable_input_requests(user)
         .pending()
-        .select_related("round__call__server", "team", "escalation_team")
+        .select_related(
+            "round__call__server",
+            "round__call__agent",
+            "round__call__on_behalf_of",
+            "round__gate",
+            "team",
+            "escalation_team",
+        )
         .defer(*_INBOX_DEFER)
         .order_by("created_at", "key", "id")
     )
@@ -346,4 +385,35 @@ def recent_calls(user: Any, *, since: datetime) -> QuerySet[ToolCall]:
 
 def call_page(call: ToolCall) -> dict[str, Any]:
     """What the call page (and its live refresh) shows: rounds, answers, the audit trail, the result."""
-    return {"call": call, "rounds": list(call.rounds.all()), "audit": list(call_audit_trail(call))}
+    return {
+        "call": call,
+        "rounds": list(call.rounds.all()),
+        "audit": list(call_audit_trail(call)),
+        "gate": gate_summary(call),
+    }
+
+
+def grant_item(grant: Grant, now: datetime | None = None) -> dict[str, Any]:
+    """One grant in GET /api/v1/grants (and POST .../revoke): what it covers, who made it, its uses."""
+    return {
+        "id": str(grant.pk),
+        "state": grant.state(now),
+        "agent": grant.agent.name,
+        "on_behalf_of": grant.on_behalf_of.get_username() if grant.on_behalf_of else None,
+        "server": grant.server.slug,
+        "tool": grant.tool,
+        "tool_digest": grant.tool_digest,
+        "arguments_mode": grant.arguments_mode,
+        "arguments": grant.arguments if grant.arguments_mode == Grant.Arguments.EXACT else None,
+        "arguments_digest": grant.arguments_digest or None,
+        "conditions": grant.conditions if grant.arguments_mode == Grant.Arguments.CONDITIONS else None,
+        "team": grant.team.slug,
+        "granted_by": grant.granted_by.get_username() if grant.granted_by else None,
+        "created_at": _iso(grant.created_at),
+        "expires_at": _iso(grant.expires_at),
+        "revoked_at": _iso(grant.revoked_at),
+        "revoked_by": grant.revoked_by.get_username() if grant.revoked_by else None,
+        "uses": grant.uses,
+        "last_used_at": _iso(grant.last_used_at),
+        "source_call": str(grant.source_call_id) if grant.source_call_id else None,
+    }

@@ -6,6 +6,7 @@ see, the request page with the problem beside the field or at the top for a refu
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import timedelta
 from typing import Any
@@ -24,8 +25,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
-from approvals.models import InputRequest, ToolCall
-from approvals.services import answers, presence
+from approvals.models import Gate, InputRequest, ToolCall
+from approvals.services import answers, gates, grants, presence
 from approvals.services.errors import AnswerInvalid, Conflict, ServiceError
 
 DECLINE_REASONS = [
@@ -97,6 +98,8 @@ def _request_page(
     may_answer = permissions.can_answer(request.user, ir)
     pending = ir.status == InputRequest.Status.PENDING
     unsupported_form = ""
+    if gates.is_gate(ir):
+        return _gate_page(request, ir, form=form, notice=notice, error=error, status=status)
     if form is None and ir.mode == InputRequest.Mode.FORM and pending:
         try:
             form = answer_form(ir.form_schema, tz=_reviewer_tz(request))
@@ -129,6 +132,73 @@ def _request_page(
     return render(request, "approvals/request.html", context, status=status)
 
 
+def _with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """The tool's inputSchema with the asked arguments as the form's starting values."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return schema
+    filled = {
+        name: ({**spec, "default": arguments[name]} if name in arguments and isinstance(spec, dict) else spec)
+        for name, spec in properties.items()
+    }
+    return {**schema, "properties": filled}
+
+
+def _gate_page(
+    request: HttpRequest,
+    ir: InputRequest,
+    *,
+    form: AnswerForm | None = None,
+    json_text: str | None = None,
+    edit_errors: dict[str, str] | None = None,
+    notice: str = "",
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    """A gate: who asks, the tool as the server claims it, the arguments in full, the digest; approve,
+    decline with a reason, or edit the arguments (a form from the inputSchema when it fits the form subset,
+    else a JSON editor)."""
+    call = ir.round.call
+    gate = Gate.objects.select_related("decided_by").filter(round_id=ir.round_id).first()
+    pending = ir.status == InputRequest.Status.PENDING
+    may_answer = permissions.can_answer(request.user, ir)
+    asked = dict((gate.arguments if gate else call.arguments) or {})
+    schema = ir.form_schema
+    if form is None and json_text is None and pending and may_answer:
+        try:
+            if not schema_forms.check_schema(schema):
+                form = answer_form(_with_defaults(schema, asked), tz=_reviewer_tz(request))
+        except schema_forms.UnsupportedSchema:
+            form = None
+    if form is None and json_text is None:
+        json_text = json.dumps(asked, indent=2, ensure_ascii=False)
+    context = {
+        "ir": ir,
+        "call": call,
+        "gate": gate,
+        "tool": (gate.tool if gate else {}) or {},
+        "asked": asked,
+        "round": {
+            "number": ir.round.number,
+            "deadline": ir.round.deadline,
+            "opened_at": ir.round.opened_at,
+            "server_deadline": None,
+        },
+        "may_answer": may_answer,
+        "pending": pending,
+        "form": form,
+        "json_text": json_text,
+        "edit_errors": edit_errors or {},
+        "viewers": presence.viewers([ir.pk]).get(str(ir.pk), []),
+        "notice": notice,
+        "error": error,
+        "decline_reasons": DECLINE_REASONS,
+        "grant_fields": gates.grants_installed(),
+        "approvals": selectors.approvals_summary(ir) if ir.approvals_required > 1 else None,
+    }
+    return render(request, "approvals/gate.html", context, status=status)
+
+
 # --- pages -----------------------------------------------------------------------------------------------
 
 
@@ -137,6 +207,7 @@ def _request_page(
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context(request)
     context["choices"] = selectors.queue_filter_choices(request.user)
+    context["grant_suggestions"] = grants.suggestions(request.user)
     return render(request, "approvals/queue.html", context)
 
 
@@ -193,6 +264,80 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     except ServiceError as exc:
         return _request_page(request, ir, form=_kept(ir, request), error=exc.message, status=exc.status)
     messages.success(request, _sent_message(ir))
+    return redirect("approvals:queue")
+
+
+@login_required
+@require_POST
+def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """A reviewer's decision on a gate: approve as asked, approve edited arguments, or decline."""
+    ir = _get_request_for_user(request.user, pk)
+    if not gates.is_gate(ir):
+        raise Http404(_("No such gate."))
+    decision = request.POST.get("decision", "")
+    arguments: Any = None
+    tz = request.POST.get(TZ_FIELD, "")
+    schema = ir.form_schema
+    editor = request.POST.get("editor", "")
+    json_text = request.POST.get("arguments_json") if editor == "json" else None
+    if decision == "edit" and editor == "form":
+        content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
+        if errors:
+            form = answer_form(schema, tz=tz, data=request.POST, errors=errors)
+            return _gate_page(request, ir, form=form, status=422)
+        asked = (ir.params or {}).get("arguments") or {}
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        # Arguments the schema does not describe are kept as asked.
+        arguments = {**{k: v for k, v in asked.items() if k not in (properties or {})}, **(content or {})}
+    elif decision == "edit":
+        text = json_text or ""
+        problem = ""
+        if len(text) > gates.MAX_ARGUMENTS:
+            problem = _("The arguments are over %(kib)s KiB.") % {"kib": gates.MAX_ARGUMENTS // 1024}
+        else:
+            try:
+                arguments = safejson.loads(text.encode(), max_depth=settings.ELICIT_MAX_JSON_DEPTH)
+            except ValueError as exc:
+                problem = _("This is not valid JSON: %(why)s") % {"why": exc}
+        if problem:
+            return _gate_page(request, ir, json_text=text, edit_errors={"arguments": problem}, status=422)
+    try:
+        gates.gate_decide(
+            input_request_id=ir.pk,
+            user=request.user,
+            decision=decision,
+            arguments=arguments,
+            reason=request.POST.get("reason", ""),
+            # The grant fields are in the approve form only: a form without a chosen grant carries none.
+            grant=request.POST if gates.grants_installed() and request.POST.get(grants.FIELD_FOR) else None,
+        )
+    except Conflict as exc:
+        ir.refresh_from_db()
+        return _gate_page(request, ir, notice=exc.message, status=409)
+    except AnswerInvalid as exc:
+        if editor == "form":
+            form = answer_form(schema, tz=tz, data=request.POST, errors=exc.fields)
+            return _gate_page(request, ir, form=form, error=exc.message, status=422)
+        return _gate_page(
+            request,
+            ir,
+            json_text=json_text or "",
+            edit_errors=exc.fields or {},
+            error=exc.message,
+            status=422,
+        )
+    except ServiceError as exc:
+        return _gate_page(request, ir, error=exc.message, status=exc.status)
+    ir.refresh_from_db()
+    values = {"server": ir.round.call.server_name, "tool": ir.round.call.tool}
+    if ir.status == InputRequest.Status.PENDING:
+        messages.success(
+            request, _("Your approval of %(tool)s is recorded; another reviewer must confirm it.") % values
+        )
+    elif ir.action == InputRequest.Action.ACCEPT:
+        messages.success(request, _("Approved: %(tool)s is sent to %(server)s.") % values)
+    else:
+        messages.success(request, _("Declined: %(tool)s is not sent; the agent is told why.") % values)
     return redirect("approvals:queue")
 
 

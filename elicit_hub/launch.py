@@ -42,7 +42,7 @@ class Layout:
     gateways: int = 1
     port: int = 8000
     gateway_port: int | None = None
-    worker_concurrency: int = 2
+    worker_concurrency: int = 4
     demo_port: int | None = 8765
 
     def __post_init__(self) -> None:
@@ -158,7 +158,7 @@ def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) ->
     option("--workers", "ELICIT_WORKERS", 1, "Celery worker processes; the first also runs beat")
     option("--holders", "ELICIT_HOLDERS", 1, "holder processes")
     option("--gateways", "ELICIT_GATEWAYS", 1, "MCP gateway processes")
-    option("--worker-concurrency", "ELICIT_WORKER_CONCURRENCY", 2, "Celery pool size of each worker")
+    option("--worker-concurrency", "ELICIT_WORKER_CONCURRENCY", 4, "Celery pool size of each worker")
     option("--port", "PORT", 8000, "the first web process's port")
     parser.add_argument("--procfile", action="store_true", help="print the processes as a Procfile and exit")
     args = parser.parse_args(argv)

@@ -140,6 +140,11 @@ def reset(url: str) -> None:
     httpx.post(f"{_hooks(url)}/reset").raise_for_status()
 
 
+def describe(url: str, tool: str, description: str) -> None:
+    """Make the server describe `tool` differently from now on (its tools/list changes; reset restores it)."""
+    httpx.post(f"{_hooks(url)}/describe", json={"tool": tool, "description": description}).raise_for_status()
+
+
 def hold(url: str, tool: str, phase: Literal["before", "after"], seconds: float) -> None:
     """Hold the next retry (a tools/call carrying inputResponses) of `tool` for `seconds`."""
     httpx.post(

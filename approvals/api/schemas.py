@@ -27,6 +27,15 @@ class RespondIn(Schema):
     reason: str = Field("", max_length=2000)
 
 
+class DecideIn(Schema):
+    """A decision on a gate: approve as asked, edit (approve these arguments instead), or decline."""
+
+    decision: Literal["approve", "edit", "decline"]
+    arguments: dict[str, Any] | None = None
+    reason: str = Field("", max_length=2000)
+    grant: dict[str, Any] | None = None
+
+
 class Created(Schema):
     id: str
     status: str

@@ -35,6 +35,17 @@ VERBS: tuple[str, ...] = (
     "input.approvals_restarted",
     "input.escalated",
     "input.expired",
+    # Gates: approval before a call is sent, bound to the exact call
+    "gate.opened",
+    "gate.approved",
+    "gate.declined",
+    "gate.edited",
+    "gate.voided",
+    "gate.used",
+    # Remembered grants, and the gated calls they let through
+    "gate.granted",
+    "grant.created",
+    "grant.revoked",
     # Holder processes (handshake-era and stdio sessions)
     "holder.lost",
     # MCP servers

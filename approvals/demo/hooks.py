@@ -7,7 +7,9 @@ in another process:
     GET  /test-hooks/requests    [{"headers": {...}, "body": {...}}]: every POST to /mcp, oldest first
     POST /test-hooks/hold        {"tool", "phase": "before"|"after", "seconds"}: hold that tool's next retry
     GET  /test-hooks/inflight    {"held": n, "phase": "before"|"after"|null, "armed": [...]}
-    POST /test-hooks/reset       forget all of it, release held requests, empty the idempotency cache
+    POST /test-hooks/describe    {"tool", "description"}: the server now describes that tool so (tools/list)
+    POST /test-hooks/reset       forget all of it, release held requests, empty the idempotency cache, and
+                                 restore the tools' descriptions
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class DemoHooks:
         # Created on first use: an anyio Event needs the running event loop.
         self._release: anyio.Event | None = None
         self._on_reset = on_reset
+        self._mcp: MCPServer | None = None
+        self._descriptions: dict[str, str] = {}  # the originals of the descriptions changed
 
     async def count_executions(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
@@ -95,12 +99,26 @@ class DemoHooks:
         self.executions.clear()
         self.requests.clear()
         self._armed.clear()
+        for name, description in self._descriptions.items():
+            self.describe(name, description)
+        self._descriptions.clear()
         if self._release is not None:
             self._release.set()
             self._release = None
         self._on_reset()
 
+    def describe(self, name: str, description: str) -> bool:
+        """Change a tool's description, as a server changing its tool between two tools/list would."""
+        tool = self._mcp._tool_manager.get_tool(name) if self._mcp else None  # test-only reach into the SDK
+        if tool is None:
+            return False
+        self._descriptions.setdefault(name, tool.description)
+        tool.description = description
+        return True
+
     def install_routes(self, mcp: MCPServer) -> None:
+        self._mcp = mcp
+        mcp.custom_route(f"{PREFIX}/describe", methods=["POST"])(self._describe_view)
         mcp.custom_route(f"{PREFIX}/executions", methods=["GET"])(self._executions_view)
         mcp.custom_route(f"{PREFIX}/requests", methods=["GET"])(self._requests_view)
         mcp.custom_route(f"{PREFIX}/hold", methods=["POST"])(self._hold_view)
@@ -119,6 +137,16 @@ class DemoHooks:
     async def _reset_view(self, request: Request) -> JSONResponse:
         self.reset()
         return JSONResponse({"reset": True})
+
+    async def _describe_view(self, request: Request) -> JSONResponse:
+        try:
+            spec = await request.json()
+            name, description = str(spec["tool"]), str(spec["description"])
+        except (ValueError, KeyError, TypeError):
+            return JSONResponse({"error": 'expected {"tool": str, "description": str}'}, 400)
+        if not self.describe(name, description):
+            return JSONResponse({"error": f"no tool {name!r}"}, 404)
+        return JSONResponse({"described": name})
 
     async def _hold_view(self, request: Request) -> JSONResponse:
         try:

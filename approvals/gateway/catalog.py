@@ -8,8 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from approvals.gateway.names import gateway_name
-from approvals.models import AgentClient, Decision, InputRequest, McpServer, ToolCall
+from approvals.models import AgentClient, Decision, InputRequest, McpServer, Round, ToolCall
+from approvals.selectors import gate_summary
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class CallState:
     result_truncated: bool
     error: dict[str, Any] | None
     waiting_for: str  # a line for progress notifications, e.g. "waiting for release: 1 of 2 approvals"
+    gate: dict[str, Any] | None = None  # the call's gate (services.gates.gate_summary): digest, diff
 
 
 def _approvals_given(ir: InputRequest) -> int:
@@ -93,11 +97,15 @@ def _waiting_for(call: ToolCall) -> str:
     )
     parts = []
     for ir in pending:
+        if ir.for_requester:
+            parts.append("waiting for the requester to answer through the agent's MCP client")
+            continue
         team = ir.escalation_team if ir.escalated_at and ir.escalation_team else ir.team
         who = team.slug if team else "a reviewer"
         required = ir.approvals_required
+        what = "approval to send: " if ir.method == "tools/call" else ""  # a gate (services.gates)
         parts.append(
-            f"waiting for {who}: {_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
+            f"waiting for {what}{who}: {_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
         )
     return "; ".join(parts) or "waiting for input"
 
@@ -120,9 +128,73 @@ def call_state(call_id: Any) -> CallState | None:
         result_truncated=call.result_truncated,
         error=call.error,
         waiting_for="" if call.is_final else _waiting_for(call),
+        gate=gate_summary(call) if call.is_final else None,
     )
 
 
-def call_row(call_id: Any) -> ToolCall:
-    """The call's status only: what a wait re-reads."""
-    return ToolCall.objects.only("status").get(pk=call_id)
+@dataclass(frozen=True)
+class Wake:
+    is_final: bool  # final, or a question for the agent's own client: the gateway's wait ends either way
+
+
+def call_row(call_id: Any) -> Wake:
+    """What a wait re-reads: the call's status, and whether a round asks the agent's client."""
+    status = ToolCall.objects.values_list("status", flat=True).get(pk=call_id)
+    if status in ToolCall.Status.finals():
+        return Wake(True)
+    asks = status == ToolCall.Status.AWAITING_INPUT and (
+        InputRequest.objects.filter(
+            round__call_id=call_id,
+            round__status=Round.Status.OPEN,
+            status=InputRequest.Status.PENDING,
+            for_requester=True,
+        ).exists()
+    )
+    return Wake(asks)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request of an open round that its rule passed through to the agent's own MCP client."""
+
+    id: str
+    round_id: int
+    key: str
+    mode: str
+    params: dict[str, Any]  # the elicitation's params as the upstream server sent them
+    seconds_left: float  # until the round's deadline (or the upstream's, for a pushed one)
+
+
+def requester_asks(call_id: Any) -> list[Ask]:
+    """The call's pending requests for the requester, in the round still open (empty: nothing to ask)."""
+    pending = (
+        InputRequest.objects.filter(
+            round__call_id=call_id,
+            round__status=Round.Status.OPEN,
+            status=InputRequest.Status.PENDING,
+            for_requester=True,
+        )
+        .select_related("round")
+        .order_by("created_at", "key")
+    )
+    now = timezone.now()
+
+    def left(rnd: Round) -> float:
+        deadline = min(d for d in (rnd.deadline, rnd.server_deadline) if d is not None)
+        return (deadline - now).total_seconds()
+
+    return [Ask(str(ir.pk), ir.round_id, ir.key, ir.mode, dict(ir.params), left(ir.round)) for ir in pending]
+
+
+def round_requests(call_id: Any, round_id: int) -> dict[str, InputRequest]:
+    """The requests of one round of this call that the requester answers, by key."""
+    found = InputRequest.objects.filter(round_id=round_id, round__call_id=call_id, for_requester=True)
+    return {ir.key: ir for ir in found}
+
+
+def call_owner(call_id: Any) -> tuple[int, str] | None:
+    """(agent id, "<server slug>\\0<tool>") of a call, to check a retry names one of the agent's own calls."""
+    found = ToolCall.objects.filter(pk=call_id).values_list("agent_id", "server__slug", "tool").first()
+    if found is None:
+        return None
+    return found[0], f"{found[1]}\0{found[2]}"

@@ -45,7 +45,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from approvals import broadcast, safejson
-from approvals.gateway import catalog
+from approvals.gateway import catalog, passthrough
 from approvals.models import AgentClient, ToolCall
 from approvals.services import calls, tokens
 from approvals.services.errors import ServiceError
@@ -167,13 +167,18 @@ async def list_tools(
     return types.ListToolsResult(tools=tools)
 
 
+def _about(call: catalog.CallState) -> dict[str, Any]:
+    """The hub's note in the result's _meta: the call's id and status, and its gate (digest, the diff of
+    arguments a reviewer edited) when it had one."""
+    about: dict[str, Any] = {"id": call.id, "status": call.status}
+    if call.gate is not None:
+        about["gate"] = call.gate
+    return about
+
+
 def _text_result(call: catalog.CallState, text: str) -> types.CallToolResult:
     return types.CallToolResult.model_validate(
-        {
-            "content": [{"type": "text", "text": text}],
-            "isError": True,
-            "_meta": {CALL_META_KEY: {"id": call.id, "status": call.status}},
-        }
+        {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {CALL_META_KEY: _about(call)}}
     )
 
 
@@ -182,7 +187,7 @@ def final_result(call: catalog.CallState) -> types.CallToolResult:
     tool error (`isError: true`) saying what happened, in words."""
     error = call.error or {}
     if call.status == "completed" and isinstance(call.result, dict):
-        about: dict[str, Any] = {"id": call.id, "status": call.status}
+        about = _about(call)
         if call.result_truncated:  # over ELICIT_MAX_RESULT: the hub kept the start of its text
             about["result_truncated"] = True
         body = dict(call.result)
@@ -201,6 +206,8 @@ def final_result(call: catalog.CallState) -> types.CallToolResult:
         return _text_result(call, f"The call expired: {message.strip()}")
     if call.status == "cancelled":
         return _text_result(call, "The call was cancelled before it finished.")
+    if call.status == "failed" and error.get("code") == "declined":  # a gate's reviewer said no
+        return _text_result(call, f"The call was declined and not sent: {error.get('message')}")
     if call.status == "failed":
         return _text_result(call, f"The call failed: {error.get('message') or 'unknown error'}")
     return _text_result(call, f"The call ended {call.status}.")
@@ -216,7 +223,7 @@ def _still_open(call: catalog.CallState, waited: float) -> types.CallToolResult:
 
 async def call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
+) -> types.CallToolResult | types.InputRequiredResult:
     agent_id, slug = _who(ctx)
     exposed = await _db(catalog.find_tool, agent_id, params.name, slug)
     if exposed is None:
@@ -233,6 +240,16 @@ async def call_tool(
     agent = await _db(catalog.agent, agent_id)
     if agent is None:
         raise MCPError(types.INVALID_REQUEST, "This agent is no longer active.")
+    client = passthrough.client_of(ctx)
+    if params.request_state is not None:
+        # A 2026-07-28 retry carrying answers to questions passed through to this client (the boundary has
+        # already verified that the hub sealed this state, for this agent, tool and arguments).
+        call_id = await passthrough.record_responses(
+            _db, agent, params.request_state, params.input_responses, f"{exposed.server}\0{exposed.tool}"
+        )
+        return await wait_for(ctx, call_id, agent=agent, client=client)
+    if params.input_responses:
+        raise MCPError(types.INVALID_PARAMS, "inputResponses without the requestState they answer.")
     try:
         if key:
             submitted, _created = await _db(
@@ -243,6 +260,7 @@ async def call_tool(
                 arguments=arguments,
                 idempotency_key=key,
                 channel="mcp",
+                agent_client=client,
             )
         else:
             submitted, _created = await _db(
@@ -253,26 +271,47 @@ async def call_tool(
                 arguments=arguments,
                 window=settings.ELICIT_GATEWAY_REPEAT_WINDOW,
                 channel="mcp",
+                agent_client=client,
             )
     except ServiceError as exc:
         raise MCPError(types.INVALID_PARAMS, exc.message) from None
-    return await wait_for(ctx, submitted.pk)
+    return await wait_for(ctx, submitted.pk, agent=agent, client=client)
 
 
-async def wait_for(ctx: ServerRequestContext[Any, Any], call_id: Any) -> types.CallToolResult:
+async def wait_for(
+    ctx: ServerRequestContext[Any, Any],
+    call_id: Any,
+    *,
+    agent: AgentClient,
+    client: dict[str, Any],
+) -> types.CallToolResult | types.InputRequiredResult:
     """Wait until the call is final, telling a client that asked for progress what it waits for every
-    ELICIT_GATEWAY_PROGRESS_INTERVAL seconds. Cancelled (the agent went away): the call goes on."""
+    ELICIT_GATEWAY_PROGRESS_INTERVAL seconds. Cancelled (the agent went away): the call goes on.
+
+    A round whose rule passed it through to the requester is put to this client: returned as
+    `input_required` to a 2026-07-28 client, pushed as `elicitation/create` to a handshake-era one."""
     interval = settings.ELICIT_GATEWAY_PROGRESS_INTERVAL
     loop_time = anyio.current_time
     started = loop_time()
     ticks = 0
+    asked: set[str] = set()  # questions pushed to this handshake-era client during this wait
     while True:
         state = await _db(catalog.call_state, call_id)
         if state is None:
             raise MCPError(types.INTERNAL_ERROR, f"The call {call_id} no longer exists on the hub.")
         if state.is_final:
             return final_result(state)
+        asks = await _db(catalog.requester_asks, call_id)
+        asks = [ask for ask in asks if ask.mode in client["modes"] and ask.id not in asked]
+        if asks and client["era"] == passthrough.MODERN:
+            return passthrough.input_required(str(call_id), asks)
         waited = loop_time() - started
+        if asks:
+            asked.update(ask.id for ask in asks)
+            await passthrough.elicit_on_session(
+                ctx, _db, agent, asks, settings.ELICIT_GATEWAY_MAX_WAIT - waited
+            )
+            continue
         if waited >= settings.ELICIT_GATEWAY_MAX_WAIT:
             return _still_open(state, waited)
         ticks += 1
@@ -319,6 +358,7 @@ def build_app() -> Starlette:
         on_list_tools=never_leaks(list_tools),
         on_call_tool=never_leaks(call_tool),
     )
+    server.middleware.append(passthrough.boundary())
     manager = StreamableHTTPSessionManager(
         app=server,
         # Bearer tokens, not cookies, authenticate every request, so a rebound DNS name gains a page nothing.

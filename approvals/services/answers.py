@@ -14,6 +14,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
+from approvals.services.gates import is_gate, validate_decision
 from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)
@@ -36,6 +37,8 @@ def describe_answer(ir: InputRequest) -> str:
 
 
 def validate_answer(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
+    if is_gate(ir):
+        return validate_decision(ir, action, content)
     if action not in ACTIONS:
         raise Invalid(
             "action must be accept, decline or cancel.",
@@ -240,3 +243,61 @@ def _audit_content(ir: InputRequest, content: dict[str, Any] | None) -> dict[str
         return None
     secret = set(schema_forms.sensitive_fields(ir.requested_schema or {}))
     return {key: (audit.REDACTED if key in secret else value) for key, value in content.items()}
+
+
+def requester_respond(*, input_request_id: Any, agent: Any, action: str, content: Any = None) -> InputRequest:
+    """Record the answer the agent's own person gave through the agent's MCP client, to a request its rule
+    passed through (``for_requester``): validated like a reviewer's answer, audited with the agent as the
+    actor, acting for its person. Exactly one answer wins; repeating the same answer is not an error (a
+    client may retry after losing the response)."""
+    ir = (
+        InputRequest.objects.select_related("round__call__agent", "round__call__on_behalf_of")
+        .filter(pk=input_request_id, for_requester=True, round__call__agent=agent)
+        .first()
+    )
+    if ir is None:
+        raise NotFound("No such input request for this agent.")
+    content = validate_answer(ir, action, content)
+    call = ir.round.call
+    person = call.on_behalf_of or (agent.owner if agent.owner_id else None)
+    with transaction.atomic():
+        rnd = Round.objects.select_for_update(of=("self",)).select_related("call__server").get(pk=ir.round_id)
+        now = timezone.now()
+        won = InputRequest.objects.filter(pk=ir.pk, status=InputRequest.Status.PENDING).update(
+            status=InputRequest.Status.ANSWERED,
+            action=action,
+            content=content,
+            answered_by=person,
+            answered_at=now,
+        )
+        if not won:
+            ir.refresh_from_db()
+            if ir.status == InputRequest.Status.ANSWERED and ir.action == action and ir.content == content:
+                return ir
+            if ir.status == InputRequest.Status.GONE:
+                raise Conflict(GONE_MESSAGE, code="request_gone")
+            raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
+        ir.refresh_from_db()
+        Decision.objects.create(
+            input_request=ir, user=person, action=action, content=content, is_final=True, created_at=now
+        )
+        audit.record(
+            actor=Actor.agent(agent),
+            verb="input.answered",
+            call=rnd.call,
+            input_request=ir,
+            data={
+                "key": ir.key,
+                "action": action,
+                "content": _audit_content(ir, content),
+                "reason": "",
+                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
+                "answered_by": "requester",
+                "for": person.get_username() if person else "",
+                "channel": "mcp",
+            },
+        )
+        transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
+        if not rnd.input_requests.pending().exists():
+            round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
+    return ir

@@ -17,7 +17,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
 from approvals.queueing import RUN_CALL, enqueue_on_commit
-from approvals.services import webhooks
+from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
 
@@ -99,12 +99,16 @@ def call_submit(
     callback_url: str = "",
     on_behalf_of: str | None = None,
     channel: str = "api",
+    agent_client: dict[str, Any] | None = None,
 ) -> tuple[ToolCall, bool]:
     """Queue a tool call for a worker. Returns (call, created); an idempotency key repeats the first call.
 
-    ``channel`` says how the agent asked ("api": the REST API, "mcp": the MCP gateway); the audit keeps it."""
+    ``channel`` says how the agent asked ("api": the REST API, "mcp": the MCP gateway); the audit keeps it.
+    ``agent_client``: what the gateway's client can answer itself (``ToolCall.agent_client``); a repeat
+    records the latest client's, so a later round may pass through to it."""
     existing = _existing(agent, idempotency_key)
     if existing:
+        _note_client(existing, agent_client)
         return existing, False
     server = _server_for(agent, server_slug)
     if not tool:
@@ -121,6 +125,7 @@ def call_submit(
                 on_behalf_of=user,
                 idempotency_key=idempotency_key or None,
                 callback_url=callback_url,
+                agent_client=agent_client,
             )
             audit.record(
                 actor=Actor.agent(agent),
@@ -133,7 +138,8 @@ def call_submit(
                     "channel": channel,
                 },
             )
-            enqueue_on_commit(RUN_CALL, str(call.pk))
+            if not gates.gate_on_submit(call):
+                enqueue_on_commit(RUN_CALL, str(call.pk))
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:
@@ -156,6 +162,7 @@ def call_submit_or_repeat(
     arguments: dict[str, Any],
     window: int,
     channel: str = "api",
+    agent_client: dict[str, Any] | None = None,
 ) -> tuple[ToolCall, bool]:
     """`call_submit` without an idempotency key, for agents that repeat a call after losing its answer: the
     same agent asking for the same tool of the same server with the same arguments (compared as JSON
@@ -171,18 +178,31 @@ def call_submit_or_repeat(
             )
         since = timezone.now() - timedelta(seconds=window)
         existing = (
-            ToolCall.objects.filter(
-                agent=agent, kind=ToolCall.Kind.CALL, server__slug=server_slug, tool=tool, arguments=arguments
-            )
+            ToolCall.objects.filter(agent=agent, kind=ToolCall.Kind.CALL, server__slug=server_slug, tool=tool)
+            # A reviewer may have edited the arguments at a gate: the agent repeats the ones it asked for.
+            .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
             .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+            .distinct()
             .order_by("-created_at")
             .first()
         )
         if existing is not None:
+            _note_client(existing, agent_client)
             return existing, False
         return call_submit(
-            agent=agent, server_slug=server_slug, tool=tool, arguments=arguments, channel=channel
+            agent=agent,
+            server_slug=server_slug,
+            tool=tool,
+            arguments=arguments,
+            channel=channel,
+            agent_client=agent_client,
         )
+
+
+def _note_client(call: ToolCall, agent_client: dict[str, Any] | None) -> None:
+    if agent_client is not None and call.agent_client != agent_client and not call.is_final:
+        ToolCall.objects.filter(pk=call.pk).update(agent_client=agent_client)
+        call.agent_client = agent_client
 
 
 def relay_submit(

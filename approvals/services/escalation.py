@@ -13,7 +13,7 @@ from django.utils import timezone
 from approvals import broadcast
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
+from approvals.models import ExpiryAction, Gate, InputRequest, Round, ToolCall
 from approvals.services import notifications
 from approvals.services.calls import call_finish
 from approvals.services.rounds import expiry_action, round_mark_ready
@@ -24,6 +24,7 @@ def escalate_due(*, now: datetime) -> int:
     candidates = (
         InputRequest.objects.pending()
         .filter(
+            for_requester=False,  # the agent's own person answers those: no team to escalate to
             escalated_at__isnull=True,
             policy__escalate_after__isnull=False,
             policy__escalation_team__isnull=False,
@@ -74,6 +75,7 @@ def warn_expiring(*, now: datetime) -> int:
             round__deadline__lte=soon,
             round__deadline__gt=now,
             team__isnull=False,
+            for_requester=False,
         )
         .select_related("team", "escalation_team")
     )
@@ -118,6 +120,9 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
         if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
             Round.objects.filter(pk=rnd.pk).update(
                 status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED
+            )
+            Gate.objects.filter(round=rnd, status=Gate.Status.OPEN).update(
+                status=Gate.Status.EXPIRED, decided_at=now
             )
             call_finish(
                 call=call,

@@ -30,6 +30,7 @@ from approvals.mcp_client import Completed, McpError, ServerConfig, ToolError
 from approvals.mcp_client.session import Mode
 from approvals.models import Holder, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
+from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import HOLDER_CHANNEL, notify_holders, round_open
 from approvals.services.sending import call_limit, call_progress, progress_json, safe_to_resend
 from approvals.services.servers import server_config
@@ -143,13 +144,23 @@ def held_call(*, call_id: Any, holder_id: int) -> HeldCall | None:
 
 
 def held_sending(*, call_id: Any, holder_id: int) -> bool:
-    """Just before ``tools/call`` leaves: from now on the tool may have run. False: do not send."""
-    now = timezone.now()
-    return bool(
-        ToolCall.objects.filter(pk=call_id, holder_id=holder_id, status=ToolCall.Status.RUNNING).update(
-            started_at=now, attempts=1, updated_at=now
+    """Just before ``tools/call`` leaves: from now on the tool may have run. False: do not send.
+
+    A gated call's first send is checked against its approval first (`gates.gate_at_send`): one that no
+    longer matches leaves this holder for a new gate."""
+    gate_refresh_tools(call_id)
+    with transaction.atomic():
+        call = _locked_open_call(call_id)
+        if call is None or call.holder_id != holder_id or call.status != ToolCall.Status.RUNNING:
+            return False
+        if call.started_at is None and not gate_at_send(call):
+            return False
+        now = timezone.now()
+        return bool(
+            ToolCall.objects.filter(pk=call_id, holder_id=holder_id, status=ToolCall.Status.RUNNING).update(
+                started_at=now, attempts=1, updated_at=now
+            )
         )
-    )
 
 
 def held_release(*, call_id: Any, holder_id: int, reason: str) -> bool:

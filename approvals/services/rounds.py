@@ -164,6 +164,7 @@ def round_open(
         ir.created_at = received_at
         ir.team, ir.policy, ir.rule, ir.assignee = chosen.team, chosen.policy, chosen.rule, chosen.assignee
         ir.routing = chosen.explanation
+        ir.for_requester = chosen.for_requester and ir.status == InputRequest.Status.PENDING
         ir.approvals_required = chosen.policy.approvals_required if chosen.policy else 1
         ir.flags = [*ir.flags, *chosen.warnings]
         if ir.status != InputRequest.Status.PENDING:
@@ -193,20 +194,19 @@ def round_open(
             },
         )
         if not ir.problem:
-            audit.record(
-                actor=SYSTEM,
-                verb="input.routed",
-                call=call,
-                input_request=ir,
-                data={
-                    "rule": ir.routing.get("matched"),
-                    "team": ir.routing.get("team"),
-                    "policy": ir.routing.get("policy"),
-                    "assignee": ir.routing.get("assignee"),
-                    "approvals_required": ir.approvals_required,
-                },
-            )
-            notifications.notify(ir=ir, team=ir.team, event="routed")
+            routed = {
+                "rule": ir.routing.get("matched"),
+                "team": ir.routing.get("team"),
+                "policy": ir.routing.get("policy"),
+                "assignee": ir.routing.get("assignee"),
+                "approvals_required": ir.approvals_required,
+                "answered_by": "requester" if ir.for_requester else "team",
+            }
+            if ir.routing.get("passthrough_refused"):
+                routed["passthrough_refused"] = ir.routing["passthrough_refused"]
+            audit.record(actor=SYSTEM, verb="input.routed", call=call, input_request=ir, data=routed)
+            if not ir.for_requester:
+                notifications.notify(ir=ir, team=ir.team, event="routed")
     pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING]
     if not pending:
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
@@ -216,9 +216,16 @@ def round_open(
 
 
 def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
-    """After commit: the round is in the inbox now; tell the queues first, then note the hop's time."""
+    """After commit: the round is in the inbox now (or with the agent's client); tell the queues (or the
+    gateway request waiting on the call) first, then note the hop's time."""
     visible_at = timezone.now()
-    broadcast.queue_changed("round.opened", call_id, pending)
+    queued = [ir for ir in pending if not ir.for_requester]
+    if queued:
+        broadcast.queue_changed("round.opened", call_id, queued)
+    if len(queued) < len(pending):
+        call = ToolCall.objects.only("status").filter(pk=call_id).first()
+        if call is not None:
+            broadcast.call_changed(call)
     Round.objects.filter(pk=round_id).update(visible_at=visible_at)
 
 
@@ -235,6 +242,11 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
     )
     if call.kind == ToolCall.Kind.RELAY:
         _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
+        return True
+    if rnd.kind == Round.Kind.GATE:
+        from approvals.services.gates import gate_decided
+
+        gate_decided(rnd=rnd, outcome=outcome)
         return True
     if rnd.kind == Round.Kind.PUSH:
         # The holder waiting on the session gives the answer to the server; no retry is queued.

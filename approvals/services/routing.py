@@ -17,6 +17,20 @@ class Route:
     explanation: dict[str, Any] = field(default_factory=dict)
     assignee: Any = None
     warnings: list[str] = field(default_factory=list)
+    for_requester: bool = False  # passed through to the agent's own MCP client
+
+
+def passthrough_refusal(call: ToolCall, mode: str) -> str:
+    """Why a request a rule gives to the requester still goes to the team ("" when it may pass through)."""
+    client = call.agent_client if isinstance(call.agent_client, dict) else None
+    if client is None:
+        return "the call did not come through /mcp, so the hub cannot reach the agent's client"
+    modes = client.get("modes") or []
+    if not modes:
+        return "the agent's MCP client did not declare the elicitation capability"
+    if mode not in modes:
+        return f"the agent's MCP client did not declare elicitation in {mode} mode"
+    return ""
 
 
 def route(*, call: ToolCall, ir: InputRequest) -> Route:
@@ -29,7 +43,8 @@ def route(*, call: ToolCall, ir: InputRequest) -> Route:
     )
     checked = []
     chosen: Route | None = None
-    for rule in RoutingRule.objects.select_related("server", "team", "policy"):
+    # Gate rules decide whether a call is sent at all (services.gates); they do not route questions.
+    for rule in RoutingRule.objects.filter(gate=False).select_related("server", "team", "policy"):
         verdict = rules.evaluate(rule, subject)
         checked.append(
             {"rule": rule.name, "position": rule.position, "matched": verdict.matched, "why": verdict.why}
@@ -37,6 +52,17 @@ def route(*, call: ToolCall, ir: InputRequest) -> Route:
         if verdict.matched:
             chosen = Route(rule.team, rule.policy, rule)
             break
+    answered_by = RoutingRule.AnsweredBy.TEAM
+    refused = ""
+    if (
+        chosen is not None
+        and chosen.rule is not None
+        and chosen.rule.answered_by == RoutingRule.AnsweredBy.REQUESTER
+    ):
+        refused = passthrough_refusal(call, ir.mode)
+        if not refused:
+            chosen.for_requester = True
+            answered_by = RoutingRule.AnsweredBy.REQUESTER
     if chosen is None:
         team = call.server.default_team if call.server else None
         chosen = Route(team, None, None)
@@ -61,5 +87,8 @@ def route(*, call: ToolCall, ir: InputRequest) -> Route:
         "assignee": chosen.assignee.get_username() if chosen.assignee else None,
         "annotations": subject.annotations,
         "checked": checked,
+        "answered_by": answered_by,
     }
+    if refused:
+        chosen.explanation["passthrough_refused"] = f"The rule says the requester answers, but {refused}."
     return chosen

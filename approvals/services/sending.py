@@ -39,6 +39,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import InputRequest, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
+from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
 
@@ -172,12 +173,14 @@ def _claim(call_id: Any) -> Send | None:
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
         rnd = call.rounds.exclude(status=Round.Status.CLOSED).order_by("-number").first()
-        if rnd is not None and rnd.kind == Round.Kind.PUSH:
-            return None  # answered on the holder's session, never re-sent
+        if rnd is not None and rnd.kind in (Round.Kind.PUSH, Round.Kind.GATE):
+            return None  # answered on the holder's session, never re-sent; or a gate still waiting
         if rnd is None:
-            if call.rounds.exists():
+            if call.rounds.exclude(kind=Round.Kind.GATE).exists():
                 return None
             held = call.status == ToolCall.Status.RUNNING and call.attempts > 0
+            if not held and not gate_at_send(call):
+                return None  # the approval no longer matches the call: a new gate is open
             claimed = ToolCall.objects.filter(
                 pk=call.pk, status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING]
             ).update(
@@ -236,6 +239,7 @@ def call_send(*, call_id: Any) -> float | None:
     """
     if _hand_to_holders(call_id):
         return None  # it runs on a holder's session, never from here
+    gate_refresh_tools(call_id)  # a gated call is checked against the tool list as the server has it now
     with send_lock(call_id) as acquired:
         if not acquired:
             return None
@@ -259,6 +263,8 @@ def call_send(*, call_id: Any) -> float | None:
                         idempotency_key=send.idempotency_key,
                         call_timeout=call_limit(send.call),
                         on_progress=ProgressWriter(send.call.pk),
+                        # The stored definition: no tools/list before each send.
+                        tool=send.call.server.tool(send.call.tool),
                     )
                 )
             except mcp_client.TransientError as exc:

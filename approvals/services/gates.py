@@ -1,0 +1,574 @@
+"""Gates: a routing rule with ``gate`` set stops a call for approval before anything is sent upstream.
+
+A gate is a `Round` of kind GATE with one `InputRequest` (key ``gate``, method ``tools/call``; its schema is
+the tool's ``inputSchema``), so teams, N-of-M, no self-approval, expiry, escalation, the inbox, the live
+queues and the audit log treat it as they treat a server's question. Reviewers approve it, decline it with a
+reason (the agent gets a tool error saying so), or edit the arguments (checked against ``inputSchema``); the
+`Gate` row binds the approval to the exact call through `call_digest`.
+
+At send time (`gate_at_send`, on the Celery path and the holder path) the digest is computed again over the
+tool definition the hub holds (listed again first when older than `SEND_FRESHNESS` seconds,
+`gate_refresh_tools`), the arguments to be sent, and the rule's and policy's current revisions. Equal: the
+approval is used, once. Different: the approval is voided (``gate.voided``, with the reason) and a new gate
+opens for the call as it now is.
+
+Remembered grants (``approvals.services.grants``, when installed) let a call through without a person.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import Draft202012Validator, validator_for
+
+from approvals import broadcast, canonical, rules, safejson
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
+from approvals.models import Gate, InputRequest, McpServer, Policy, Round, RoutingRule, ToolCall
+from approvals.queueing import RUN_CALL, enqueue_on_commit
+from approvals.services import notifications
+from approvals.services.errors import AnswerInvalid, Invalid
+
+SYSTEM = Actor.system()
+GATE_KEY = "gate"
+GATE_METHOD = "tools/call"  # the InputRequest.method of a gate: what it asks about
+SEND_FRESHNESS = 60  # seconds: a send is checked against a tool definition at most this old
+MAX_ARGUMENTS = 256 * 1024  # bytes of JSON: edited arguments larger than this are refused
+TOOL_FIELDS = ("name", "description", "inputSchema", "outputSchema", "annotations")
+
+
+def is_gate(ir: InputRequest) -> bool:
+    return ir.method == GATE_METHOD
+
+
+def _grants() -> ModuleType | None:
+    """The remembered-grants service, where installed (``approvals.services.grants``)."""
+    try:
+        return importlib.import_module("approvals.services.grants")
+    except ModuleNotFoundError:
+        return None
+
+
+def grants_installed() -> bool:
+    return _grants() is not None
+
+
+# ---- what an approval covers -------------------------------------------------------------------------
+
+
+def tool_definition(server: McpServer | None, tool: str) -> dict[str, Any]:
+    """The tool as the hub holds it (from the stored tools/list): the parts an approval covers."""
+    spec = (server.tool(tool) if server else None) or {"name": tool}
+    return {key: spec[key] for key in TOOL_FIELDS if key in spec}
+
+
+def call_digest(
+    *,
+    call: ToolCall,
+    arguments: Any,
+    tool: dict[str, Any],
+    rule: RoutingRule | None,
+    rule_revision: int | None,
+    policy: Policy | None,
+    policy_revision: int | None,
+) -> str:
+    """SHA-256 of the canonical JSON (RFC 8785) of everything an approval is bound to."""
+    agent = call.agent
+    person = call.on_behalf_of
+    return canonical.digest(
+        {
+            "server": call.server_slug,
+            "tool": tool,
+            "arguments": arguments,
+            "agent": {"id": agent.pk, "name": agent.name} if agent else None,
+            "on_behalf_of": person.get_username() if person else None,
+            "rule": {"id": rule.pk, "revision": rule_revision} if rule else None,
+            "policy": {"id": policy.pk, "revision": policy_revision} if policy else None,
+        }
+    )
+
+
+def _current_digest(call: ToolCall, gate: Gate) -> str:
+    """The digest of the call as it would be sent now, under the rule and policy that required the gate."""
+    rule = RoutingRule.objects.filter(pk=gate.rule_id).first() if gate.rule_id else None
+    policy = Policy.objects.filter(pk=gate.policy_id).first() if gate.policy_id else None
+    return call_digest(
+        call=call,
+        arguments=call.arguments or {},
+        tool=tool_definition(call.server, call.tool),
+        rule=rule,
+        rule_revision=rule.revision if rule else None,
+        policy=policy,
+        policy_revision=policy.revision if policy else None,
+    )
+
+
+def arguments_diff(before: Any, after: Any) -> list[dict[str, Any]]:
+    """What a reviewer changed, top-level argument by argument: ``[{"path", "op", "from", "to"}]``."""
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    changes: list[dict[str, Any]] = []
+    for key in sorted(set(before) | set(after)):
+        if key not in after:
+            changes.append({"path": key, "op": "removed", "from": before[key]})
+        elif key not in before:
+            changes.append({"path": key, "op": "added", "to": after[key]})
+        elif canonical.canonical_json(before[key]) != canonical.canonical_json(after[key]):
+            changes.append({"path": key, "op": "changed", "from": before[key], "to": after[key]})
+    return changes
+
+
+# ---- which rule gates a call ---------------------------------------------------------------------------
+
+
+def gate_rule(call: ToolCall) -> tuple[RoutingRule | None, dict[str, Any]]:
+    """The first enabled gate rule matching the call (by position), and why each rule did or did not."""
+    subject = rules.Subject(
+        server_slug=call.server_slug,
+        tool=call.tool,
+        mode="",
+        arguments=call.arguments or {},
+        annotations=call.tool_annotations,
+    )
+    checked = []
+    for rule in RoutingRule.objects.filter(gate=True).select_related("server", "team", "policy"):
+        verdict = rules.evaluate(rule, subject)
+        checked.append(
+            {"rule": rule.name, "position": rule.position, "matched": verdict.matched, "why": verdict.why}
+        )
+        if verdict.matched:
+            explanation = {
+                "matched": rule.name,
+                "team": rule.team.slug,
+                "policy": rule.policy.name if rule.policy else None,
+                "assignee": None,
+                "annotations": subject.annotations,
+                "checked": checked,
+                "gate": True,
+            }
+            return rule, explanation
+    return None, {"checked": checked}
+
+
+def _audit_data(call: ToolCall, ir: InputRequest | None, digest: str, **more: Any) -> dict[str, Any]:
+    team = ir.team.slug if ir is not None and ir.team else None
+    return {"server": call.server_slug, "tool": call.tool, "team": team, "digest": digest, **more}
+
+
+# ---- opening a gate ------------------------------------------------------------------------------------
+
+
+def gate_on_submit(call: ToolCall) -> bool:
+    """Inside `call_submit`'s transaction: True when a gate (or ``None``: a grant) decides the call first.
+
+    No gate rule matches: False, the call is queued as usual. A grant covers it: the grant is used and
+    False. Otherwise a gate opens and True: the call is not queued until it is approved."""
+    rule, explanation = gate_rule(call)
+    if rule is None:
+        return False
+    grants = _grants()
+    if grants is not None:
+        grant = grants.find(call=call, tool_digest=canonical.digest(tool_definition(call.server, call.tool)))
+        if grant is not None:
+            grants.use(grant, call)
+            return False
+    gate_open(call=call, rule=rule, explanation=explanation)
+    return True
+
+
+def _message(call: ToolCall) -> str:
+    who = call.agent.name if call.agent else "An agent"
+    person = f" for {call.on_behalf_of.get_username()}" if call.on_behalf_of else ""
+    return f"{who} asks{person} to call {call.tool} on {call.server_name}."
+
+
+def gate_open(*, call: ToolCall, rule: RoutingRule, explanation: dict[str, Any], why: str = "") -> Round:
+    """Open a gate for the call as it is now. Runs inside the caller's transaction.
+
+    Raises Invalid when the arguments have no canonical JSON form (an approval could not be bound to them)."""
+    from approvals.services.rounds import _announce, round_ttl
+
+    now = timezone.now()
+    policy = rule.policy
+    tool = tool_definition(call.server, call.tool)
+    arguments = call.arguments or {}
+    try:
+        digest = call_digest(
+            call=call,
+            arguments=arguments,
+            tool=tool,
+            rule=rule,
+            rule_revision=rule.revision,
+            policy=policy,
+            policy_revision=policy.revision if policy else None,
+        )
+    except canonical.CanonicalError as exc:
+        raise Invalid(
+            f"The arguments cannot be approved: they hold a value canonical JSON cannot represent ({exc}).",
+            code="invalid_arguments",
+            fields={"arguments": "not representable as canonical JSON"},
+        ) from None
+    number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    ttl = policy.ttl if policy and policy.ttl else round_ttl(call)
+    rnd = Round.objects.create(
+        call=call,
+        number=number,
+        kind=Round.Kind.GATE,
+        raw={},
+        request_state=None,
+        opened_at=now,
+        deadline=now + timedelta(seconds=ttl),
+    )
+    schema = tool.get("inputSchema")
+    schema = schema if isinstance(schema, dict) else {"type": "object"}
+    properties = schema.get("properties")
+    ir = InputRequest.objects.create(
+        round=rnd,
+        key=GATE_KEY,
+        method=GATE_METHOD,
+        mode=InputRequest.Mode.FORM,
+        message=_message(call),
+        requested_schema=schema,
+        property_order=list(properties) if isinstance(properties, dict) else [],
+        params={"name": call.tool, "arguments": arguments},
+        team=rule.team,
+        policy=policy,
+        rule=rule,
+        routing=explanation,
+        approvals_required=policy.approvals_required if policy else 1,
+        created_at=now,
+    )
+    Gate.objects.create(
+        round=rnd,
+        call=call,
+        rule=rule,
+        rule_revision=rule.revision,
+        policy=policy,
+        policy_revision=policy.revision if policy else None,
+        tool=tool,
+        arguments=arguments,
+        digest=digest,
+        created_at=now,
+    )
+    ToolCall.objects.filter(pk=call.pk).update(
+        status=ToolCall.Status.AWAITING_INPUT, holder=None, updated_at=now
+    )
+    call.status = ToolCall.Status.AWAITING_INPUT
+    audit.record(
+        actor=SYSTEM,
+        verb="gate.opened",
+        call=call,
+        input_request=ir,
+        data=_audit_data(
+            call,
+            ir,
+            digest,
+            round=number,
+            rule=rule.name,
+            rule_revision=rule.revision,
+            policy=policy.name if policy else None,
+            policy_revision=policy.revision if policy else None,
+            approvals_required=ir.approvals_required,
+            annotations=tool.get("annotations") or {},
+            **({"reopened_because": why} if why else {}),
+        ),
+    )
+    notifications.notify(ir=ir, team=ir.team, event="routed")
+    transaction.on_commit(functools.partial(_announce, rnd.pk, call.pk, [ir]))
+    transaction.on_commit(lambda: broadcast.call_changed(call))
+    return rnd
+
+
+# ---- deciding ------------------------------------------------------------------------------------------
+
+
+def validate_decision(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
+    """A reviewer's answer to a gate: approve (content None: the arguments as asked; an object: edited
+    arguments, checked against the tool's inputSchema) or decline. Cancel is not a decision on a gate."""
+    if action == InputRequest.Action.DECLINE:
+        if content not in (None, {}):
+            raise Invalid(
+                "A decline carries no arguments.", code="invalid_body", fields={"content": "not allowed"}
+            )
+        return None
+    if action != InputRequest.Action.ACCEPT:
+        raise Invalid(
+            "A gate is approved (with the arguments as asked, or edited) or declined.",
+            code="invalid_body",
+            fields={"action": "must be accept (approve) or decline"},
+        )
+    if content is None:
+        asked = (ir.params or {}).get("arguments")
+        return dict(asked) if isinstance(asked, dict) else {}
+    if not isinstance(content, dict):
+        raise AnswerInvalid("The arguments must be a JSON object.", fields={"arguments": "not an object"})
+    if safejson.size(content) > MAX_ARGUMENTS:
+        raise AnswerInvalid(
+            f"The arguments are over {MAX_ARGUMENTS // 1024} KiB.", fields={"arguments": "too large"}
+        )
+    try:
+        canonical.canonical_json(content)
+    except canonical.CanonicalError as exc:
+        raise AnswerInvalid(
+            f"The arguments cannot be approved: {exc}.", fields={"arguments": "not canonical JSON"}
+        ) from None
+    errors = schema_errors(ir.requested_schema or {}, content)
+    if errors:
+        raise AnswerInvalid("The arguments do not match the tool's inputSchema.", fields=errors)
+    return content
+
+
+def schema_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, str]:
+    """jsonschema's verdict on edited arguments, one message per argument path ("" for the whole)."""
+    try:
+        cls = validator_for(schema, default=Draft202012Validator)
+        cls.check_schema(schema)
+    except SchemaError:
+        return {}  # the server's schema itself is broken: only "an object" can be checked, and it is
+    errors: dict[str, str] = {}
+    for error in cls(schema).iter_errors(arguments):
+        path = ".".join(str(part) for part in error.absolute_path) or "arguments"
+        errors.setdefault(path, error.message[:300])
+    return errors
+
+
+def gate_decide(
+    *,
+    input_request_id: Any,
+    user: Any,
+    decision: str,
+    arguments: Any = None,
+    reason: str = "",
+    grant: Any = None,
+) -> InputRequest:
+    """A reviewer's decision on a gate: ``approve``, ``edit`` (with ``arguments``) or ``decline`` (with a
+    ``reason``). Goes through `answers.input_respond`, so permissions, self-approval and N-of-M apply. An
+    approval may also carry a remembered grant (``grant``, see ``approvals.services.grants``)."""
+    from approvals.services import answers
+
+    ir = InputRequest.objects.filter(pk=input_request_id).first()
+    if ir is None or not is_gate(ir):
+        from approvals.services.errors import NotFound
+
+        raise NotFound("No such gate.")
+    if decision not in ("approve", "edit", "decline"):
+        raise Invalid(
+            "decision must be approve, edit or decline.",
+            code="invalid_body",
+            fields={"decision": "must be approve, edit or decline"},
+        )
+    if decision == "edit" and not isinstance(arguments, dict):
+        raise Invalid(
+            "edit needs the arguments to send.", code="invalid_body", fields={"arguments": "required"}
+        )
+    if decision != "edit" and arguments is not None:
+        raise Invalid(
+            "Only edit carries arguments.", code="invalid_body", fields={"arguments": "only with edit"}
+        )
+    grants = _grants()
+    choice = None
+    if grant is not None:
+        if decision == "decline":
+            raise Invalid(
+                "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
+            )
+        if grants is None:
+            raise Invalid(
+                "This hub does not remember grants.", code="invalid_body", fields={"grant": "unknown"}
+            )
+        choice = grants.parse_choice(grant)
+    action = InputRequest.Action.DECLINE if decision == "decline" else InputRequest.Action.ACCEPT
+    with transaction.atomic():
+        ir = answers.input_respond(
+            input_request_id=ir.pk, user=user, action=action, content=arguments, reason=reason
+        )
+        if choice is not None and grants is not None and ir.status == InputRequest.Status.ANSWERED:
+            gate = Gate.objects.select_related("call").get(round_id=ir.round_id)
+            grants.create_from_approval(
+                approver=user, call=gate.call, tool_digest=canonical.digest(gate.tool), choice=choice
+            )
+    return ir
+
+
+def gate_decided(*, rnd: Round, outcome: str) -> None:
+    """The gate's request has its final answer (or expired): send the call, or end it. Runs inside the
+    answering transaction (`rounds.round_mark_ready`)."""
+    from approvals.services.calls import call_finish
+
+    now = timezone.now()
+    gate = Gate.objects.select_for_update().get(round=rnd)
+    call = ToolCall.objects.select_related("server", "agent", "on_behalf_of").get(pk=gate.call_id)
+    ir = rnd.input_requests.select_related("team", "answered_by").get()
+    Round.objects.filter(pk=rnd.pk).exclude(status=Round.Status.CLOSED).update(
+        status=Round.Status.CLOSED, closed_at=now
+    )
+    who = ir.answered_by.get_username() if ir.answered_by else "A reviewer"
+    if outcome == Round.Outcome.EXPIRED or ir.action == InputRequest.Action.CANCEL:
+        Gate.objects.filter(pk=gate.pk).update(status=Gate.Status.EXPIRED, decided_at=now)
+        call_finish(
+            call=call,
+            status=ToolCall.Status.EXPIRED,
+            error={
+                "code": "expired",
+                "message": "No one approved this call before the deadline; it was not sent.",
+            },
+        )
+        return
+    if ir.action == InputRequest.Action.DECLINE:
+        Gate.objects.filter(pk=gate.pk).update(
+            status=Gate.Status.DECLINED, reason=ir.reason, decided_by=ir.answered_by, decided_at=now
+        )
+        audit.record(
+            actor=Actor.user(ir.answered_by) if ir.answered_by else SYSTEM,
+            verb="gate.declined",
+            call=call,
+            input_request=ir,
+            data=_audit_data(call, ir, gate.digest, reason=ir.reason),
+        )
+        said = f": {ir.reason}" if ir.reason else " (no reason given)"
+        call_finish(
+            call=call,
+            status=ToolCall.Status.FAILED,
+            error={
+                "code": "declined",
+                "message": f"{who} declined this call{said}. It was not sent.",
+                "reason": ir.reason,
+                "declined_by": ir.answered_by.get_username() if ir.answered_by else None,
+            },
+        )
+        return
+    approved = ir.content if isinstance(ir.content, dict) else dict(gate.arguments)
+    diff = arguments_diff(gate.arguments, approved)
+    approved_digest = call_digest(
+        call=call,
+        arguments=approved,
+        tool=gate.tool,
+        rule=gate.rule,
+        rule_revision=gate.rule_revision,
+        policy=gate.policy,
+        policy_revision=gate.policy_revision,
+    )
+    Gate.objects.filter(pk=gate.pk).update(
+        status=Gate.Status.APPROVED,
+        approved_arguments=approved,
+        approved_digest=approved_digest,
+        diff=diff,
+        decided_by=ir.answered_by,
+        decided_at=now,
+    )
+    actor = Actor.user(ir.answered_by) if ir.answered_by else SYSTEM
+    if diff:
+        ToolCall.objects.filter(pk=call.pk).update(arguments=approved)
+        call.arguments = approved
+        audit.record(
+            actor=actor,
+            verb="gate.edited",
+            call=call,
+            input_request=ir,
+            data=_audit_data(call, ir, approved_digest, diff=diff, asked_digest=gate.digest),
+        )
+    audit.record(
+        actor=actor,
+        verb="gate.approved",
+        call=call,
+        input_request=ir,
+        data=_audit_data(call, ir, approved_digest, edited=bool(diff), asked_digest=gate.digest),
+    )
+    ToolCall.objects.filter(pk=call.pk, status=ToolCall.Status.AWAITING_INPUT).update(
+        status=ToolCall.Status.QUEUED, updated_at=now
+    )
+    enqueue_on_commit(RUN_CALL, str(call.pk))
+    transaction.on_commit(lambda: broadcast.call_changed(call))
+
+
+# ---- at send time ----------------------------------------------------------------------------------------
+
+
+def gate_refresh_tools(call_id: Any) -> None:
+    """Before a gated call's first send (outside any transaction): list the server's tools again when the
+    stored list is older than `SEND_FRESHNESS` seconds, so the send is checked against what the server
+    claims now."""
+    from approvals.services.servers import server_refresh_if_stale
+
+    gate = (
+        Gate.objects.filter(call_id=call_id, status=Gate.Status.APPROVED)
+        .select_related("call__server")
+        .first()
+    )
+    if gate is None or gate.call.server is None:
+        return
+    server_refresh_if_stale(gate.call.server, max_age=SEND_FRESHNESS)
+
+
+def _void_reason(call: ToolCall, gate: Gate) -> str:
+    reasons = []
+    now_tool = tool_definition(call.server, call.tool)
+    if canonical.canonical_json(now_tool) != canonical.canonical_json(gate.tool):
+        changed = sorted(
+            key
+            for key in TOOL_FIELDS
+            if canonical.canonical_json(now_tool.get(key)) != canonical.canonical_json(gate.tool.get(key))
+        )
+        reasons.append(f"the tool's definition changed on the server ({', '.join(changed)})")
+    rule = RoutingRule.objects.filter(pk=gate.rule_id).first() if gate.rule_id else None
+    if gate.rule_id and rule is None:
+        reasons.append("the rule that required the approval was deleted")
+    elif rule is not None and rule.revision != gate.rule_revision:
+        reasons.append(
+            f"the rule {rule.name!r} was edited (revision {gate.rule_revision} -> {rule.revision})"
+        )
+    policy = Policy.objects.filter(pk=gate.policy_id).first() if gate.policy_id else None
+    if gate.policy_id and policy is None:
+        reasons.append("the policy that required the approval was deleted")
+    elif policy is not None and policy.revision != gate.policy_revision:
+        reasons.append(
+            f"the policy {policy.name!r} was edited (revision {gate.policy_revision} -> {policy.revision})"
+        )
+    if canonical.canonical_json(call.arguments or {}) != canonical.canonical_json(
+        gate.approved_arguments or {}
+    ):
+        reasons.append("the arguments are not the approved ones")
+    return "; ".join(reasons) or "the call is not the one approved"
+
+
+def gate_at_send(call: ToolCall) -> bool:
+    """Just before a gated call's first ``tools/call`` leaves, inside the claiming transaction: True when it
+    may go. The approval is used once; a call that differs from what was approved (the tool's definition,
+    the rule's or policy's revision, the arguments) voids it and opens a new gate (False)."""
+    gate = call.gates.exclude(status=Gate.Status.VOIDED).order_by("-created_at").select_for_update().first()
+    if gate is None or gate.status == Gate.Status.USED:
+        return True  # never gated (or let through by a grant); USED: the same send, retried before it left
+    if gate.status != Gate.Status.APPROVED:
+        return False
+    now = timezone.now()
+    current = _current_digest(call, gate)
+    ir = gate.round.input_requests.select_related("team").first()
+    if current == gate.approved_digest:
+        Gate.objects.filter(pk=gate.pk, status=Gate.Status.APPROVED).update(
+            status=Gate.Status.USED, used_at=now
+        )
+        audit.record(
+            actor=SYSTEM, verb="gate.used", call=call, input_request=ir, data=_audit_data(call, ir, current)
+        )
+        return True
+    reason = _void_reason(call, gate)
+    Gate.objects.filter(pk=gate.pk).update(status=Gate.Status.VOIDED, reason=reason)
+    audit.record(
+        actor=SYSTEM,
+        verb="gate.voided",
+        call=call,
+        input_request=ir,
+        data=_audit_data(call, ir, gate.approved_digest, now_digest=current, reason=reason),
+    )
+    rule, explanation = gate_rule(call)
+    if rule is None:
+        return True  # no gate rule asks for this call any more: it goes as it is
+    gate_open(call=call, rule=rule, explanation=explanation, why=reason)
+    return False

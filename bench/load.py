@@ -1,0 +1,689 @@
+"""The load benchmark (issue 15): the whole loop through the API, under load, with CPU per call.
+
+Starts the hub the way `make run` does (every Procfile entry but the demo: web, gateway, holder, worker,
+on the engines the settings name, the embedded ones unless DATABASE_URL / REDIS_URL are set) or uses a hub
+already running (``--web URL``, repeatable: agents and reviewers are spread across them). The MCP server is
+always a separate process (bench/load_server.py: the demo server, whose ``create_deployment`` asks once
+and completes on the retry, and which notes when each retry arrived).
+
+Load: ``--agents`` agents (8) each submit one-round calls and long-poll each for its result;
+``--reviewers`` bot reviewers (2) poll ``GET /api/v1/inbox`` every ``--poll`` ms and answer (each answers
+its share of the items), and each keeps a websocket open on the queue. Closed loop (each agent submits its
+next call once the last one ended: the maximum throughput) unless ``--rate R`` offers R calls/s in all.
+It runs ``--duration`` seconds (or ``--calls`` calls) after ``--warmup`` seconds that are not counted.
+
+Prints: calls/s and errors; submit -> visible in the inbox; input_required received (the stored
+Round.opened_at) -> visible to a reviewer, in the inbox and on the socket; answer POST -> retry received
+by the MCP server; the CPU time per completed call of each hub process kind (utime + stime of its process
+tree from /proc); the machine's load average; and the engines' floor measured in the same run by the
+project's own code (a PostgreSQL commit, a Redis round trip, a channel-layer send -> receive).
+
+    make bench                                    (closed loop, 30 s)
+    make bench BENCH="load --rate 20 --duration 30"
+    make bench BENCH="load --web http://127.0.0.1:8000 --web http://127.0.0.1:8002"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import socket
+import statistics
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import websockets
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.cache import cache
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection, transaction
+
+from approvals.models import Membership, Round, Team
+from approvals.services import tokens
+from elicit_hub import engines
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "var" / "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+KINDS = ("web", "gateway", "holder", "worker")
+FINAL = {"completed", "failed", "cancelled", "expired", "outcome_unknown"}
+# How a hub process is told apart when discovered (--web without --pid): a marker in its command line.
+MARKERS = {
+    "web": ("elicit_hub.serve", "daphne", "elicit_hub.asgi"),
+    "gateway": ("run_gateway",),
+    "holder": ("run_holder",),
+    "worker": ("celery",),
+}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def describe(values: list[float]) -> str:
+    if not values:
+        return "no samples"
+    return (
+        f"p50={statistics.median(values):.1f} ms p99={pct(values, 0.99):.1f} ms "
+        f"max={max(values):.1f} ms n={len(values)}"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- processes and their CPU time ---------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` so far, in seconds (fields 14 and 15 of /proc/<pid>/stat); 0 once gone."""
+    fields = _stat(pid)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def tree(roots: Iterable[int]) -> set[int]:
+    """`roots` and all their descendants alive now."""
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        fields = _stat(pid)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def engine_pids() -> set[int]:
+    """The embedded engines' server processes (PostgreSQL's postmaster, Redis), found by their data paths."""
+    found = set()
+    var = str(ROOT / "var")
+    for pid in all_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        program = cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
+        if var in cmdline and program in ("postgres", "redis-server"):
+            found.add(pid)
+    return found
+
+
+def discover() -> dict[str, set[int]]:
+    """Hub processes started from this checkout (their working directory), by kind, from command lines."""
+    found: dict[str, set[int]] = {kind: set() for kind in KINDS}
+    for pid in all_pids():
+        try:
+            if Path(f"/proc/{pid}/cwd").resolve() != ROOT:
+                continue
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "bench" in cmdline.split(" ")[1:3] or "load_server" in cmdline or "honcho" in cmdline:
+            continue
+        for kind, markers in MARKERS.items():
+            if any(marker in cmdline for marker in markers):
+                found[kind].add(pid)
+                break
+    return found
+
+
+@dataclass
+class CpuSample:
+    roots: dict[str, set[int]]
+    start: dict[int, float] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    def begin(self) -> None:
+        self.started_at = time.monotonic()
+        for kind, roots in self.roots.items():
+            for pid in tree(roots):
+                self.kinds[pid] = kind
+                self.start[pid] = cpu_seconds(pid)
+
+    def end(self) -> tuple[dict[str, float], float]:
+        """CPU seconds of each kind since `begin` (a process born since counts from 0), and the wall time."""
+        used = dict.fromkeys(self.roots, 0.0)
+        for kind, roots in self.roots.items():
+            for pid in tree(roots) | {p for p, k in self.kinds.items() if k == kind}:
+                used[kind] += max(0.0, cpu_seconds(pid) - self.start.get(pid, 0.0))
+        return used, time.monotonic() - self.started_at
+
+
+class Proc:
+    """One child process in its own session, its output in var/bench/NAME.log, stopped by SIGTERM."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.log_path = LOGS / f"load-{name}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, ready: Any, what: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.proc.poll() is not None:
+                raise CommandError(f"{self.name} exited:\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise CommandError(f"{what} not ready after {timeout:.0f} s:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+def procfile(values: dict[str, str]) -> dict[str, list[str]]:
+    """The hub's Procfile entries (what `make run` starts), with $VARIABLES filled in."""
+    entries = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        name, sep, command = line.partition(":")
+        if sep and name.strip() and not name.startswith("#"):
+            entries[name.strip()] = shlex.split(string.Template(command).safe_substitute(values))
+    return entries
+
+
+# --- the load -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    branch: str
+    agent: int
+    counted: bool
+    submitted: float = 0.0
+    call: str = ""
+    finished: float = 0.0
+    status: str = ""
+
+
+@dataclass
+class Run:
+    server: str
+    counted: bool = False
+    stop: bool = False
+    records: list[Record] = field(default_factory=list)
+    by_call: dict[str, Record] = field(default_factory=dict)
+    inbox_seen: dict[str, float] = field(default_factory=dict)
+    socket_seen: dict[str, float] = field(default_factory=dict)
+    answer_posted: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--web", action="append", default=[], help="a running hub (repeat for more)")
+        parser.add_argument(
+            "--pid", action="append", default=[], help="KIND:PID of a hub process to measure (with --web)"
+        )
+        parser.add_argument("--agents", type=int, default=8)
+        parser.add_argument("--reviewers", type=int, default=2)
+        parser.add_argument("--rate", type=float, default=0.0, help="offered calls/s (0: closed loop)")
+        parser.add_argument("--duration", type=float, default=30.0, help="seconds of counted load")
+        parser.add_argument("--calls", type=int, default=0, help="stop after this many counted calls")
+        parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load not counted")
+        parser.add_argument("--poll", type=float, default=50.0, help="reviewers' inbox polling interval, ms")
+        parser.add_argument("--floor", type=int, default=300, help="samples of each engine floor")
+
+    def handle(self, *args: Any, **o: Any) -> None:
+        if settings.USING_EMBEDDED_ENGINES:
+            engines.start()  # a no-op when they already run
+        call_command("migrate", verbosity=0)
+        stamp = int(time.time())
+        env = {
+            **os.environ,
+            "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "true"),
+            "PYTHONUNBUFFERED": "1",
+            "ELICIT_OUTBOUND_ALLOW": os.environ.get("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1"),
+            # Bots poll the inbox every few ms: the per-token API rate would refuse them.
+            "ELICIT_API_RATE": os.environ.get("ELICIT_API_RATE", "10000000/m"),
+        }
+        procs: list[Proc] = []
+        try:
+            mcp_port = free_port()
+            server = Proc("server", [sys.executable, "bench/load_server.py", f"--port={mcp_port}"], env)
+            procs.append(server)
+            mcp_base = f"http://127.0.0.1:{mcp_port}"
+            server.wait_for(lambda: _answers(mcp_base + "/retries"), "the MCP server")
+            if o["web"]:
+                webs = [url.rstrip("/") for url in o["web"]]
+                roots = self._given_pids(o["pid"])
+            else:
+                webs, roots = self._start_hub(env, stamp, procs)
+            if settings.USING_EMBEDDED_ENGINES:
+                # PostgreSQL's backends are the postmaster's children: the tree counts them.
+                roots["engines"] = engine_pids()
+            shown = ", ".join(f"{kind} {sorted(pids)}" for kind, pids in roots.items())
+            self.stdout.write(f"hub: {', '.join(webs)}; processes measured: {shown}")
+            self._measure(o, stamp, webs, mcp_base, roots)
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+
+    def _given_pids(self, given: list[str]) -> dict[str, set[int]]:
+        if not given:
+            return discover()
+        roots: dict[str, set[int]] = {}
+        for item in given:
+            kind, _, pid = item.partition(":")
+            if not pid.isdigit():
+                raise CommandError(f"--pid {item!r}: expected KIND:PID, e.g. web:1234")
+            roots.setdefault(kind, set()).add(int(pid))
+        return roots
+
+    def _start_hub(
+        self, env: dict[str, str], stamp: int, procs: list[Proc]
+    ) -> tuple[list[str], dict[str, set[int]]]:
+        web_port, gateway_port = free_port(), free_port()
+        entries = procfile(
+            {
+                "PYTHON": sys.executable,
+                "ELICIT_WEB_PORT": str(web_port),
+                "ELICIT_GATEWAY_PORT": str(gateway_port),
+            }
+        )
+        if "worker" in entries:
+            # Its own beat schedule file and node name, beside any `make run` on the same checkout.
+            entries["worker"] = [
+                f"--schedule={LOGS / 'celerybeat-schedule'}" if a.startswith("--schedule") else a
+                for a in entries["worker"]
+            ] + ["-n", f"bench-load-{stamp}@%h"]
+        if "holder" in entries:
+            entries["holder"] += ["--name", f"bench-load-{stamp}"]
+        started: dict[str, Proc] = {}
+        for name, command in entries.items():
+            if name == "demo":
+                continue
+            started[name] = Proc(name, command, env)
+            procs.append(started[name])
+        hub = f"http://127.0.0.1:{web_port}"
+        if "worker" in started:
+            worker = started["worker"]
+            worker.wait_for(lambda: "ready." in worker.log(), "the Celery worker")
+        started["web"].wait_for(lambda: _answers(hub + "/accounts/login/"), "the web server")
+        if "gateway" in started:
+            started["gateway"].wait_for(lambda: _answers(f"http://127.0.0.1:{gateway_port}/"), "the gateway")
+        return [hub], {name: {proc.proc.pid} for name, proc in started.items()}
+
+    # --- set-up ---------------------------------------------------------------------------------------------
+
+    def _setup(
+        self, o: dict[str, Any], stamp: int, mcp_base: str
+    ) -> tuple[str, list[str], list[tuple[str, str]]]:
+        team = Team.objects.create(slug=f"bench-load-{stamp}", name=f"Bench load {stamp}")
+        slug = f"bench-load-{stamp}"
+        call_command(
+            "add_server", slug, mcp_base + "/mcp", "--team", team.slug, "--era", "2026-07-28", verbosity=0
+        )
+        from approvals.models import McpServer
+
+        server = McpServer.objects.get(slug=slug)
+        if not server.tools:
+            raise CommandError(
+                f"the bench MCP server at {mcp_base} listed no tools (see var/bench/load-server.log)"
+            )
+        agent_tokens = [
+            tokens.agent_create(name=f"bench-load-{stamp}-{i}", servers=[server])[1]
+            for i in range(o["agents"])
+        ]
+        reviewers = []
+        for i in range(o["reviewers"]):
+            user = get_user_model().objects.create_user(f"bench-load-{stamp}-r{i}")
+            Membership.objects.create(team=team, user=user, role=Membership.Role.REVIEWER)
+            _, token = tokens.personal_token_create(user=user, name="bench")
+            session = SessionStore()
+            session[SESSION_KEY] = str(user.pk)
+            session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+            session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+            session.create()
+            assert session.session_key is not None  # create() just saved it
+            reviewers.append((token, session.session_key))
+        return slug, agent_tokens, reviewers
+
+    # --- the run --------------------------------------------------------------------------------------------
+
+    def _measure(
+        self, o: dict[str, Any], stamp: int, webs: list[str], mcp_base: str, roots: dict[str, set[int]]
+    ) -> None:
+        slug, agent_tokens, reviewers = self._setup(o, stamp, mcp_base)
+        load_before = os.getloadavg()
+        cpu = CpuSample(roots)
+        run = Run(server=slug)
+        wall = asyncio.run(self._drive(o, stamp, webs, agent_tokens, reviewers, run, cpu))
+        used, cpu_wall = cpu.end()
+        load_after = os.getloadavg()
+        retries = httpx.get(mcp_base + "/retries", timeout=10).json()
+        self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after)
+        self._floor(o["floor"])
+
+    async def _drive(
+        self,
+        o: dict[str, Any],
+        stamp: int,
+        webs: list[str],
+        agent_tokens: list[str],
+        reviewers: list[tuple[str, str]],
+        run: Run,
+        cpu: CpuSample,
+    ) -> float:
+        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+        agents = [
+            httpx.AsyncClient(
+                base_url=webs[i % len(webs)],
+                headers={"Authorization": f"Bearer {t}"},
+                timeout=90,
+                limits=limits,
+            )
+            for i, t in enumerate(agent_tokens)
+        ]
+        bots = [
+            httpx.AsyncClient(
+                base_url=webs[i % len(webs)], headers={"Authorization": f"Bearer {t}"}, timeout=30
+            )
+            for i, (t, _) in enumerate(reviewers)
+        ]
+        done = asyncio.Event()
+        ready = [asyncio.Event() for _ in reviewers]
+        sockets = [
+            asyncio.create_task(self._socket(webs[i % len(webs)], cookie, run, ready[i], done))
+            for i, (_, cookie) in enumerate(reviewers)
+        ]
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 30)
+        bot_tasks = [
+            asyncio.create_task(self._bot(k, len(bots), bot, run, o["poll"] / 1000, done))
+            for k, bot in enumerate(bots)
+        ]
+        counter = iter(range(10**9))
+        inflight: set[asyncio.Task[None]] = set()
+
+        async def one(agent: int) -> None:
+            record = Record(branch=f"load-{stamp}-{next(counter)}", agent=agent, counted=run.counted)
+            run.records.append(record)
+            await self._call(agents[agent], record, run)
+
+        started = time.monotonic()
+        warm_until = started + o["warmup"]
+        end_at = warm_until + o["duration"]
+
+        def more() -> bool:
+            now = time.monotonic()
+            if not run.counted and now >= warm_until:
+                run.counted = True
+                cpu.begin()
+            if o["calls"] and sum(r.counted for r in run.records) >= o["calls"]:
+                return False
+            return now < end_at
+
+        if o["rate"] > 0:
+            interval = 1 / o["rate"]
+            n = 0
+            while more():
+                task = asyncio.create_task(one(n % len(agents)))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
+                n += 1
+                delay = started + n * interval - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        else:
+
+            async def loop(agent: int) -> None:
+                while more():
+                    await one(agent)
+
+            await asyncio.gather(*(loop(i) for i in range(len(agents))))
+        if inflight:
+            await asyncio.wait(inflight, timeout=120)
+        wall = time.monotonic() - warm_until
+        done.set()
+        await asyncio.gather(*bot_tasks, return_exceptions=True)
+        for task in sockets:
+            task.cancel()
+        await asyncio.gather(*sockets, return_exceptions=True)
+        for client in (*agents, *bots):
+            await client.aclose()
+        return wall
+
+    async def _call(self, client: httpx.AsyncClient, record: Record, run: Run) -> None:
+        record.submitted = time.time()
+        try:
+            response = await client.post(
+                "/api/v1/calls",
+                json={
+                    "server": run.server,
+                    "tool": "create_deployment",
+                    "arguments": {"branch": record.branch},
+                },
+            )
+            if response.status_code not in (200, 201, 202):
+                run.error(f"submit: {response.status_code} {response.text[:200]}")
+                return
+            record.call = response.json()["id"]
+            run.by_call[record.call] = record
+            while True:
+                polled = await client.get(f"/api/v1/calls/{record.call}", params={"wait": 60})
+                if polled.status_code != 200:
+                    run.error(f"long-poll: {polled.status_code} {polled.text[:200]}")
+                    return
+                status = polled.json()["status"]
+                if status in FINAL:
+                    record.finished, record.status = time.time(), status
+                    if status != "completed":
+                        run.error(f"call {record.call} ended {status}")
+                    return
+        except httpx.HTTPError as exc:
+            run.error(f"{type(exc).__name__}: {exc}")
+
+    async def _bot(
+        self, k: int, n: int, client: httpx.AsyncClient, run: Run, poll: float, done: asyncio.Event
+    ) -> None:
+        """A reviewer bot: polls the inbox, notes when each call's request first showed, answers its share."""
+        answered: set[str] = set()
+
+        async def answer(item: dict[str, Any]) -> None:
+            run.answer_posted.setdefault(item["call"], time.time())
+            response = await client.post(
+                f"/api/v1/input-requests/{item['id']}/respond",
+                json={"action": "accept", "content": {"environment": "staging"}},
+            )
+            if response.status_code != 200:
+                run.error(f"respond: {response.status_code} {response.text[:200]}")
+
+        while not done.is_set():
+            try:
+                response = await client.get("/api/v1/inbox", params={"limit": 500})
+                now = time.time()
+                if response.status_code != 200:
+                    run.error(f"inbox: {response.status_code} {response.text[:200]}")
+                    await asyncio.sleep(1)
+                    continue
+                mine = []
+                for item in response.json():
+                    if item["server"] != run.server:
+                        continue
+                    run.inbox_seen.setdefault(item["call"], now)
+                    if item["id"] not in answered and int(item["id"].replace("-", ""), 16) % n == k:
+                        answered.add(item["id"])
+                        mine.append(item)
+                if mine:
+                    await asyncio.gather(*(answer(item) for item in mine))
+            except httpx.HTTPError as exc:
+                run.error(f"bot: {type(exc).__name__}: {exc}")
+            await asyncio.sleep(poll)
+
+    async def _socket(
+        self, web: str, cookie: str, run: Run, ready: asyncio.Event, done: asyncio.Event
+    ) -> None:
+        headers = {"Cookie": f"sessionid={cookie}", "Origin": web}
+        url = web.replace("http", "ws", 1) + "/ws/queue/"
+        async with websockets.connect(url, additional_headers=headers, max_size=2**22) as ws:
+            ready.set()
+            async for raw in ws:
+                now = time.time()
+                message = json.loads(raw)
+                if message.get("type") == "card" and message.get("event") == "round.opened":
+                    run.socket_seen.setdefault(str(message.get("call")), now)
+
+    # --- the report -----------------------------------------------------------------------------------------
+
+    def _report(
+        self,
+        o: dict[str, Any],
+        run: Run,
+        wall: float,
+        used: dict[str, float],
+        cpu_wall: float,
+        retries: dict[str, float],
+        load_before: tuple[float, float, float],
+        load_after: tuple[float, float, float],
+    ) -> None:
+        counted = [r for r in run.records if r.counted]
+        ids = {r.call: r for r in counted if r.call}
+        completed = [r for r in counted if r.status == "completed"]
+        opened = {
+            str(call_id): at.timestamp()
+            for call_id, at in Round.objects.filter(call_id__in=list(ids), number=1).values_list(
+                "call_id", "opened_at"
+            )
+        }
+        first = min((r.submitted for r in counted), default=0.0)
+        last = max((r.finished for r in completed), default=first)
+        span = max(last - first, 1e-9)
+        mode = f"offered {o['rate']:g} calls/s" if o["rate"] > 0 else "closed loop"
+        self.stdout.write(
+            f"load: {mode}, {o['agents']} agents, {o['reviewers']} reviewers (inbox poll {o['poll']:g} ms), "
+            f"{o['duration']:g} s counted after {o['warmup']:g} s warm-up"
+        )
+        self.stdout.write(
+            f"calls: {len(counted)} counted, {len(completed)} completed; "
+            f"throughput {len(completed) / span:.1f} calls/s over {span:.1f} s; errors {len(run.errors)}"
+        )
+        for message in run.errors[:5]:
+            self.stdout.write(f"  error: {message}")
+
+        def samples(ends: dict[str, float], starts: dict[str, float]) -> list[float]:
+            return [(ends[c] - starts[c]) * 1000 for c in ids if c in ends and c in starts]
+
+        submitted = {c: r.submitted for c, r in ids.items()}
+        finished = {c: r.finished for c, r in ids.items() if r.finished}
+        retry_at = {c: retries[r.branch] for c, r in ids.items() if r.branch in retries}
+        rows = (
+            ("submit -> visible in inbox", samples(run.inbox_seen, submitted)),
+            ("input_required received -> visible in inbox", samples(run.inbox_seen, opened)),
+            ("input_required received -> card on socket", samples(run.socket_seen, opened)),
+            ("answer POST -> retry received by the MCP server", samples(retry_at, run.answer_posted)),
+            ("answer POST -> agent sees the call completed", samples(finished, run.answer_posted)),
+            ("submit -> agent sees the call completed", samples(finished, submitted)),
+        )
+        for label, values in rows:
+            self.stdout.write(f"{label}: {describe(values)}")
+        total = 0.0
+        parts = []
+        for kind, seconds in used.items():
+            per_call = 1000 * seconds / max(len(completed), 1)
+            total += per_call if kind != "engines" else 0.0
+            parts.append(f"{kind} {per_call:.1f} ms ({100 * seconds / cpu_wall:.0f} % of a core)")
+        self.stdout.write(f"CPU per completed call: {'; '.join(parts)}; hub total {total:.1f} ms")
+        self.stdout.write(
+            "load average (1/5/15 min): before "
+            + " ".join(f"{x:.2f}" for x in load_before)
+            + ", after "
+            + " ".join(f"{x:.2f}" for x in load_after)
+            + f", {os.cpu_count()} cores"
+        )
+
+    def _floor(self, n: int) -> None:
+        """The engines' floor with the project's own code: a commit, a cache round trip, a layer hop."""
+        commits: list[float] = []
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body text)"
+            )
+        for i in range(n):
+            t0 = time.perf_counter()
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("INSERT INTO bench_floor (body) VALUES (%s)", [f"probe {i}"])
+            commits.append((time.perf_counter() - t0) * 1000)
+        redis_trips: list[float] = []
+        cache.get("bench-floor")
+        for _ in range(n):
+            t0 = time.perf_counter()
+            cache.get("bench-floor")
+            redis_trips.append((time.perf_counter() - t0) * 1000)
+        hops = asyncio.run(self._layer_floor(n))
+        self.stdout.write(f"floor: PostgreSQL commit {describe(commits)}")
+        self.stdout.write(f"floor: Redis round trip {describe(redis_trips)}")
+        self.stdout.write(f"floor: channel layer send -> receive {describe(hops)}")
+
+    async def _layer_floor(self, n: int) -> list[float]:
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        if layer is None:
+            return []
+        channel = await layer.new_channel()
+        hops = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            await layer.send(channel, {"type": "bench.floor", "n": i})
+            await layer.receive(channel)
+            hops.append((time.perf_counter() - t0) * 1000)
+        return hops
