@@ -13,6 +13,7 @@ from approvals.audit.core import Actor
 from approvals.models import (
     AgentClient,
     AuditEvent,
+    Gate,
     InputRequest,
     McpServer,
     Membership,
@@ -368,6 +369,10 @@ class RoutingRuleForm(forms.ModelForm):
             self.add_error(
                 "mode", "A gate stops calls, whatever mode a later question has: leave mode empty."
             )
+        if cleaned.get("gate") and cleaned.get("answered_by") == RoutingRule.AnsweredBy.REQUESTER:
+            self.add_error(
+                "answered_by", "A gate is decided by the rule's team, never by the agent that asks."
+            )
         return cleaned
 
     def clean_conditions(self) -> list:
@@ -426,12 +431,25 @@ class RoundInline(admin.TabularInline):
     can_delete = False
 
 
+class GateInline(admin.TabularInline):
+    """The call's gates: what was approved, by whom, and why an approval was voided."""
+
+    model = Gate
+    fields = ("status", "digest", "approved_digest", "decided_by", "decided_at", "reason", "used_at", "diff")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "server", "tool", "status", "agent", "created_at"]
     list_filter = ["status", "kind", "server"]
     search_fields = ["id", "tool", "idempotency_key"]
-    inlines = [RoundInline]
+    inlines = [GateInline, RoundInline]
 
 
 @admin.register(InputRequest)

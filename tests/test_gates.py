@@ -558,3 +558,35 @@ def test_what_a_gated_call_waits_for_and_the_queue_card(gated: dict[str, Any]) -
     queue = signed_in(gated["alice"]).get("/").content.decode()
     assert "Approve before sending" in queue
     assert "bot asks to call wipe on Deploy bot." in queue
+
+
+def test_the_admin_shows_gates_and_refuses_a_gate_rule_with_a_mode(gated: dict[str, Any]) -> None:
+    call = submit(gated)
+    admin = signed_in(factories.user("root", is_staff=True, is_superuser=True))
+    page = admin.get(f"/admin/approvals/toolcall/{call.pk}/change/").content.decode()
+    assert Gate.objects.get(call=call).digest in page
+    rule = gated["rule"]
+    form = {
+        "position": 1,
+        "name": "gate with a mode",
+        "enabled": "on",
+        "tool_pattern": "*",
+        "mode": "form",
+        "conditions": "[]",
+        "gate": "on",
+        "team": rule.team_id,
+        "answered_by": "team",
+    }
+    refused = admin.post("/admin/approvals/routingrule/add/", form)
+    assert refused.status_code == 200
+    assert "A gate stops calls, whatever mode a later question has" in refused.content.decode()
+    by_agent = admin.post(
+        "/admin/approvals/routingrule/add/", {**form, "mode": "", "answered_by": "requester"}
+    )
+    assert "A gate is decided by the rule&#x27;s team, never by the agent" in by_agent.content.decode()
+    saved = admin.post(
+        f"/admin/approvals/routingrule/{rule.pk}/change/", {**form, "mode": "", "name": "wipes"}
+    )
+    assert saved.status_code == 302, saved.context["adminform"].form.errors if saved.context else saved
+    rule.refresh_from_db()
+    assert rule.revision == 2  # an admin save is an edit: approvals under revision 1 are void at send

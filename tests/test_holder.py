@@ -301,3 +301,34 @@ def test_an_agent_cancelling_a_held_call_answers_the_server_cancel(hub: Hub, hol
     call = ToolCall.objects.get(pk=call_id)
     assert call.status == ToolCall.Status.CANCELLED
     assert call.result is None
+
+
+def test_a_gated_call_runs_on_the_holder_with_the_arguments_a_reviewer_edited(
+    hub: Hub, holder: HolderRunner, push: PushServer
+) -> None:
+    from approvals.models import Gate, RoutingRule, Team
+
+    RoutingRule.objects.create(
+        name="echo waits for approval",
+        server=hub.server,
+        tool_pattern="echo",
+        gate=True,
+        team=Team.objects.get(slug="release"),
+    )
+    from approvals.services import servers
+
+    servers.server_refresh_tools(server=hub.server)  # the tool list the approval covers (probed on a session)
+    before = push.counts().get("echo", 0)
+    call_id = hub.agent.call("echo", {"text": "asked"}, server="pushy")
+    item = hub.reviewer.wait_for_request(call_id, "gate")
+    assert item["gate"]["tool"]["description"] == "Return the text."
+    assert ToolCall.objects.get(pk=call_id).holder_id is None  # no holder takes a call waiting at a gate
+    decided = hub.reviewer.post(
+        f"/input-requests/{item['id']}/decide", {"decision": "edit", "arguments": {"text": "edited"}}
+    )
+    assert decided.status_code == 200, decided.content
+    assert _text(_finished(hub, call_id)) == "echo: edited"
+    assert push.counts()["echo"] == before + 1
+    assert Gate.objects.get(call_id=call_id).status == Gate.Status.USED
+    verbs = list(AuditEvent.objects.filter(call_id=call_id).values_list("verb", flat=True))
+    assert verbs.index("gate.approved") < verbs.index("call.held") < verbs.index("gate.used")
