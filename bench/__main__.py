@@ -7,6 +7,7 @@
     audit        the audit page's queries on a seeded database: p50/p95 per kind, EXPLAIN
     holder       N idle handshake-era sessions in one holder: its CPU and memory; push -> reviewer latency
     gateway      pass-through on /mcp against a running hub: question -> agent's client, answer -> result
+    sockets      N idle reviewer websockets on one Daphne process: its CPU and memory
 
 ``python -m bench NAME --help`` lists a benchmark's options. Each is a Django command run on the hub's
 settings, so ``DATABASE_URL`` and ``REDIS_URL`` choose the engines, as for ``manage.py``.
@@ -18,7 +19,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("load", "loop", "live", "seed_audit", "audit", "holder", "gateway")
+NAMES = ("load", "loop", "live", "seed_audit", "audit", "holder", "gateway", "sockets")
 
 
 def main(argv: list[str]) -> int:

@@ -1,11 +1,30 @@
 """The Celery app: JSON only, late acks, redelivery when a worker dies, time limits (see settings)."""
 
 import os
+import sys
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "elicit_hub.settings")
 
 app = Celery("elicit_hub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# Celery's Django fixup closes every database connection before and after each task, and in a prefork child
+# with Django's connection pool it closes the whole pool too (`close_pool`): each task then opened new
+# PostgreSQL connections (a new server process each, the largest CPU cost of a send). Never recycle the pool
+# per task; `close_old_connections` below hands the connection back to the pool instead, as a request does.
+# The fixup still closes what a child inherited from its parent when it starts.
+app.conf["CELERY_DB_REUSE_MAX"] = sys.maxsize
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _return_connections(**kwargs: Any) -> None:
+    """Before and after each task: give the database connection back to the process's pool (CONN_MAX_AGE 0),
+    or close it when it is unusable; the pool checks a connection's health as it hands it out."""
+    from django.db import close_old_connections
+
+    close_old_connections()

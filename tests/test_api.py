@@ -155,6 +155,30 @@ def test_tokens_are_stored_hashed() -> None:
     assert PersonalToken.objects.get().token_hash == tokens.hash_token(personal)
 
 
+NO_CALL = "00000000-0000-0000-0000-000000000000"  # authenticated first, then 404
+
+
+def test_last_used_at_is_written_at_most_once_a_minute(agent: Agent, reviewer: Reviewer, alice) -> None:
+    agent.get(f"/calls/{NO_CALL}")
+    reviewer.get("/inbox")
+    row = AgentClient.objects.get(name="ci-bot")
+    personal = PersonalToken.objects.get(user=alice)
+    assert row.last_used_at is not None and personal.last_used_at is not None
+    first, first_personal = row.last_used_at, personal.last_used_at
+    agent.get(f"/calls/{NO_CALL}")
+    reviewer.get("/inbox")
+    assert AgentClient.objects.get(pk=row.pk).last_used_at == first
+    assert PersonalToken.objects.get(pk=personal.pk).last_used_at == first_personal
+    # Older than the precision: the next request records it again.
+    older = first - tokens.LAST_USED_PRECISION
+    AgentClient.objects.filter(pk=row.pk).update(last_used_at=older)
+    PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=older)
+    agent.get(f"/calls/{NO_CALL}")
+    reviewer.get("/inbox")
+    assert AgentClient.objects.get(pk=row.pk).last_used_at > first
+    assert PersonalToken.objects.get(pk=personal.pk).last_used_at > first_personal
+
+
 def form_request(deploy, release, schema=MEETING, key="meeting"):
     call = factories.call(deploy)
     rnd = factories.open_round(call, keys=(), team_=release)

@@ -594,6 +594,50 @@ def test_mcp_param_integer_and_false(srv: LiveServer) -> None:
     assert headers["mcp-param-priority"] == "7"
 
 
+def _stored(srv: LiveServer) -> dict[str, dict[str, Any]]:
+    """The server's tools as the hub stores them (a tools/list), then a clean request record."""
+    tools = {tool["name"]: tool for tool in run(list_tools(srv.config()))}
+    srv.reset()
+    return tools
+
+
+def test_stored_tool_definition_sends_only_the_call_with_its_param_headers(srv: LiveServer) -> None:
+    stored = _stored(srv)
+    arguments = {"region": "us-west1", "dry_run": False, "priority": 7}
+    outcome = run(call_tool(srv.config(), "deploy", arguments, tool=stored["deploy"]))
+    assert isinstance(outcome, Completed)
+    assert [r["body"]["method"] for r in srv.seen("/mcp")] == ["tools/call"]
+    headers = srv.calls()[0]["headers"]
+    assert headers["mcp-param-region"] == "us-west1"
+    assert headers["mcp-param-dry-run"] == "false"
+    assert headers["mcp-param-priority"] == "7"
+
+
+def test_stored_tool_definition_still_checks_the_output_schema(srv: LiveServer) -> None:
+    stored = _stored(srv)
+    outcome = run(call_tool(srv.config(), "typed_out", {}, tool=stored["typed_out"]))
+    assert isinstance(outcome, Completed)
+    assert outcome.output_schema_error and "typed_out" in outcome.output_schema_error
+    assert [r["body"]["method"] for r in srv.seen("/mcp")] == ["tools/call"]
+
+
+@pytest.mark.parametrize("given", ["another_tool", "invalid_headers", "malformed"])
+def test_unusable_stored_tool_definition_lists_the_tools_first(srv: LiveServer, given: str) -> None:
+    stored = _stored(srv)
+    tool: dict[str, Any] = {
+        "another_tool": stored["echo"],
+        "invalid_headers": {
+            **stored["deploy"],
+            "inputSchema": {"type": "object", "properties": {"r": {"type": "object", "x-mcp-header": "R"}}},
+        },
+        "malformed": {"name": "deploy", "inputSchema": "not a schema"},
+    }[given]
+    outcome = run(call_tool(srv.config(), "deploy", {"region": "eu"}, tool=tool))
+    assert isinstance(outcome, Completed)
+    assert [r["body"]["method"] for r in srv.seen("/mcp")] == ["tools/list", "tools/call"]
+    assert srv.calls()[0]["headers"]["mcp-param-region"] == "eu"
+
+
 def test_output_schema_violation_is_an_outcome_not_a_failure(srv: LiveServer) -> None:
     outcome = run(call_tool(srv.config(), "typed_out", {}))
     assert isinstance(outcome, Completed)

@@ -33,6 +33,11 @@ from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, AuditHead, InputRequest, ToolCall
 
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
+# The next id and the chain's head hash, in one round trip (run once the chain lock is held).
+_NEXT_AND_LAST = (
+    "SELECT nextval(pg_get_serial_sequence('approvals_auditevent', 'id')),"
+    " (SELECT hash FROM approvals_auditevent ORDER BY id DESC LIMIT 1)"
+)
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(
     r"(request_?state|password|passwd|secret|token|api_?key|authorization|cookie|credential|headers|card_?number|cvv)",
@@ -89,9 +94,10 @@ def record(
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
-            cursor.execute("SELECT nextval(pg_get_serial_sequence('approvals_auditevent', 'id'))")
-            (next_id,) = cursor.fetchone()
-        last = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first()
+            # A statement of its own after the lock: its snapshot sees every append committed before the lock
+            # was granted (in one statement with the lock the snapshot could predate it).
+            cursor.execute(_NEXT_AND_LAST)
+            next_id, last = cursor.fetchone()
         event = AuditEvent(
             id=next_id,
             at=timezone.now(),

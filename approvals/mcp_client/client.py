@@ -362,6 +362,25 @@ async def _call_once(
     return read_call_result(wire.last_result, what)
 
 
+def _stored_tool(tool: dict[str, Any] | None, name: str) -> mcp_types.Tool | None:
+    """The stored definition of tool `name` as the SDK's type, or None (then the call lists the tools):
+    none given, another tool's, invalid ``x-mcp-header`` annotations, or a shape the SDK does not accept."""
+    if not isinstance(tool, dict) or tool.get("name") != name:
+        return None
+    try:
+        known = mcp_types.Tool.model_validate(tool, by_name=False)
+    except ValidationError:
+        return None
+    return None if invalid_header_reason(tool.get("inputSchema")) is not None else known
+
+
+def _learn_tool(client: Client, tool: mcp_types.Tool) -> None:
+    """Give the session what a ``tools/list`` naming `tool` would have taught it (its Mcp-Param-* header
+    map and output schema), without asking the server. Not a complete listing: nothing else is dropped."""
+    listing = mcp_types.ListToolsResult(tools=[tool])
+    client.session._absorb_tool_listing(listing, complete=False)
+
+
 def _typed_input_responses(input_responses: dict[str, Any] | None, what: str) -> Any:
     if input_responses is None:
         return None
@@ -391,8 +410,10 @@ async def call_tool(
     idempotency_key: str | None = None,
     call_timeout: float | None = None,
     on_progress: ProgressFn | None = None,
+    tool: dict[str, Any] | None = None,
 ) -> Outcome:
-    """Call tool `name` once (one round): ``tools/list``, then ``tools/call``.
+    """Call tool `name` once (one round): ``tools/list``, then ``tools/call``; only ``tools/call`` when
+    `tool` is given.
 
     `arguments` go out untouched. For a retry pass the answers (``{key: ElicitResult JSON}``) and the
     previous round's `request_state` exactly as received (none is sent when it is None). Returns
@@ -401,14 +422,24 @@ async def call_tool(
 
     `call_timeout` bounds the ``tools/call`` (default: ``server.timeout``). `on_progress` is awaited with
     (progress, total, message) for each progress notification; a ``progressToken`` is sent with it.
+
+    `tool` is the tool's definition as a ``tools/list`` of this server gave it (the hub's stored list): the
+    client learns the tool's ``Mcp-Param-*`` header map and output schema from it instead of listing the
+    server's tools before every call. A server that then reports a header mismatch gets a fresh
+    ``tools/list`` and the call once more, as without it.
     """
     what = f"tools/call {name!r}"
     responses = _typed_input_responses(input_responses, what)
+    known = _stored_tool(tool, name)
 
     async def op(client: Client, wire: Wire) -> Outcome:
-        wire.method = "tools/list"
-        _, dropped = await _list_all(client, wire)
-        wire.method = None
+        if known is not None:
+            _learn_tool(client, known)
+            dropped: set[str] = set()
+        else:
+            wire.method = "tools/list"
+            _, dropped = await _list_all(client, wire)
+            wire.method = None
         if name in dropped:
             raise PermanentError(
                 "invalid_tool_headers",

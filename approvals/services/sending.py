@@ -263,6 +263,8 @@ def call_send(*, call_id: Any) -> float | None:
                         idempotency_key=send.idempotency_key,
                         call_timeout=call_limit(send.call),
                         on_progress=ProgressWriter(send.call.pk),
+                        # The stored definition: no tools/list before each send.
+                        tool=send.call.server.tool(send.call.tool),
                     )
                 )
             except mcp_client.TransientError as exc:

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import secrets
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -74,13 +75,24 @@ def personal_token_create(*, user: Any, name: str = "") -> tuple[PersonalToken, 
     return record, token
 
 
+# `last_used_at` says when a token was last used to this precision: a token seen within the last minute is not
+# written again. One write per request was a commit (and a WAL flush) per API call, serialising the
+# concurrent requests of one token on its row.
+LAST_USED_PRECISION = timedelta(seconds=60)
+
+
+def _stale(last_used_at: datetime | None, now: datetime) -> bool:
+    return last_used_at is None or now - last_used_at >= LAST_USED_PRECISION
+
+
 def authenticate(token: str) -> AgentClient | PersonalToken | None:
     digest = hash_token(token)
     now = timezone.now()
     if token.startswith(AGENT_PREFIX):
         agent = AgentClient.objects.filter(token_hash=digest, is_active=True).first()
-        if agent:
+        if agent and _stale(agent.last_used_at, now):
             AgentClient.objects.filter(pk=agent.pk).update(last_used_at=now)
+            agent.last_used_at = now
         return agent
     if token.startswith(PERSONAL_PREFIX):
         personal = (
@@ -88,7 +100,8 @@ def authenticate(token: str) -> AgentClient | PersonalToken | None:
             .filter(token_hash=digest, user__is_active=True)
             .first()
         )
-        if personal:
+        if personal and _stale(personal.last_used_at, now):
             PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
+            personal.last_used_at = now
         return personal
     return None
