@@ -762,6 +762,93 @@ class Decision(models.Model):
         return f"{self.action} by {self.user_id}"
 
 
+class GrantQuerySet(models.QuerySet["Grant"]):
+    def active(self, now: datetime) -> GrantQuerySet:
+        """Neither revoked nor expired at ``now``: the only grants that let a call through."""
+        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), revoked_at__isnull=True)
+
+    def expired(self, now: datetime) -> GrantQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__lte=now)
+
+    def revoked(self) -> GrantQuerySet:
+        return self.filter(revoked_at__isnull=False)
+
+
+class Grant(models.Model):
+    """ "The same again": a reviewer's approval of a gated call, remembered for later calls of the same
+    agent, for the same person, to the same tool (as defined when it was approved), with exactly the same
+    arguments or with arguments meeting stated conditions. Made by ``grants.create_from_approval``;
+    revocable; expires."""
+
+    class Arguments(models.TextChoices):
+        EXACT = "exact", _("Exactly these arguments")
+        CONDITIONS = "conditions", _("Arguments meeting conditions")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(AgentClient, on_delete=models.CASCADE, related_name="grants")
+    # The person the agent acts for; NULL: calls naming no one. Deleting the person deletes the grant (it must
+    # never widen to "no one").
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="grants")
+    tool = models.CharField(max_length=200)
+    tool_digest = models.CharField(max_length=64)  # the tool definition as the hub held it when approved
+    arguments_mode = models.CharField(max_length=10, choices=Arguments.choices)
+    arguments_digest = models.CharField(max_length=64, blank=True)  # exact: digest of the canonical arguments
+    arguments = models.JSONField(null=True, blank=True)  # exact: the arguments, for display
+    conditions = models.JSONField(default=list, blank=True)  # conditions: RoutingRule.conditions' shape
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="grants")
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source_call = models.ForeignKey(
+        ToolCall, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )  # the call whose approval made it
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)  # NULL: until revoked
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GrantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(arguments_mode="exact") & ~Q(arguments_digest=""))
+                | (Q(arguments_mode="conditions") & ~Q(conditions=[])),
+                name="grant_mode_has_arguments",
+            ),
+            models.CheckConstraint(
+                condition=Q(expires_at__isnull=True) | Q(expires_at__gt=models.F("created_at")),
+                name="grant_expires_after_creation",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["agent", "server", "tool"],
+                condition=Q(revoked_at__isnull=True),
+                name="grant_lookup_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"grant {self.pk} for {self.tool}"
+
+    def state(self, now: datetime | None = None) -> str:
+        """ "active", "expired" or "revoked"."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or timezone.now()):
+            return "expired"
+        return "active"
+
+
 class WebhookDelivery(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending", _("Pending")
@@ -873,6 +960,12 @@ class AuditEvent(models.Model):
             models.Index(fields=["call_id", "id"], name="audit_call_idx"),
             models.Index(fields=["verb", "id"], name="audit_verb_idx"),
             models.Index(fields=["at"], name="audit_at_idx"),
+            # The dashboard's grant suggestion: gate decisions of the last days, per team and tool.
+            models.Index(
+                fields=["at", "team_slug", "server_slug", "tool"],
+                condition=Q(verb__in=["gate.approved", "gate.declined"]),
+                name="audit_gate_decisions_idx",
+            ),
             # Every filter of the audit page is "column = value, newest first": (column, id) serves both.
             models.Index(fields=["input_request_id", "id"], name="audit_input_request_idx"),
             models.Index(fields=["team_slug", "id"], name="audit_team_idx"),

@@ -7,7 +7,16 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from approvals.models import AuditEvent, InputRequest, InputRequestQuerySet, Membership, Team, ToolCall
+from approvals.models import (
+    AuditEvent,
+    Grant,
+    GrantQuerySet,
+    InputRequest,
+    InputRequestQuerySet,
+    Membership,
+    Team,
+    ToolCall,
+)
 
 ANSWERING_ROLES = [Membership.Role.REVIEWER, Membership.Role.ADMIN]
 
@@ -109,3 +118,19 @@ def visible_audit_events(user: Any) -> QuerySet[AuditEvent]:
     if user.is_staff:
         scope |= Q(team_slug="")
     return AuditEvent.objects.filter(scope)
+
+
+def visible_grants(user: Any) -> GrantQuerySet:
+    """Grants of the teams the user belongs to (any role); every grant for a superuser."""
+    if not user.is_authenticated:
+        return Grant.objects.none()
+    if user.is_superuser:
+        return Grant.objects.all()
+    return Grant.objects.filter(team__in=visible_teams(user))
+
+
+def can_revoke_grant(user: Any, grant: Grant) -> bool:
+    """A reviewer (or admin) of the grant's team, or a superuser. Read on every call, like answering."""
+    if not user.is_authenticated:
+        return False
+    return bool(user.is_superuser) or reviewer_teams(user).filter(pk=grant.team_id).exists()

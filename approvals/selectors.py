@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import Prefetch, Q, QuerySet
 
 from approvals import safejson
-from approvals.models import AuditEvent, Gate, InputRequest, Round, ToolCall
+from approvals.models import AuditEvent, Gate, Grant, InputRequest, Round, ToolCall
 from approvals.permissions import answerable_input_requests, visible_calls
 
 
@@ -390,4 +390,30 @@ def call_page(call: ToolCall) -> dict[str, Any]:
         "rounds": list(call.rounds.all()),
         "audit": list(call_audit_trail(call)),
         "gate": gate_summary(call),
+    }
+
+
+def grant_item(grant: Grant, now: datetime | None = None) -> dict[str, Any]:
+    """One grant in GET /api/v1/grants (and POST .../revoke): what it covers, who made it, its uses."""
+    return {
+        "id": str(grant.pk),
+        "state": grant.state(now),
+        "agent": grant.agent.name,
+        "on_behalf_of": grant.on_behalf_of.get_username() if grant.on_behalf_of else None,
+        "server": grant.server.slug,
+        "tool": grant.tool,
+        "tool_digest": grant.tool_digest,
+        "arguments_mode": grant.arguments_mode,
+        "arguments": grant.arguments if grant.arguments_mode == Grant.Arguments.EXACT else None,
+        "arguments_digest": grant.arguments_digest or None,
+        "conditions": grant.conditions if grant.arguments_mode == Grant.Arguments.CONDITIONS else None,
+        "team": grant.team.slug,
+        "granted_by": grant.granted_by.get_username() if grant.granted_by else None,
+        "created_at": _iso(grant.created_at),
+        "expires_at": _iso(grant.expires_at),
+        "revoked_at": _iso(grant.revoked_at),
+        "revoked_by": grant.revoked_by.get_username() if grant.revoked_by else None,
+        "uses": grant.uses,
+        "last_used_at": _iso(grant.last_used_at),
+        "source_call": str(grant.source_call_id) if grant.source_call_id else None,
     }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from approvals import views
+from approvals import grant_views, views
 
 app_name = "approvals"
 
@@ -17,4 +17,6 @@ urlpatterns = [
     path("calls/<uuid:pk>/body/", views.call_body, name="call_body"),
     path("calls/<uuid:pk>/routing/", views.call_routing, name="call_routing"),
     path("recent/", views.recent, name="recent"),
+    path("grants/", grant_views.grant_list, name="grants"),
+    path("grants/<uuid:pk>/revoke/", grant_views.grant_revoke, name="grant_revoke"),
 ]

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import Gate, InputRequest, ToolCall
-from approvals.services import answers, gates, presence
+from approvals.services import answers, gates, grants, presence
 from approvals.services.errors import AnswerInvalid, Conflict, ServiceError
 
 DECLINE_REASONS = [
@@ -207,6 +207,7 @@ def _gate_page(
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context(request)
     context["choices"] = selectors.queue_filter_choices(request.user)
+    context["grant_suggestions"] = grants.suggestions(request.user)
     return render(request, "approvals/queue.html", context)
 
 
@@ -307,7 +308,8 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
             decision=decision,
             arguments=arguments,
             reason=request.POST.get("reason", ""),
-            grant=request.POST if gates.grants_installed() else None,
+            # The grant fields are in the approve form only: a form without a chosen grant carries none.
+            grant=request.POST if gates.grants_installed() and request.POST.get(grants.FIELD_FOR) else None,
         )
     except Conflict as exc:
         ir.refresh_from_db()

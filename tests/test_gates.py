@@ -461,3 +461,87 @@ def test_the_browser_decline_ends_the_call_with_the_reason(gated: dict[str, Any]
     assert call.status == ToolCall.Status.FAILED
     assert call.error["code"] == "declined"
     assert call.error["message"] == "bob declined this call: no. It was not sent."
+
+
+# ---- the holder path (handshake-era and stdio servers) ---------------------------------------------------
+
+
+def test_the_holder_checks_the_approval_before_its_first_send(gated: dict[str, Any]) -> None:
+    from approvals.models import McpServer
+    from approvals.services import holding
+
+    McpServer.objects.filter(pk=gated["server"].pk).update(era=McpServer.Era.HANDSHAKE)
+    holder = holding.holder_start(name="test-holder")
+    kept = submit(gated)
+    edited = submit(gated, {"bucket": "other"})
+    for call in (kept, edited):
+        gates.gate_decide(input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve")
+    assert sorted(holding.holder_claim(holder_id=holder, limit=5)) == sorted([str(kept.pk), str(edited.pk)])
+
+    assert holding.held_sending(call_id=kept.pk, holder_id=holder)  # unchanged: sent, the approval used
+    assert Gate.objects.get(call=kept).status == Gate.Status.USED
+
+    policy = gated["policy"]
+    policy.forbid_self_approval = False
+    policy.save()
+    assert not holding.held_sending(call_id=edited.pk, holder_id=holder)  # changed: not sent
+    edited.refresh_from_db()
+    assert edited.status == ToolCall.Status.AWAITING_INPUT and edited.holder_id is None
+    assert edited.started_at is None  # nothing left the hub
+    assert list(Gate.objects.filter(call=edited).values_list("status", flat=True).order_by("created_at")) == [
+        Gate.Status.VOIDED,
+        Gate.Status.OPEN,
+    ]
+
+
+def test_the_gateway_reads_a_decline_to_the_agent() -> None:
+    from approvals.gateway import catalog
+    from approvals.gateway.server import final_result
+
+    state = catalog.CallState(
+        id="c1",
+        status="failed",
+        is_final=True,
+        result=None,
+        result_truncated=False,
+        error={"code": "declined", "message": "alice declined this call: not today. It was not sent."},
+        waiting_for="",
+        gate={"status": "declined", "diff": []},
+    )
+    result = final_result(state)
+    assert result.is_error is True
+    assert result.content[0].text == (
+        "The call was declined and not sent: alice declined this call: not today. It was not sent."
+    )
+    assert result.meta is not None
+    assert result.meta["elicit-hub/call"]["gate"]["status"] == "declined"
+
+
+def test_a_repeat_of_the_asked_arguments_finds_the_call_a_reviewer_edited(gated: dict[str, Any]) -> None:
+    call, created = calls.call_submit_or_repeat(
+        agent=gated["agent"], server_slug="deploy", tool="wipe", arguments={"bucket": "logs"}, window=600
+    )
+    assert created
+    gates.gate_decide(
+        input_request_id=gate_request(call).pk,
+        user=gated["alice"],
+        decision="edit",
+        arguments={"bucket": "tmp"},
+    )
+    again, created = calls.call_submit_or_repeat(
+        agent=gated["agent"], server_slug="deploy", tool="wipe", arguments={"bucket": "logs"}, window=600
+    )
+    assert (again.pk, created) == (call.pk, False)
+
+
+def test_a_gate_nobody_decides_expires_and_nothing_is_sent(gated: dict[str, Any]) -> None:
+    from approvals.services import escalation
+
+    call = submit(gated)
+    rnd = Round.objects.get(call=call, kind=Round.Kind.GATE)
+    assert escalation.round_expire(round_id=rnd.pk, now=rnd.deadline + timedelta(seconds=1))
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.EXPIRED
+    assert call.error["message"] == "No one approved this call before the deadline; it was not sent."
+    assert Gate.objects.get(call=call).status == Gate.Status.EXPIRED
+    assert sending._claim(call.pk) is None

@@ -61,3 +61,4 @@ class AnonymousLimit:
 
 agent_auth = [AgentToken(), AnonymousLimit()]
 reviewer_auth = [ReviewerToken(), ReviewerSession(), AnonymousLimit()]
+agent_or_reviewer_auth = [AgentToken(), ReviewerToken(), ReviewerSession(), AnonymousLimit()]

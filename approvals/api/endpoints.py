@@ -17,11 +17,11 @@ from ninja.errors import Throttled as NinjaThrottled
 from ninja.parser import Parser
 
 from approvals import broadcast, outage, safejson, selectors
-from approvals.api.auth import AgentRequest, agent_auth, reviewer_auth
+from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
-from approvals.models import ToolCall
-from approvals.services import answers, calls, gates
-from approvals.services.errors import Invalid, ServiceError
+from approvals.models import AgentClient, ToolCall
+from approvals.services import answers, calls, gates, grants
+from approvals.services.errors import Forbidden, Invalid, ServiceError
 
 
 class StrictJsonParser(Parser):
@@ -283,3 +283,57 @@ def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
         grant=payload.grant,
     )
     return {"id": str(ir.pk), "status": ir.status, "action": ir.action}
+
+
+# --- grants (agents see their own; reviewers their teams') ------------------------------------------------
+
+GRANTS_MAX = 500
+
+
+@api.get("/grants", auth=agent_or_reviewer_auth, response={200: list[dict], **ERRORS}, tags=["grants"])
+def grant_list(
+    request: HttpRequest,
+    response: HttpResponse,
+    state: str = Query("", max_length=20, description="active, expired or revoked; empty: all."),
+    team: str = Query("", max_length=50, description="A team's slug."),
+    agent: str = Query("", max_length=120, description="An agent's name (reviewers only)."),
+    tool: str = Query("", max_length=200, description="A tool name."),
+    limit: int = Query(
+        100, ge=1, le=GRANTS_MAX, description=f"At most this many, newest first (<= {GRANTS_MAX})."
+    ),
+) -> list[dict]:
+    """Remembered grants, newest first: an agent sees its own, a person the grants of their teams.
+    ``Grants-More: true`` says that more exist than ``limit``."""
+    if state and state not in grants.STATES:
+        raise Invalid(
+            "state must be active, expired or revoked.", code="invalid_query", fields={"state": "invalid"}
+        )
+    for name, value in (("team", team), ("agent", agent), ("tool", tool)):
+        if safejson.text_problem(value):
+            raise Invalid(
+                f"{name} holds {safejson.text_problem(value)}.",
+                code="invalid_query",
+                fields={name: "invalid"},
+            )
+    filters = grants.Filters(state=state, team=team, agent=agent, tool=tool)
+    who = request.auth  # type: ignore[attr-defined]
+    if isinstance(who, AgentClient):
+        found = grants.listing(agent=who, filters=filters)
+    else:
+        found = grants.listing(user=request.user, filters=filters)
+    page = list(found[: limit + 1])
+    response["Grants-More"] = "true" if len(page) > limit else "false"
+    return [selectors.grant_item(grant) for grant in page[:limit]]
+
+
+@api.post(
+    "/grants/{grant_id}/revoke", auth=agent_or_reviewer_auth, response={200: dict, **ERRORS}, tags=["grants"]
+)
+def grant_revoke(request: HttpRequest, grant_id: UUID) -> dict:
+    """Revoke a grant (a reviewer of its team): the next call it would have let through stops at its gate."""
+    if isinstance(request.auth, AgentClient):  # type: ignore[attr-defined]
+        raise Forbidden("An agent cannot revoke grants; a reviewer of the grant's team can.")
+    grant = grants.listing(user=request.user).filter(pk=grant_id).first()
+    if grant is None:
+        raise Http404
+    return selectors.grant_item(grants.revoke(grant=grant, by=request.user))

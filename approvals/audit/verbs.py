@@ -42,6 +42,10 @@ VERBS: tuple[str, ...] = (
     "gate.edited",
     "gate.voided",
     "gate.used",
+    # Remembered grants, and the gated calls they let through
+    "gate.granted",
+    "grant.created",
+    "grant.revoked",
     # Holder processes (handshake-era and stdio sessions)
     "holder.lost",
     # MCP servers

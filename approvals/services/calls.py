@@ -178,10 +178,11 @@ def call_submit_or_repeat(
             )
         since = timezone.now() - timedelta(seconds=window)
         existing = (
-            ToolCall.objects.filter(
-                agent=agent, kind=ToolCall.Kind.CALL, server__slug=server_slug, tool=tool, arguments=arguments
-            )
+            ToolCall.objects.filter(agent=agent, kind=ToolCall.Kind.CALL, server__slug=server_slug, tool=tool)
+            # A reviewer may have edited the arguments at a gate: the agent repeats the ones it asked for.
+            .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
             .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+            .distinct()
             .order_by("-created_at")
             .first()
         )

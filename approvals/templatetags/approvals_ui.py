@@ -137,6 +137,35 @@ def show_value(value: Any) -> str:
 
 
 @register.filter
+def grant_state(grant: Any, now: Any = None) -> str:
+    return str(grant.state(now))
+
+
+@register.filter
+def condition_text(condition: Any) -> str:
+    """A grant's condition as a reviewer reads it: ``environment == "production"``."""
+    if not isinstance(condition, dict):
+        return str(condition)
+    name, op = condition.get("argument", "?"), condition.get("op", "==")
+    if op == "exists":
+        return f"{name} is given"
+    return f"{name} {op} {json.dumps(condition.get('value'), ensure_ascii=False)}"
+
+
+@register.filter
+def grant_conditions(arguments: Any) -> list[dict[str, str]]:
+    """The conditions the approve form offers for a grant: each top-level argument equal to its value now,
+    as the text shown and the JSON the form posts (``grants.parse_choice`` reads it back)."""
+    if not isinstance(arguments, dict):
+        return []
+    offered = []
+    for name, value in arguments.items():
+        condition = {"argument": str(name), "op": "==", "value": value}
+        offered.append({"name": str(name), "text": condition_text(condition), "json": json.dumps(condition)})
+    return offered
+
+
+@register.filter
 def server_claims(call: Any) -> list[str]:
     """What the server says about its tool (annotations): claims, not facts."""
     hints = call.tool_annotations

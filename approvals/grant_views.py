@@ -1,0 +1,104 @@
+"""The grants pages: every grant of the user's teams (filtered), and revoking one after a confirmation.
+
+Thin like approvals.views: parse the filters, fetch through the permission-scoped listing, call one service.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods
+
+from approvals import permissions, safejson
+from approvals.models import Grant
+from approvals.services import grants
+from approvals.services.errors import ServiceError
+
+PAGE_MAX = 500
+
+
+def _filters(request: HttpRequest) -> grants.Filters:
+    def text(name: str, limit: int) -> str:
+        value = request.GET.get(name, "")[:limit]
+        # No slug, name or tool holds a NUL (PostgreSQL refuses it in a query): such a filter matches nothing.
+        return value if not safejson.text_problem(value) else "\ufffd"
+
+    state = request.GET.get("state", "active")
+    return grants.Filters(
+        state=state if state in grants.STATES else "",
+        team=text("team", 50),
+        agent=text("agent", 120),
+        tool=text("tool", 200),
+    )
+
+
+def _get_grant_for_user(user: Any, pk: UUID) -> Grant:
+    grant = grants.listing(user=user).filter(pk=pk).first()
+    if grant is None:
+        raise Http404(_("No such grant."))
+    return grant
+
+
+def _revocable(user: Any, found: list[Grant]) -> set[UUID]:
+    """The grants on the page this user may revoke (``permissions.can_revoke_grant``, in one query)."""
+    if user.is_superuser:
+        return {grant.pk for grant in found}
+    teams = set(permissions.reviewer_teams(user).values_list("pk", flat=True))
+    return {grant.pk for grant in found if grant.team_id in teams}
+
+
+@login_required
+@require_http_methods(["GET"])
+def grant_list(request: HttpRequest) -> HttpResponse:
+    filters = _filters(request)
+    found = list(grants.listing(user=request.user, filters=filters)[: PAGE_MAX + 1])
+    visible = grants.listing(user=request.user)
+    context = {
+        "grants": found[:PAGE_MAX],
+        "more": len(found) > PAGE_MAX,
+        "filters": filters,
+        "states": [
+            ("active", _("Active")),
+            ("expired", _("Expired")),
+            ("revoked", _("Revoked")),
+            ("", _("All")),
+        ],
+        "teams": sorted(set(visible.values_list("team__slug", flat=True))),
+        "agents": sorted(set(visible.values_list("agent__name", flat=True))),
+        "tools": sorted(set(visible.values_list("tool", flat=True))),
+        "now": timezone.now(),
+        "revocable": _revocable(request.user, found),
+    }
+    return render(request, "approvals/grants.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def grant_revoke(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """GET: what revoking will do, and the button. POST: revoke, then back to the list."""
+    grant = _get_grant_for_user(request.user, pk)
+    context: dict[str, Any] = {"grant": grant, "now": timezone.now(), "error": "", "notice": ""}
+    context["may_revoke"] = permissions.can_revoke_grant(request.user, grant)
+    if request.method == "GET":
+        return render(request, "approvals/grant_revoke.html", context)
+    try:
+        grants.revoke(grant=grant, by=request.user)
+    except ServiceError as exc:
+        grant.refresh_from_db()
+        context.update(
+            grant=grant, **({"notice": exc.message} if exc.status == 409 else {"error": exc.message})
+        )
+        return render(request, "approvals/grant_revoke.html", context, status=exc.status)
+    messages.success(
+        request,
+        _("Revoked the grant for %(agent)s on %(tool)s: its next call stops for a person.")
+        % {"agent": grant.agent.name, "tool": grant.tool},
+    )
+    return redirect("approvals:grants")

@@ -1,0 +1,410 @@
+"""Remembered grants: "allow the same again" when a reviewer approves a gated call.
+
+A grant covers one agent, the person it acts for (or no one), one server and tool as the hub held its
+definition when approved (``tool_digest``), and either exactly the approved arguments (their canonical digest)
+or any arguments meeting stated conditions (``RoutingRule.conditions``' shape, checked with ``rules.holds``).
+It lasts 1 h, 8 h or until revoked. The gate asks ``find`` before it stops a call; a grant found lets the
+call through without a person and ``use`` records it (audited ``gate.granted``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count, F, Q, QuerySet
+from django.utils import timezone
+from django.utils.formats import date_format
+
+from approvals import canonical, permissions, rules, safejson
+from approvals.audit import core as audit
+from approvals.audit.core import Actor
+from approvals.models import AgentClient, AuditEvent, Grant, GrantQuerySet, InputRequest, Team, ToolCall
+from approvals.services.errors import Conflict, Forbidden, Invalid
+
+DURATIONS: dict[str, timedelta | None] = {
+    "1h": timedelta(hours=1),
+    "8h": timedelta(hours=8),
+    "until_revoked": None,
+}
+MODES = tuple(Grant.Arguments.values)
+MAX_CONDITIONS = 20
+MAX_CONDITION_VALUE = 2000  # characters of one condition's value, as canonical JSON
+STATES = ("active", "expired", "revoked")
+
+# The browser form's field names (approvals/_grant_fields.html).
+FIELD_FOR = "grant_for"
+FIELD_ARGUMENTS = "grant_arguments"
+FIELD_CONDITION = "grant_condition"
+
+
+# --- matching -----------------------------------------------------------------------------------------------
+
+
+def covers(grant: Grant, arguments: dict[str, Any]) -> bool:
+    """Whether the grant's arguments part admits these arguments (the rest is matched in SQL by ``find``)."""
+    if grant.arguments_mode == Grant.Arguments.EXACT:
+        try:
+            return canonical.digest(arguments) == grant.arguments_digest
+        except canonical.CanonicalError:
+            return False
+    conditions = grant.conditions or []
+    if not conditions:
+        return False
+    for condition in conditions:
+        if rules.check_condition(condition) or not rules.holds(condition, arguments).matched:
+            return False
+    return True
+
+
+def find(*, call: ToolCall, tool_digest: str) -> Grant | None:
+    """An active grant covering this call: same agent, person, server and tool, the same tool definition, and
+    exactly these arguments or arguments meeting its conditions. Expired or revoked grants never match.
+
+    Inside a transaction the grant found is locked until it commits, so a revoke racing the gate waits for
+    it: a call let through by a grant was let through before the grant was revoked."""
+    if call.agent_id is None or call.server_id is None:
+        return None
+    candidates = Grant.objects.active(timezone.now()).filter(
+        agent_id=call.agent_id,
+        server_id=call.server_id,
+        tool=call.tool,
+        tool_digest=tool_digest,
+        on_behalf_of_id=call.on_behalf_of_id,
+    )
+    # Exact grants first, then the one made first: the same call always meets the same grant.
+    candidates = candidates.order_by("-arguments_mode", "created_at")
+    if connection.in_atomic_block:
+        candidates = candidates.select_for_update(of=("self",))
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    return next((grant for grant in candidates if covers(grant, arguments)), None)
+
+
+def use(grant: Grant, call: ToolCall) -> None:
+    """Record that ``grant`` let ``call`` through: its use count, and ``gate.granted`` on the call.
+
+    Raises Conflict when the grant was revoked or expired since ``find`` (outside a transaction only)."""
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Grant.objects.active(now).filter(pk=grant.pk).update(uses=F("uses") + 1, last_used_at=now)
+        if not updated:
+            raise Conflict(
+                "This grant was revoked or expired; the call needs a person.", code="grant_inactive"
+            )
+        audit.record(
+            actor=Actor.system(),
+            verb="gate.granted",
+            call=call,
+            team_slug=grant.team.slug,
+            data={
+                "grant": str(grant.pk),
+                "server": call.server_slug,
+                "tool": call.tool,
+                "team": grant.team.slug,
+            },
+        )
+    grant.uses += 1
+    grant.last_used_at = now
+
+
+# --- making one ---------------------------------------------------------------------------------------------
+
+
+def parse_choice(data: Any) -> dict[str, Any] | None:
+    """The reviewer's "also allow the same again" choice, from the API body's ``grant`` object or the browser
+    form's fields; None when they chose no grant. Raises Invalid (with ``fields``) on anything malformed.
+
+    The result: ``{"for": "1h" | "8h" | "until_revoked", "arguments": "exact" | "conditions",
+    "conditions": [{"argument", "op", "value"}, ...]}`` (conditions empty for "exact")."""
+    if data is None:
+        return None
+    if hasattr(data, "getlist"):  # a QueryDict: the approve form
+        chosen = str(data.get(FIELD_FOR, "") or "")
+        if not chosen:
+            return None
+        raw_conditions: Any = []
+        for text in data.getlist(FIELD_CONDITION):
+            try:
+                raw_conditions.append(safejson.loads(text.encode(), max_depth=8))
+            except ValueError:
+                raise Invalid(
+                    "A condition of the grant is not valid JSON.",
+                    code="invalid_grant",
+                    fields={"grant": "condition"},
+                ) from None
+        data = {
+            "for": chosen,
+            "arguments": data.get(FIELD_ARGUMENTS, "exact"),
+            "conditions": raw_conditions,
+        }
+    if not isinstance(data, Mapping):
+        raise Invalid("grant must be an object.", code="invalid_grant", fields={"grant": "must be an object"})
+    unknown = sorted(set(data) - {"for", "arguments", "conditions"})
+    if unknown:
+        raise Invalid(
+            f"grant has unknown keys: {', '.join(unknown)}.",
+            code="invalid_grant",
+            fields={"grant": "unknown keys"},
+        )
+    duration = data.get("for")
+    if duration not in DURATIONS:
+        raise Invalid(
+            "grant.for must be 1h, 8h or until_revoked.",
+            code="invalid_grant",
+            fields={"grant.for": "invalid"},
+        )
+    mode = data.get("arguments", Grant.Arguments.EXACT)
+    if mode not in MODES:
+        raise Invalid(
+            "grant.arguments must be exact or conditions.",
+            code="invalid_grant",
+            fields={"grant.arguments": "invalid"},
+        )
+    conditions = data.get("conditions") or []
+    if mode == Grant.Arguments.EXACT:
+        return {"for": duration, "arguments": mode, "conditions": []}
+    return {"for": duration, "arguments": mode, "conditions": _clean_conditions(conditions)}
+
+
+def _clean_conditions(conditions: Any) -> list[dict[str, Any]]:
+    def bad(message: str) -> Invalid:
+        return Invalid(message, code="invalid_grant", fields={"grant.conditions": message})
+
+    if not isinstance(conditions, list) or not conditions:
+        raise bad("A grant on conditions needs at least one condition.")
+    if len(conditions) > MAX_CONDITIONS:
+        raise bad(f"A grant holds at most {MAX_CONDITIONS} conditions.")
+    cleaned = []
+    for condition in conditions:
+        problem = rules.check_condition(condition)
+        if problem:
+            raise bad(f"Condition {condition!r:.80}: {problem}.")
+        extra = set(condition) - {"argument", "op", "value"}
+        if extra:
+            raise bad(f"A condition has unknown keys: {', '.join(sorted(extra))}.")
+        op = condition.get("op", "==")
+        if len(condition["argument"]) > 200:
+            raise bad("An argument name is longer than 200 characters.")
+        item: dict[str, Any] = {"argument": condition["argument"], "op": op}
+        if op != "exists":
+            if "value" not in condition:
+                raise bad(f"The condition on {condition['argument']} needs a value.")
+            try:
+                size = len(canonical.canonical_json(condition["value"]))
+            except canonical.CanonicalError as exc:
+                raise bad(f"The value for {condition['argument']} is not plain JSON: {exc}") from None
+            if size > MAX_CONDITION_VALUE:
+                raise bad(
+                    f"The value for {condition['argument']} is longer than {MAX_CONDITION_VALUE} characters."
+                )
+            item["value"] = condition["value"]
+        cleaned.append(item)
+    return cleaned
+
+
+def create_from_approval(
+    *,
+    approver: Any,
+    call: ToolCall,
+    tool_digest: str,
+    choice: dict[str, Any],
+    team: Team | None = None,
+    arguments: dict[str, Any] | None = None,
+) -> Grant:
+    """Remember an approval as a grant (``choice`` from ``parse_choice``), audited ``grant.created``.
+
+    ``arguments`` are the approved ones (after any edit; the call's own by default): an exact grant covers
+    them, and a grant on conditions must admit them. ``team`` is the team whose gate was approved (by default
+    the team the call's latest request was routed to, else the server's default team)."""
+    checked = parse_choice(choice)
+    if checked is None:
+        raise Invalid("No grant was chosen.", code="invalid_grant")
+    if call.agent_id is None or call.server_id is None:
+        raise Invalid("Only a hub-driven call of a known agent can be granted again.", code="invalid_grant")
+    approved = call.arguments if arguments is None else arguments
+    if not isinstance(approved, dict):
+        approved = {}
+    team = team or _team_of(call)
+    if team is None:
+        raise Invalid("This call is routed to no team, so no team could own a grant.", code="invalid_grant")
+    now = timezone.now()
+    duration = DURATIONS[checked["for"]]
+    grant = Grant(
+        agent_id=call.agent_id,
+        on_behalf_of_id=call.on_behalf_of_id,
+        server_id=call.server_id,
+        tool=call.tool,
+        tool_digest=tool_digest,
+        arguments_mode=checked["arguments"],
+        team=team,
+        granted_by=approver,
+        source_call=call,
+        created_at=now,
+        expires_at=now + duration if duration else None,
+    )
+    if checked["arguments"] == Grant.Arguments.EXACT:
+        try:
+            grant.arguments_digest = canonical.digest(approved)
+        except canonical.CanonicalError as exc:
+            raise Invalid(f"These arguments cannot be granted exactly: {exc}", code="invalid_grant") from None
+        grant.arguments = approved
+    else:
+        grant.conditions = checked["conditions"]
+        if not covers(grant, approved):
+            raise Invalid(
+                "The grant's conditions do not hold for the arguments being approved.",
+                code="invalid_grant",
+                fields={"grant.conditions": "must hold for the approved arguments"},
+            )
+    with transaction.atomic():
+        grant.save(force_insert=True)
+        audit.record(
+            actor=Actor.user(approver),
+            verb="grant.created",
+            call=call,
+            team_slug=team.slug,
+            data={
+                "grant": str(grant.pk),
+                "agent": call.agent.name if call.agent else "",
+                "for": checked["for"],
+                "expires_at": grant.expires_at.isoformat() if grant.expires_at else None,
+                "arguments": grant.arguments_mode,
+                "conditions": grant.conditions,
+                "tool_digest": tool_digest,
+            },
+        )
+    return grant
+
+
+def _team_of(call: ToolCall) -> Team | None:
+    routed = (
+        InputRequest.objects.filter(round__call=call, team__isnull=False)
+        .select_related("team")
+        .order_by("-round__number", "-created_at")
+        .first()
+    )
+    if routed is not None:
+        return routed.team
+    return call.server.default_team if call.server else None
+
+
+# --- revoking and listing -----------------------------------------------------------------------------------
+
+
+def describe_end(grant: Grant) -> str:
+    """ "revoked by alice at 10:42" / "expired at 11:00" — what a second revoke is told."""
+    if grant.revoked_at is not None:
+        who = grant.revoked_by.get_username() if grant.revoked_by else "the hub"
+        return f"revoked by {who} at {date_format(timezone.localtime(grant.revoked_at), 'DATETIME_FORMAT')}"
+    if grant.expires_at is not None:
+        return f"expired at {date_format(timezone.localtime(grant.expires_at), 'DATETIME_FORMAT')}"
+    return "active"
+
+
+def revoke(*, grant: Grant, by: Any) -> Grant:
+    """Stop the grant: the next call it would have covered opens a gate again. A reviewer of the grant's team
+    (or a superuser) may; a grant already revoked or expired is a Conflict that says since when."""
+    if not permissions.can_revoke_grant(by, grant):
+        raise Forbidden("Only a reviewer of the grant's team can revoke it.", code="forbidden")
+    now = timezone.now()
+    with transaction.atomic():
+        updated = Grant.objects.active(now).filter(pk=grant.pk).update(revoked_at=now, revoked_by=by)
+        grant.refresh_from_db()
+        if not updated:
+            raise Conflict(f"This grant was already {describe_end(grant)}.", code="grant_inactive")
+        audit.record(
+            actor=Actor.user(by),
+            verb="grant.revoked",
+            call=grant.source_call,
+            team_slug=grant.team.slug,
+            data={
+                "grant": str(grant.pk),
+                "server": grant.server.slug,
+                "tool": grant.tool,
+                "uses": grant.uses,
+            },
+        )
+    return grant
+
+
+@dataclass(frozen=True)
+class Filters:
+    state: str = ""  # "", or one of STATES
+    team: str = ""  # a team's slug
+    agent: str = ""  # an agent's name
+    tool: str = ""  # a tool name
+
+
+def listing(
+    *, user: Any = None, agent: AgentClient | None = None, filters: Filters = Filters()
+) -> GrantQuerySet:
+    """Grants newest first: an agent's own, or those of the user's teams (every grant for a superuser)."""
+    qs = Grant.objects.filter(agent=agent) if agent is not None else permissions.visible_grants(user)
+    now = timezone.now()
+    if filters.state == "active":
+        qs = qs.active(now)
+    elif filters.state == "expired":
+        qs = qs.expired(now)
+    elif filters.state == "revoked":
+        qs = qs.revoked()
+    if filters.team:
+        qs = qs.filter(team__slug=filters.team)
+    if filters.agent:
+        qs = qs.filter(agent__name=filters.agent)
+    if filters.tool:
+        qs = qs.filter(tool=filters.tool)
+    return qs.select_related("agent", "server", "team", "granted_by", "revoked_by", "on_behalf_of").order_by(
+        "-created_at", "-pk"
+    )
+
+
+# --- the dashboard's suggestion -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    team: str
+    server: str
+    tool: str
+    approvals: int
+    days: int
+
+
+def suggestions(user: Any) -> list[Suggestion]:
+    """Tools whose gate one of the user's teams approved at least ELICIT_GRANT_SUGGEST_APPROVALS times in the
+    last ELICIT_GRANT_SUGGEST_DAYS days, and never declined in them: candidates for a grant."""
+    if user.is_superuser:
+        teams = None
+    else:
+        teams = list(permissions.reviewer_teams(user).values_list("slug", flat=True))
+        if not teams:
+            return []
+    days = settings.ELICIT_GRANT_SUGGEST_DAYS
+    return [
+        Suggestion(row["team_slug"], row["server_slug"], row["tool"], row["approved"], days)
+        for row in suggestion_query(teams)
+    ]
+
+
+def suggestion_query(teams: list[str] | None) -> QuerySet[AuditEvent, dict[str, Any]]:
+    """One query over the audit log's gate decisions of the window (a partial index holds exactly those),
+    grouped by team, server and tool. ``teams``: the teams' slugs, None for every team."""
+    decisions = AuditEvent.objects.filter(
+        verb__in=["gate.approved", "gate.declined"],
+        at__gte=timezone.now() - timedelta(days=settings.ELICIT_GRANT_SUGGEST_DAYS),
+    )
+    if teams is not None:
+        decisions = decisions.filter(team_slug__in=teams)
+    return (
+        decisions.values("team_slug", "server_slug", "tool")
+        .annotate(
+            approved=Count("id", filter=Q(verb="gate.approved")),
+            declined=Count("id", filter=Q(verb="gate.declined")),
+        )
+        .filter(approved__gte=settings.ELICIT_GRANT_SUGGEST_APPROVALS, declined=0)
+        .order_by("-approved", "team_slug", "server_slug", "tool")[:20]
+    )
