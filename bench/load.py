@@ -1,7 +1,8 @@
 """The load benchmark (issue 15): the whole loop through the API, under load, with CPU per call.
 
-Starts the hub the way `make run` does (every Procfile entry but the demo: web, gateway, holder, worker,
-on the engines the settings name, the embedded ones unless DATABASE_URL / REDIS_URL are set) or uses a hub
+Starts the hub the way `make run` does (one of each process `elicit_hub.launch` starts but its demo server:
+web, gateway, holder, worker; on the engines the settings name, the embedded ones unless DATABASE_URL /
+REDIS_URL are set) or uses a hub
 already running (``--web URL``, repeatable: agents and reviewers are spread across them). The MCP server is
 always a separate process (bench/load_server.py: the demo server, whose ``create_deployment`` asks once
 and completes on the retry, and which notes when each retry arrived).
@@ -28,11 +29,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shlex
 import signal
 import socket
 import statistics
-import string
 import subprocess
 import sys
 import time
@@ -53,7 +52,7 @@ from django.db import connection, transaction
 
 from approvals.models import Membership, Round, Team
 from approvals.services import tokens
-from elicit_hub import engines
+from elicit_hub import engines, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
@@ -226,16 +225,6 @@ def _answers(url: str) -> bool:
     return True
 
 
-def procfile(values: dict[str, str]) -> dict[str, list[str]]:
-    """The hub's Procfile entries (what `make run` starts), with $VARIABLES filled in."""
-    entries = {}
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        name, sep, command = line.partition(":")
-        if sep and name.strip() and not name.startswith("#"):
-            entries[name.strip()] = shlex.split(string.Template(command).safe_substitute(values))
-    return entries
-
-
 # --- the load -----------------------------------------------------------------------------------------------
 
 
@@ -333,25 +322,18 @@ class Command(BaseCommand):
         self, env: dict[str, str], stamp: int, procs: list[Proc]
     ) -> tuple[list[str], dict[str, set[int]]]:
         web_port, gateway_port = free_port(), free_port()
-        entries = procfile(
-            {
-                "PYTHON": sys.executable,
-                "ELICIT_WEB_PORT": str(web_port),
-                "ELICIT_GATEWAY_PORT": str(gateway_port),
-            }
-        )
-        if "worker" in entries:
-            # Its own beat schedule file and node name, beside any `make run` on the same checkout.
-            entries["worker"] = [
-                f"--schedule={LOGS / 'celerybeat-schedule'}" if a.startswith("--schedule") else a
-                for a in entries["worker"]
-            ] + ["-n", f"bench-load-{stamp}@%h"]
-        if "holder" in entries:
-            entries["holder"] += ["--name", f"bench-load-{stamp}"]
+        # What `make run` starts (elicit_hub.launch), one of each, without its demo server.
+        entries = launch.commands(launch.Layout(port=web_port, gateway_port=gateway_port, demo_port=None))
+        for name, command in entries.items():
+            if name == "worker":
+                # Its own beat schedule file and node name, beside any `make run` on the same checkout.
+                schedule = f"--schedule={LOGS / 'celerybeat-schedule'}"
+                command = [schedule if a.startswith("--schedule") else a for a in command]
+                entries[name] = [f"bench-load-{stamp}@%h" if a.endswith("@%h") else a for a in command]
+            elif name == "holder":
+                entries[name] = [*command, "--name", f"bench-load-{stamp}"]
         started: dict[str, Proc] = {}
         for name, command in entries.items():
-            if name == "demo":
-                continue
             started[name] = Proc(name, command, env)
             procs.append(started[name])
         hub = f"http://127.0.0.1:{web_port}"
