@@ -9,6 +9,7 @@ the socket was not listening, becomes a ``resync`` notice: the page then reloads
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -16,18 +17,31 @@ from dataclasses import replace
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
+from redis.exceptions import RedisError
 
 from approvals import broadcast, permissions, selectors
 from approvals.models import InputRequest, Team, ToolCall, is_uuid
 from approvals.services import presence
 
+logger = logging.getLogger(__name__)
+
 MAX_WATCHED_CALLS = 20
 SCOPE_TTL = 2.0
+# How often a ping re-reads the user's teams and renews the group memberships (a database query and a Redis
+# write per group): a team the user joined meanwhile reaches an open tab within this time (a reload shows it
+# at once). Between, a ping only compares the counters (one Redis MGET): an open tab pings every 10 s, and a
+# thousand idle tabs re-joining on each ping cost a whole core. A counter that moved re-joins at once (a
+# Redis that lost its data lost the memberships with the counters).
+REJOIN_EVERY = 300.0
+# A ping compares counters this process read at most this long ago (one read serves every tab pinging
+# meanwhile): a counter that moved while a tab heard nothing is noticed this much later.
+COUNTERS_MAX_AGE = 1.0
 T = TypeVar("T")
 
 
@@ -76,9 +90,19 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.watched = set()
         self._scope_value: permissions.Scope | None = None
         self._scope_read_at = 0.0
+        self._joined_at = 0.0
         await self._join()
         await self.accept()
         await self.send_json({"type": "hello", "groups": self.groups_joined})
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' own dispatch, without the thread hop it takes before every message to close stale
+        database connections: every query here runs through ``database_sync_to_async``, which closes them
+        around itself, and a ping or an event this socket ignores then costs no thread at all."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def disconnect(self, code: int) -> None:
         joined = getattr(self, "groups_joined", [])
@@ -91,6 +115,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         left = [group for group in self.groups_joined if group not in groups]
         await broadcast.unsubscribe(self.channel_name, left)
         await broadcast.subscribe(self.channel_name, groups)
+        self._joined_at = time.monotonic()
         current = await broadcast.acurrent_seqs(groups)
         for group in groups:
             self.seqs.setdefault(group, current[group])
@@ -118,13 +143,20 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             await self._watch_call(str(content.get("call", "")))
 
     async def _check_counters(self) -> None:
-        """Renew the memberships (Redis may have lost them) and compare each counter with the last seen."""
-        await self._join()
-        current = await broadcast.acurrent_seqs(self.groups_joined)
+        """Compare each counter with the last seen; renew the memberships (Redis may have lost them, the
+        user may have joined a team) when one moved, and every REJOIN_EVERY seconds."""
+        try:
+            if time.monotonic() - self._joined_at >= REJOIN_EVERY:
+                await self._join()
+            current = await broadcast.acurrent_seqs(self.groups_joined, max_age=COUNTERS_MAX_AGE)
+        except RedisError:
+            logger.warning("a ping could not read the counters: Redis unavailable; the next ping tries again")
+            return
         behind = [group for group in self.groups_joined if current[group] != self.seqs.get(group)]
         for group in behind:
             self.seqs[group] = current[group]
         if behind:
+            await self._join()
             await self.send_json({"type": "resync", "reason": "counter", "groups": behind})
         else:
             await self.send_json({"type": "pong"})

@@ -6,6 +6,7 @@
     seed_audit   append N realistic, correctly chained audit events (use a throwaway database)
     audit        the audit page's queries on a seeded database: p50/p95 per kind, EXPLAIN
     holder       N idle handshake-era sessions in one holder: its CPU and memory; push -> reviewer latency
+    sockets      N idle reviewer websockets on one Daphne process: its CPU and memory
 
 ``python -m bench NAME --help`` lists a benchmark's options. Each is a Django command run on the hub's
 settings, so ``DATABASE_URL`` and ``REDIS_URL`` choose the engines, as for ``manage.py``.
@@ -17,7 +18,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("load", "loop", "live", "seed_audit", "audit", "holder")
+NAMES = ("load", "loop", "live", "seed_audit", "audit", "holder", "sockets")
 
 
 def main(argv: list[str]) -> int:

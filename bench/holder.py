@@ -22,14 +22,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -43,80 +39,14 @@ from django.utils import timezone
 
 from approvals.models import Holder, McpServer, Membership, Round, Team
 from approvals.services import calls, tokens
+from bench.procs import Proc, cpu_seconds, free_port, memory_kib
+from bench.procs import answers as _answers
 from elicit_hub import engines
-
-ROOT = Path(__file__).resolve().parent.parent
-LOGS = ROOT / "var" / "bench"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` so far, in seconds (fields 14 and 15 of /proc/<pid>/stat)."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in {"VmRSS", "VmHWM", "Threads"}:
-            found[key] = int(value.split()[0])
-    return found
-
-
-class Proc:
-    """One child process, its output in var/bench/NAME.log, stopped by SIGTERM (then SIGKILL)."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
-        LOGS.mkdir(parents=True, exist_ok=True)
-        self.name = name
-        self.log_path = LOGS / f"{name}.log"
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, ready: Any, what: str, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                raise CommandError(f"{self.name} exited:\n{self.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise CommandError(f"{what} not ready after {timeout:.0f} s:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        httpx.get(url, timeout=1)
-    except httpx.TransportError:
-        return False
-    return True
 
 
 class Command(BaseCommand):

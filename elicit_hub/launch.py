@@ -1,13 +1,26 @@
-"""`make run`: engines, migrations, the demo set-up, then Daphne + the MCP gateway (uvicorn) + Celery
-(worker and beat) + one holder (the process that keeps handshake-era sessions open) + the demo MCP server
-under honcho. One Ctrl-C stops them all, then the embedded engines."""
+"""`make run`: engines, migrations, the demo set-up, then the hub's processes under honcho: Daphne (web), the
+MCP gateway (uvicorn), Celery workers (the first also runs beat), holders (the processes that keep
+handshake-era sessions open) and the demo MCP server. One Ctrl-C stops them all, then the embedded engines.
+
+One of each by default. More of a kind, on one machine and one PostgreSQL + Redis:
+
+    python -m elicit_hub.launch --web 2 --workers 2 --holders 2      # or ELICIT_WEB=2 ELICIT_WORKERS=2 ...
+    python -m elicit_hub.launch --web 2 --procfile                   # print the process list, start nothing
+
+Web processes listen on consecutive ports from PORT (8000), then the gateways on the ports after them
+(unless ELICIT_GATEWAY_PORT says where the first one goes). A reverse proxy spreads clients across them
+(README: "Running more than one process").
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -16,6 +29,82 @@ import httpx
 from elicit_hub import engines
 
 ROOT = Path(__file__).resolve().parent.parent
+MAX_PER_KIND = 32
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How many processes of each kind, and where the first web and gateway processes listen."""
+
+    web: int = 1
+    workers: int = 1
+    holders: int = 1
+    gateways: int = 1
+    port: int = 8000
+    gateway_port: int | None = None
+    worker_concurrency: int = 4
+    demo_port: int | None = 8765
+
+    def __post_init__(self) -> None:
+        for kind in ("web", "workers", "gateways"):
+            if not 1 <= getattr(self, kind) <= MAX_PER_KIND:
+                raise ValueError(f"--{kind} must be between 1 and {MAX_PER_KIND}")
+        if not 0 <= self.holders <= MAX_PER_KIND:
+            raise ValueError(f"--holders must be between 0 and {MAX_PER_KIND}")
+        if self.worker_concurrency < 1:
+            raise ValueError("--worker-concurrency must be at least 1")
+        taken = set(self.web_ports) & set(self.gateway_ports)
+        if taken:
+            raise ValueError(f"the gateway ports overlap the web ports: {sorted(taken)}")
+        if not all(0 < port < 65536 for port in [*self.web_ports, *self.gateway_ports]):
+            raise ValueError("ports must lie between 1 and 65535")
+
+    @property
+    def web_ports(self) -> list[int]:
+        return [self.port + i for i in range(self.web)]
+
+    @property
+    def gateway_ports(self) -> list[int]:
+        first = self.gateway_port if self.gateway_port is not None else self.port + self.web
+        return [first + i for i in range(self.gateways)]
+
+
+def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str]]:
+    """Each process's name and command line: `kind` when there is one of a kind, else `kindN` (honcho
+    allows no dots in a name)."""
+
+    def named(kind: str, count: int) -> list[str]:
+        return [kind] if count == 1 else [f"{kind}{i}" for i in range(1, count + 1)]
+
+    procs: dict[str, list[str]] = {}
+    for name, port in zip(named("web", layout.web), layout.web_ports, strict=True):
+        procs[name] = [python, "-m", "elicit_hub.serve", "-b", "127.0.0.1", "-p", str(port)]
+        procs[name].append("elicit_hub.asgi:application")
+    for name, port in zip(named("gateway", layout.gateways), layout.gateway_ports, strict=True):
+        procs[name] = [python, "manage.py", "run_gateway", "--host", "127.0.0.1", "--port", str(port)]
+    for name in named("holder", layout.holders):
+        procs[name] = [python, "manage.py", "run_holder"]
+    for i, name in enumerate(named("worker", layout.workers)):
+        worker = [python, "-m", "celery", "-A", "elicit_hub", "worker", "--loglevel=INFO"]
+        worker += [f"--concurrency={layout.worker_concurrency}", "-n", f"{name}@%h"]
+        if i == 0:  # beat runs exactly once, whatever the number of workers
+            worker += ["--beat", "--schedule=var/celerybeat-schedule"]
+        procs[name] = worker
+    if layout.demo_port is not None:
+        procs["demo"] = [
+            python,
+            "-m",
+            "approvals.demo",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(layout.demo_port),
+        ]
+    return procs
+
+
+def procfile(layout: Layout, python: str = sys.executable) -> str:
+    return "".join(f"{name}: {shlex.join(cmd)}\n" for name, cmd in commands(layout, python).items())
 
 
 def manage(*args: str) -> None:
@@ -44,10 +133,60 @@ def wait_for(url: str, timeout: float = 60.0) -> bool:
     return False
 
 
-def main() -> int:
+def _count(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+
+
+def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) -> tuple[Layout, bool]:
+    """The layout from the command line, else the environment (ELICIT_WEB, ELICIT_WORKERS, ELICIT_HOLDERS,
+    ELICIT_GATEWAYS, PORT, ELICIT_GATEWAY_PORT), else one of each; and whether only to print it."""
+    parser = argparse.ArgumentParser(prog="python -m elicit_hub.launch", description=__doc__.split("\n")[0])
+
+    def option(flag: str, variable: str, default: int, what: str) -> None:
+        parser.add_argument(
+            flag,
+            type=_count,
+            # argparse converts a string default with `type`: a bad variable is reported like a bad flag
+            default=environ.get(variable) or str(default),
+            help=f"{what} ({variable})",
+        )
+
+    option("--web", "ELICIT_WEB", 1, "web (Daphne) processes")
+    option("--workers", "ELICIT_WORKERS", 1, "Celery worker processes; the first also runs beat")
+    option("--holders", "ELICIT_HOLDERS", 1, "holder processes")
+    option("--gateways", "ELICIT_GATEWAYS", 1, "MCP gateway processes")
+    option("--worker-concurrency", "ELICIT_WORKER_CONCURRENCY", 4, "Celery pool size of each worker")
+    option("--port", "PORT", 8000, "the first web process's port")
+    parser.add_argument("--procfile", action="store_true", help="print the processes as a Procfile and exit")
+    args = parser.parse_args(argv)
+    gateway_port = environ.get("ELICIT_GATEWAY_PORT")
+    demo_url = environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
+    try:
+        layout = Layout(
+            web=args.web,
+            workers=args.workers,
+            holders=args.holders,
+            gateways=args.gateways,
+            worker_concurrency=args.worker_concurrency,
+            port=args.port,
+            gateway_port=_count(gateway_port) if gateway_port else None,
+            demo_port=urlsplit(demo_url).port or 8765,
+        )
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        parser.error(str(exc))
+    return layout, args.procfile
+
+
+def main(argv: list[str] | None = None) -> int:
+    layout, only_print = parse_layout(sys.argv[1:] if argv is None else argv, os.environ)
+    if only_print:
+        print(procfile(layout), end="")
+        return 0
     # Development mode for every process started here (DEBUG is off unless set).
     os.environ.setdefault("DJANGO_DEBUG", "true")
-    port = os.environ.get("PORT", "8000")
     # The demo MCP server runs on loopback, which the outbound guard refuses unless listed.
     os.environ.setdefault("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
     embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
@@ -56,24 +195,25 @@ def main() -> int:
     manage("migrate", "--no-input", "-v", "0")
     demo_step("bootstrap_demo")
     demo_url = os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
-    env = dict(
-        os.environ,
-        ELICIT_WEB_PORT=port,
-        ELICIT_GATEWAY_PORT=os.environ.get("ELICIT_GATEWAY_PORT", "8001"),
-        ELICIT_DEMO_PORT=str(urlsplit(demo_url).port or 8765),
-        PYTHON=sys.executable,
+    generated = ROOT / "var" / "Procfile"
+    generated.parent.mkdir(exist_ok=True)
+    generated.write_text(procfile(layout))
+    procs = subprocess.Popen(
+        [sys.executable, "-m", "honcho", "start", "-d", str(ROOT), "-f", str(generated)], cwd=ROOT
     )
-    procs = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f", "Procfile"], cwd=ROOT, env=env)
     try:
-        hub = f"http://127.0.0.1:{port}"
+        hubs = [f"http://127.0.0.1:{port}" for port in layout.web_ports]
         # The demo's health route, not /mcp: a GET there opens a stream that never ends.
-        if wait_for(f"{hub}/accounts/login/") and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
-            gateway = f"http://127.0.0.1:{env['ELICIT_GATEWAY_PORT']}/mcp"
+        up = all(wait_for(f"{hub}/accounts/login/") for hub in hubs)
+        if up and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
+            gateways = ", ".join(f"http://127.0.0.1:{port}/mcp" for port in layout.gateway_ports)
+            web = ", ".join(f"{hub}/" for hub in hubs)
             print(
-                f"\n  Elicit Hub is up: {hub}/  (API docs: {hub}/api/v1/docs; MCP: {gateway})\n", flush=True
+                f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs; MCP: {gateways})\n",
+                flush=True,
             )
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
-                demo_step("demo_agent", "--hub", hub)
+                demo_step("demo_agent", "--hub", hubs[0])
         return procs.wait()
     except KeyboardInterrupt:
         return procs.wait()

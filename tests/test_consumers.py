@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -192,22 +193,73 @@ def test_a_sequence_gap_triggers_a_resync(world) -> None:
     run(scenario)
 
 
-def test_a_ping_finds_a_counter_that_moved_while_nothing_arrived(world) -> None:
+def test_a_ping_finds_a_counter_that_moved_while_nothing_arrived(world, monkeypatch) -> None:
+    from approvals import consumers
+
+    monkeypatch.setattr(consumers, "COUNTERS_MAX_AGE", 0.2)
+
     async def scenario() -> None:
         alice = socket(world["as"]["alice"])
         await connected(alice)
         await alice.send_json_to({"type": "ping"})
         assert await alice.receive_json_from(timeout=10) == {"type": "pong"}
         group = broadcast.team_group(world["release"].slug)
-        # Redis restarted: the counter (and the group membership) are gone.
+        # Redis restarted: the counter and the group membership are gone.
         await sync_to_async(cache.delete)(f"broadcast-seq:{group}")
+        layer = get_channel_layer()
+        await layer.connection(layer.consistent_hash(group)).delete(layer._group_key(group))
         await sync_to_async(broadcast.next_seq)(group)
+        await asyncio.sleep(0.3)  # past the counters this process read for the last ping
         await alice.send_json_to({"type": "ping"})
         assert await alice.receive_json_from(timeout=10) == {
             "type": "resync",
             "reason": "counter",
             "groups": [group],
         }
+        # The ping joined the group again: the next event arrives, in sequence.
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+        card = await alice.receive_json_from(timeout=10)
+        assert card["type"] == "card" and card["input_requests"] == [str(ir.pk)]
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_pings_between_rejoins_read_no_database(world, monkeypatch) -> None:
+    """An open tab pings every 10 s; a thousand of them must not each query the database (bench/sockets.py
+    measured a third of a core). Only every REJOIN_EVERY seconds does a ping read the user's teams again."""
+    from approvals import consumers
+
+    reads: list[str] = []
+    allowed_groups = consumers.QueueConsumer._allowed_groups
+
+    def counting(self: Any) -> list[str]:
+        reads.append(self.user.username)
+        return allowed_groups(self)
+
+    monkeypatch.setattr(consumers.QueueConsumer, "_allowed_groups", counting)
+
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        assert reads == ["alice"]
+        for _ in range(5):
+            await alice.send_json_to({"type": "ping"})
+            assert await alice.receive_json_from(timeout=10) == {"type": "pong"}
+        assert reads == ["alice"]
+        # Alice joins the ops team; once REJOIN_EVERY has passed her next ping joins its group too.
+        await sync_to_async(Membership.objects.create)(
+            team=world["ops"], user=world["alice"], role=Membership.Role.REVIEWER
+        )
+        monkeypatch.setattr(consumers, "REJOIN_EVERY", 0.0)
+        await alice.send_json_to({"type": "ping"})
+        assert await alice.receive_json_from(timeout=10) == {"type": "pong"}
+        assert reads == ["alice", "alice"]
+        ir = await sync_to_async(open_request)(world["pager"], world["ops"])
+        await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
+        card = await alice.receive_json_from(timeout=10)
+        assert card["type"] == "card" and card["input_requests"] == [str(ir.pk)]
         await alice.disconnect()
 
     run(scenario)
