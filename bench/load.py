@@ -1,7 +1,8 @@
 """The load benchmark (issue 15): the whole loop through the API, under load, with CPU per call.
 
-Starts the hub the way `make run` does (every Procfile entry but the demo: web, gateway, holder, worker,
-on the engines the settings name, the embedded ones unless DATABASE_URL / REDIS_URL are set) or uses a hub
+Starts the hub the way `make run` does (elicit_hub.launch's processes but the demo: web, gateway, holder,
+worker; ``--web-processes N --workers M --holders K`` for more of a kind), on the engines the settings
+name (the embedded ones unless DATABASE_URL / REDIS_URL are set), or uses a hub
 already running (``--web URL``, repeatable: agents and reviewers are spread across them). The MCP server is
 always a separate process (bench/load_server.py: the demo server, whose ``create_deployment`` asks once
 and completes on the retry, and which notes when each retry arrived).
@@ -28,11 +29,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shlex
 import signal
 import socket
 import statistics
-import string
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ from django.db import connection, transaction
 from approvals.models import Membership, Round, Team
 from approvals.services import tokens
 from elicit_hub import engines
+from elicit_hub.launch import Layout, commands
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
@@ -226,13 +226,40 @@ def _answers(url: str) -> bool:
     return True
 
 
-def procfile(values: dict[str, str]) -> dict[str, list[str]]:
-    """The hub's Procfile entries (what `make run` starts), with $VARIABLES filled in."""
-    entries = {}
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        name, sep, command = line.partition(":")
-        if sep and name.strip() and not name.startswith("#"):
-            entries[name.strip()] = shlex.split(string.Template(command).safe_substitute(values))
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports."""
+    for _ in range(100):
+        first = free_port()
+        if first + count < 65536 and all(_bindable(first + i) for i in range(1, count)):
+            return first
+    raise CommandError(f"no {count} consecutive free ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def hub_commands(layout: Layout, stamp: int) -> dict[str, list[str]]:
+    """What `make run` starts (elicit_hub.launch) for `layout`, but the demo; each worker with its own beat
+    schedule file and node name and each holder with its own name, beside any `make run` on this checkout."""
+    entries = commands(layout)
+    for name, command in entries.items():
+        if name.startswith("worker"):
+            entries[name] = [
+                f"--schedule={LOGS / 'celerybeat-schedule'}"
+                if a.startswith("--schedule")
+                else f"bench-load-{stamp}-{name}@%h"
+                if a.endswith("@%h")
+                else a
+                for a in command
+            ]
+        elif name.startswith("holder"):
+            entries[name] = [*command, "--name", f"bench-load-{stamp}-{name}"]
     return entries
 
 
@@ -274,6 +301,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--pid", action="append", default=[], help="KIND:PID of a hub process to measure (with --web)"
         )
+        parser.add_argument("--web-processes", type=int, default=1, help="web processes to start (no --web)")
+        parser.add_argument("--workers", type=int, default=1, help="Celery workers to start (no --web)")
+        parser.add_argument("--holders", type=int, default=1, help="holders to start (no --web)")
         parser.add_argument("--agents", type=int, default=8)
         parser.add_argument("--reviewers", type=int, default=2)
         parser.add_argument("--rate", type=float, default=0.0, help="offered calls/s (0: closed loop)")
@@ -307,7 +337,7 @@ class Command(BaseCommand):
                 webs = [url.rstrip("/") for url in o["web"]]
                 roots = self._given_pids(o["pid"])
             else:
-                webs, roots = self._start_hub(env, stamp, procs)
+                webs, roots = self._start_hub(o, env, stamp, procs)
             if settings.USING_EMBEDDED_ENGINES:
                 # PostgreSQL's backends are the postmaster's children: the tree counts them.
                 roots["engines"] = engine_pids()
@@ -330,38 +360,34 @@ class Command(BaseCommand):
         return roots
 
     def _start_hub(
-        self, env: dict[str, str], stamp: int, procs: list[Proc]
+        self, o: dict[str, Any], env: dict[str, str], stamp: int, procs: list[Proc]
     ) -> tuple[list[str], dict[str, set[int]]]:
-        web_port, gateway_port = free_port(), free_port()
-        entries = procfile(
-            {
-                "PYTHON": sys.executable,
-                "ELICIT_WEB_PORT": str(web_port),
-                "ELICIT_GATEWAY_PORT": str(gateway_port),
-            }
+        base = free_ports(o["web_processes"] + 1)
+        layout = Layout(
+            web=o["web_processes"],
+            workers=o["workers"],
+            holders=o["holders"],
+            port=base,
+            demo_port=None,
         )
-        if "worker" in entries:
-            # Its own beat schedule file and node name, beside any `make run` on the same checkout.
-            entries["worker"] = [
-                f"--schedule={LOGS / 'celerybeat-schedule'}" if a.startswith("--schedule") else a
-                for a in entries["worker"]
-            ] + ["-n", f"bench-load-{stamp}@%h"]
-        if "holder" in entries:
-            entries["holder"] += ["--name", f"bench-load-{stamp}"]
         started: dict[str, Proc] = {}
-        for name, command in entries.items():
-            if name == "demo":
-                continue
+        for name, command in hub_commands(layout, stamp).items():
             started[name] = Proc(name, command, env)
             procs.append(started[name])
-        hub = f"http://127.0.0.1:{web_port}"
-        if "worker" in started:
-            worker = started["worker"]
-            worker.wait_for(lambda: "ready." in worker.log(), "the Celery worker")
-        started["web"].wait_for(lambda: _answers(hub + "/accounts/login/"), "the web server")
-        if "gateway" in started:
-            started["gateway"].wait_for(lambda: _answers(f"http://127.0.0.1:{gateway_port}/"), "the gateway")
-        return [hub], {name: {proc.proc.pid} for name, proc in started.items()}
+        hubs = [f"http://127.0.0.1:{port}" for port in layout.web_ports]
+        for name, proc in started.items():
+            if name.startswith("worker"):
+                proc.wait_for(lambda proc=proc: "ready." in proc.log(), f"the Celery worker {name}")
+        for hub, name in zip(hubs, [n for n in started if n.startswith("web")], strict=True):
+            started[name].wait_for(
+                lambda hub=hub: _answers(hub + "/accounts/login/"), f"the web server {name}"
+            )
+        gateway = f"http://127.0.0.1:{layout.gateway_ports[0]}/"
+        started["gateway"].wait_for(lambda: _answers(gateway), "the gateway")
+        roots: dict[str, set[int]] = {}
+        for name, proc in started.items():
+            roots.setdefault(name.rstrip("0123456789"), set()).add(proc.proc.pid)
+        return hubs, roots
 
     # --- set-up ---------------------------------------------------------------------------------------------
 
