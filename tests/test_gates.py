@@ -292,6 +292,7 @@ def test_no_self_approval_and_two_of_two(gated: dict[str, Any]) -> None:
     refused = decide(alice, str(ir.pk), "approve")
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "self_approval"
+    assert AuditEvent.objects.get(call_id=call.pk, verb="input.refused").data["code"] == "self_approval"
     bob = Reviewer(tokens.personal_token_create(user=gated["bob"])[1])
     assert decide(bob, str(ir.pk), "approve").status_code == 200
     call.refresh_from_db()
@@ -545,3 +546,15 @@ def test_a_gate_nobody_decides_expires_and_nothing_is_sent(gated: dict[str, Any]
     assert call.error["message"] == "No one approved this call before the deadline; it was not sent."
     assert Gate.objects.get(call=call).status == Gate.Status.EXPIRED
     assert sending._claim(call.pk) is None
+
+
+def test_what_a_gated_call_waits_for_and_the_queue_card(gated: dict[str, Any]) -> None:
+    from approvals.gateway import catalog
+
+    call = submit(gated)
+    state = catalog.call_state(call.pk)
+    assert state is not None
+    assert state.waiting_for == "waiting for approval to send by release: 0 of 1 approval"
+    queue = signed_in(gated["alice"]).get("/").content.decode()
+    assert "Approve before sending" in queue
+    assert "bot asks to call wipe on Deploy bot." in queue

@@ -103,10 +103,11 @@ def _waiting_for(call: ToolCall) -> str:
         team = ir.escalation_team if ir.escalated_at and ir.escalation_team else ir.team
         who = team.slug if team else "a reviewer"
         required = ir.approvals_required
-        what = "approval to send: " if ir.method == "tools/call" else ""  # a gate (services.gates)
-        parts.append(
-            f"waiting for {what}{who}: {_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
-        )
+        counted = f"{_approvals_given(ir)} of {required} approval{'s' * (required != 1)}"
+        if ir.method == "tools/call":  # a gate (services.gates): nothing is sent before it is approved
+            parts.append(f"waiting for approval to send by {who}: {counted}")
+        else:
+            parts.append(f"waiting for {who}: {counted}")
     return "; ".join(parts) or "waiting for input"
 
 

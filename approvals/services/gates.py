@@ -375,21 +375,24 @@ def gate_decide(
     grants = _grants()
     choice = None
     if grant is not None:
-        if decision == "decline":
-            raise Invalid(
-                "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
-            )
         if grants is None:
             raise Invalid(
                 "This hub does not remember grants.", code="invalid_body", fields={"grant": "unknown"}
             )
-        choice = grants.parse_choice(grant)
+        choice = grants.parse_choice(
+            grant
+        )  # None: no grant chosen (the browser's form always has the fields)
+        if choice is not None and decision == "decline":
+            raise Invalid(
+                "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
+            )
     action = InputRequest.Action.DECLINE if decision == "decline" else InputRequest.Action.ACCEPT
-    with transaction.atomic():
-        ir = answers.input_respond(
-            input_request_id=ir.pk, user=user, action=action, content=arguments, reason=reason
-        )
-        if choice is not None and grants is not None and ir.status == InputRequest.Status.ANSWERED:
+    # Not one transaction with the grant: a refused answer is audited in its own (answers._refuse).
+    ir = answers.input_respond(
+        input_request_id=ir.pk, user=user, action=action, content=arguments, reason=reason
+    )
+    if choice is not None and grants is not None and ir.status == InputRequest.Status.ANSWERED:
+        with transaction.atomic():
             gate = Gate.objects.select_related("call").get(round_id=ir.round_id)
             grants.create_from_approval(
                 approver=user, call=gate.call, tool_digest=canonical.digest(gate.tool), choice=choice
