@@ -365,3 +365,25 @@ def test_real_gate_decisions_feed_the_suggestion(gated, settings) -> None:
     gates.gate_decide(input_request_id=ir.pk, user=gated.alice, decision="decline", reason="not backups")
     assert grants.suggestions(gated.alice) == []
     assert "data-grant-suggestions" not in signed_in(gated.alice).get("/").content.decode()
+
+
+def test_conditions_that_miss_the_edited_arguments_make_no_grant_and_say_so(gated) -> None:
+    from approvals.services import gates
+    from approvals.services.errors import Invalid
+
+    ir = pending_gate(submit_wipe(gated, "logs"))
+    logs_only = {
+        "for": "1h",
+        "arguments": "conditions",
+        "conditions": [{"argument": "bucket", "value": "logs"}],
+    }
+    with pytest.raises(Invalid) as raised:
+        gates.gate_decide(
+            input_request_id=ir.pk,
+            user=gated.alice,
+            decision="edit",
+            arguments={"bucket": "tmp"},
+            grant=logs_only,
+        )
+    assert raised.value.message.startswith("No grant was made")
+    assert not Grant.objects.exists()

@@ -256,7 +256,7 @@ def create_from_approval(
         grant.conditions = checked["conditions"]
         if not covers(grant, approved):
             raise Invalid(
-                "The grant's conditions do not hold for the arguments being approved.",
+                "No grant was made: its conditions do not hold for the approved arguments.",
                 code="invalid_grant",
                 fields={"grant.conditions": "must hold for the approved arguments"},
             )
