@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
+import threading
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,61 @@ def test_rows_chain_to_the_previous_hash() -> None:
     assert third.prev_hash == second.hash
     assert audit.verify().ok
     assert audit.verify().checked == 3
+
+
+def test_a_batch_joins_the_chain_together_in_the_order_recorded() -> None:
+    before = audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"i": "before"})
+    with transaction.atomic(), audit.batched():
+        events = [
+            audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"i": i}) for i in range(3)
+        ]
+        with audit.batched():  # nested: the outer block writes
+            events.append(audit.record(actor=Actor.system(), verb="call.moved_to_session", data={}))
+        assert AuditEvent.objects.count() == 1  # nothing written before the block ends
+    rows = list(AuditEvent.objects.order_by("id"))
+    assert [r.data.get("i") for r in rows] == ["before", 0, 1, 2, None]
+    assert [r.id for r in rows[1:]] == [before.id + n for n in range(1, 5)]
+    assert [r.prev_hash for r in rows[1:]] == [r.hash for r in rows[:-1]]
+    assert [e.hash for e in events] == [r.hash for r in rows[1:]]
+    after = audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"i": "after"})
+    assert after.prev_hash == rows[-1].hash
+    assert audit.verify().ok and audit.verify().checked == 6
+
+
+def test_a_batch_that_raises_writes_nothing() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic(), audit.batched():
+        audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"i": 1})
+        raise RuntimeError("the step failed")
+    assert AuditEvent.objects.count() == 0
+    audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"i": 2})
+    assert audit.verify().ok
+
+
+def test_batches_and_single_appends_from_many_connections_keep_one_chain(live_db) -> None:
+    barrier = threading.Barrier(4)
+
+    def writer(name: str, batch: bool) -> None:
+        try:
+            barrier.wait()
+            with transaction.atomic(), audit.batched() if batch else contextlib.nullcontext():
+                for i in range(3):
+                    audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"w": name, "i": i})
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=writer, args=(name, name.startswith("batch")))
+        for name in ("batch-a", "batch-b", "single-c", "single-d")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    rows = list(AuditEvent.objects.order_by("id").values_list("data", flat=True))
+    assert len(rows) == 12 and audit.verify().ok
+    for name in ("batch-a", "batch-b"):  # a batch's events are consecutive in the chain
+        at = [n for n, data in enumerate(rows) if data["w"] == name]
+        assert at == list(range(at[0], at[0] + 3))
 
 
 @pytest.mark.parametrize(

@@ -177,36 +177,38 @@ def round_open(
         opened = {"round": number, "keys": list(input_requests)[:limit], "key_count": len(rows)}
         opened["problem"] = rows[0].problem
     opened["has_request_state"] = request_state is not None
-    audit.record(actor=SYSTEM, verb="round.opened", call=call, data=opened)
-    for ir in rows if not refused else []:
-        audit.record(
-            actor=SYSTEM,
-            verb="input.unsupported" if ir.problem else "input.requested",
-            call=call,
-            input_request=ir,
-            data={
-                "key": ir.key,
-                "mode": ir.mode,
-                "message": ir.message,
-                "problem": ir.problem,
-                "flags": ir.flags,
-                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
-            },
-        )
-        if not ir.problem:
-            routed = {
-                "rule": ir.routing.get("matched"),
-                "team": ir.routing.get("team"),
-                "policy": ir.routing.get("policy"),
-                "assignee": ir.routing.get("assignee"),
-                "approvals_required": ir.approvals_required,
-                "answered_by": "requester" if ir.for_requester else "team",
-            }
-            if ir.routing.get("passthrough_refused"):
-                routed["passthrough_refused"] = ir.routing["passthrough_refused"]
-            audit.record(actor=SYSTEM, verb="input.routed", call=call, input_request=ir, data=routed)
-            if not ir.for_requester:
-                notifications.notify(ir=ir, team=ir.team, event="routed")
+    # The round's events join the audit chain together: one lock and one insert for all of them.
+    with audit.batched():
+        audit.record(actor=SYSTEM, verb="round.opened", call=call, data=opened)
+        for ir in rows if not refused else []:
+            audit.record(
+                actor=SYSTEM,
+                verb="input.unsupported" if ir.problem else "input.requested",
+                call=call,
+                input_request=ir,
+                data={
+                    "key": ir.key,
+                    "mode": ir.mode,
+                    "message": ir.message,
+                    "problem": ir.problem,
+                    "flags": ir.flags,
+                    "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
+                },
+            )
+            if not ir.problem:
+                routed = {
+                    "rule": ir.routing.get("matched"),
+                    "team": ir.routing.get("team"),
+                    "policy": ir.routing.get("policy"),
+                    "assignee": ir.routing.get("assignee"),
+                    "approvals_required": ir.approvals_required,
+                    "answered_by": "requester" if ir.for_requester else "team",
+                }
+                if ir.routing.get("passthrough_refused"):
+                    routed["passthrough_refused"] = ir.routing["passthrough_refused"]
+                audit.record(actor=SYSTEM, verb="input.routed", call=call, input_request=ir, data=routed)
+                if not ir.for_requester:
+                    notifications.notify(ir=ir, team=ir.team, event="routed")
     pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING]
     if not pending:
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
