@@ -2,7 +2,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format typecheck install engines-stop conformance interop-install bench clean
+.PHONY: run test lint format typecheck install engines-stop conformance interop-install bench bench-scale clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
@@ -43,6 +43,10 @@ interop-install:
 BENCH ?= load
 bench: $(STAMP)
 	$(PY) -m bench $(BENCH)
+
+# The load against 2 web processes, 2 workers and 2 holders, then against one of each: the ratio, and checks.
+bench-scale: $(STAMP)
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) -m bench scale $(SCALE)
 
 clean:
 	-$(PY) -m elicit_hub.engines stop

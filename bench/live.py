@@ -3,9 +3,9 @@
 Opens N reviewer websockets (real sessions, same Origin as the browser), parks P pending requests in the
 queue, then submits calls one at a time and records, for every socket, when the card frame for each new
 round arrives. Latency = frame arrival - Round.opened_at (the moment the worker had the server's
-input_required in hand), both on this machine's clock. With ``--floor SCRIPT``, the engines' floor (a
-PostgreSQL commit plus a Redis publish reaching a subscriber) is measured in the same run by that script,
-called as ``SCRIPT DATABASE_URL REDIS_URL 500``.
+input_required in hand), both on this machine's clock. The engines' floor (a PostgreSQL commit plus a Redis
+publish reaching a subscriber, bench/floor.py) is measured in the same run (``--floor N`` samples, 0 for
+none), and the ratio hub / floor printed: unloaded, the target is at most 10x.
 
     make bench BENCH="live --sockets 50 --pending 500 --calls 40"
     make bench BENCH="live --sockets 1 --pending 0 --calls 40"
@@ -16,10 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,6 +28,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals.models import McpServer, Membership, Round, Team
 from approvals.services import calls, tokens
+from bench import floor
+from bench.procs import load_average
 
 ENV_FORM = {
     "method": "elicitation/create",
@@ -55,7 +54,7 @@ class Command(BaseCommand):
         parser.add_argument("--sockets", type=int, default=50)
         parser.add_argument("--pending", type=int, default=500)
         parser.add_argument("--calls", type=int, default=40)
-        parser.add_argument("--floor", default="", help="a script measuring the engines' floor")
+        parser.add_argument("--floor", type=int, default=500, help="samples of the engines' floor (0: none)")
 
     def handle(self, *args: Any, **o: Any) -> None:
         server = McpServer.objects.filter(slug=o["server"]).first()
@@ -77,7 +76,17 @@ class Command(BaseCommand):
                 f"received -> frame on socket: p50={statistics.median(samples):.1f} ms "
                 f"p99={pct(samples, 0.99):.1f} ms max={max(samples):.1f} ms"
             )
-        self._floor(o["floor"])
+        if o["floor"] > 0:
+            measured = floor.measure(o["floor"])
+            for line in measured.lines():
+                self.stdout.write(line)
+            if samples and measured.hops:
+                hop50, hop99 = statistics.median(measured.hops), pct(measured.hops, 0.99)
+                self.stdout.write(
+                    f"ratio to the floor hop: p50 {statistics.median(samples) / hop50:.1f}x, "
+                    f"p99 {pct(samples, 0.99) / hop99:.1f}x (target: at most 10x, unloaded)"
+                )
+        self.stdout.write(f"load average: {load_average()}")
 
     def _sessions(self, team: Team, count: int, stamp: int) -> list[str]:
         User = get_user_model()
@@ -142,24 +151,3 @@ class Command(BaseCommand):
         for task in listeners:
             task.cancel()
         return ids, arrivals
-
-    def _floor(self, script: str) -> None:
-        if not script:
-            return
-        if not Path(script).exists():
-            self.stdout.write(f"floor: {script} not found")
-            return
-        db = settings.DATABASES["default"]
-        host = db.get("HOST") or ""
-        user = db.get("USER") or ""
-        if host.startswith("/"):
-            url = f"postgresql://{user}@/{db['NAME']}?host={host}"
-        else:
-            url = f"postgresql://{user}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
-        result = subprocess.run(
-            [sys.executable, script, url, settings.REDIS_URL, "500"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        self.stdout.write(result.stdout.strip() or result.stderr.strip())

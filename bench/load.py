@@ -295,6 +295,9 @@ class Run:
 
 class Command(BaseCommand):
     help = __doc__
+    outcome: dict[str, Any]
+    throughput = 0.0
+    cpu_per_call = 0.0
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--web", action="append", default=[], help="a running hub (repeat for more)")
@@ -439,6 +442,15 @@ class Command(BaseCommand):
         retries = httpx.get(mcp_base + "/retries", timeout=10).json()
         self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after)
         self._floor(o["floor"])
+        # For a caller in the same process (bench/scale.py): what ran, to compare and to check.
+        self.outcome = {
+            "server": slug,
+            "calls": [r.call for r in run.records if r.call],
+            "submits_failed": sum(1 for r in run.records if not r.call),
+            "errors": list(run.errors),
+            "throughput": self.throughput,
+            "cpu_ms_per_call": self.cpu_per_call,
+        }
 
     async def _drive(
         self,
@@ -668,6 +680,7 @@ class Command(BaseCommand):
             total += per_call if kind != "engines" else 0.0
             parts.append(f"{kind} {per_call:.1f} ms ({100 * seconds / cpu_wall:.0f} % of a core)")
         self.stdout.write(f"CPU per completed call: {'; '.join(parts)}; hub total {total:.1f} ms")
+        self.throughput, self.cpu_per_call = len(completed) / span, total
         self.stdout.write(
             "load average (1/5/15 min): before "
             + " ".join(f"{x:.2f}" for x in load_before)

@@ -194,6 +194,25 @@ def test_until_revoked_has_no_expiry_and_one_hour_has_one(world) -> None:
     assert timedelta(minutes=59) < one_hour.expires_at - one_hour.created_at <= timedelta(hours=1)
 
 
+def test_the_audit_log_never_holds_a_secret_condition_value(world) -> None:
+    call = a_call(world, arguments={"environment": "production", "api_key": "sk-live-123"})
+    choice = {
+        "for": "1h",
+        "arguments": "conditions",
+        "conditions": [
+            {"argument": "api_key", "value": "sk-live-123"},
+            {"argument": "environment", "value": "production"},
+        ],
+    }
+    grant_for(world, choice, call=call)
+    event = AuditEvent.objects.get(verb="grant.created")
+    assert "sk-live-123" not in str(event.data)
+    assert event.data["conditions"] == [
+        {"argument": "api_key", "op": "==", "value": audit.REDACTED},
+        {"argument": "environment", "op": "==", "value": "production"},
+    ]
+
+
 def test_the_approved_arguments_are_granted_not_the_asked_ones(world) -> None:
     edited = {**ARGS, "version": "2.3.0"}
     grant_for(world, EXACT, arguments=edited)

@@ -350,3 +350,40 @@ def test_a_grant_choice_that_cannot_be_honoured_is_a_readable_page_and_approves_
     assert "A grant on conditions needs at least one condition." in response.content.decode()
     ir.refresh_from_db()
     assert ir.status == "pending" and not Grant.objects.exists()
+
+
+def test_real_gate_decisions_feed_the_suggestion(gated, settings) -> None:
+    from approvals.services import gates
+
+    settings.ELICIT_GRANT_SUGGEST_APPROVALS = 2
+    for bucket in ("logs", "tmp"):
+        ir = pending_gate(submit_wipe(gated, bucket))
+        gates.gate_decide(input_request_id=ir.pk, user=gated.alice, decision="approve")
+    html = signed_in(gated.alice).get("/").content.decode()
+    assert 'data-suggestion="deploy/wipe"' in html and "2 times in 14 days" in html
+    ir = pending_gate(submit_wipe(gated, "backups"))
+    gates.gate_decide(input_request_id=ir.pk, user=gated.alice, decision="decline", reason="not backups")
+    assert grants.suggestions(gated.alice) == []
+    assert "data-grant-suggestions" not in signed_in(gated.alice).get("/").content.decode()
+
+
+def test_conditions_that_miss_the_edited_arguments_make_no_grant_and_say_so(gated) -> None:
+    from approvals.services import gates
+    from approvals.services.errors import Invalid
+
+    ir = pending_gate(submit_wipe(gated, "logs"))
+    logs_only = {
+        "for": "1h",
+        "arguments": "conditions",
+        "conditions": [{"argument": "bucket", "value": "logs"}],
+    }
+    with pytest.raises(Invalid) as raised:
+        gates.gate_decide(
+            input_request_id=ir.pk,
+            user=gated.alice,
+            decision="edit",
+            arguments={"bucket": "tmp"},
+            grant=logs_only,
+        )
+    assert raised.value.message.startswith("No grant was made")
+    assert not Grant.objects.exists()

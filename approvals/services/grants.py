@@ -256,7 +256,7 @@ def create_from_approval(
         grant.conditions = checked["conditions"]
         if not covers(grant, approved):
             raise Invalid(
-                "The grant's conditions do not hold for the arguments being approved.",
+                "No grant was made: its conditions do not hold for the approved arguments.",
                 code="invalid_grant",
                 fields={"grant.conditions": "must hold for the approved arguments"},
             )
@@ -273,11 +273,20 @@ def create_from_approval(
                 "for": checked["for"],
                 "expires_at": grant.expires_at.isoformat() if grant.expires_at else None,
                 "arguments": grant.arguments_mode,
-                "conditions": grant.conditions,
+                "conditions": _audited(grant.conditions),
                 "tool_digest": tool_digest,
             },
         )
     return grant
+
+
+def _audited(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Conditions as the audit log keeps them: the value of a secret-looking argument (``api_key ==
+    "..."``) redacted, as the call's own arguments are."""
+    return [
+        {**c, "value": audit.redact({c["argument"]: c["value"]})[c["argument"]]} if "value" in c else c
+        for c in conditions
+    ]
 
 
 def _team_of(call: ToolCall) -> Team | None:

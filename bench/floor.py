@@ -1,0 +1,83 @@
+"""The engines' floor for one hub hop, measured in the benchmark's own run, as ../shared/tools/floor.py does.
+
+A hub delivery needs at least one PostgreSQL commit (the row) and one Redis publish reaching a subscriber
+(the channel layer). This measures both on the engines the settings name, the commit through Django's own
+connection (the hub's driver, pool and settings), the publish with redis-py on ``REDIS_URL``, paired into a
+hop (commit + publish) per sample, so a ratio hub / floor holds when the machine is slow or busy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Floor:
+    commits: list[float]
+    publishes: list[float]
+
+    @property
+    def hops(self) -> list[float]:
+        return [c + p for c, p in zip(self.commits, self.publishes, strict=False)]
+
+    def lines(self) -> list[str]:
+        rows = (
+            ("floor_commit_ms", self.commits),
+            ("floor_publish_ms", self.publishes),
+            ("floor_hop_ms", self.hops),
+        )
+        return [
+            f"{name} p50={statistics.median(values):.3f} p99={pct(values, 0.99):.3f} n={len(values)}"
+            for name, values in rows
+            if values
+        ]
+
+
+def measure(n: int = 500) -> Floor:
+    commits: list[float] = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS floor_probe "
+            "(id bigserial PRIMARY KEY, at timestamptz, body text)"
+        )
+    for i in range(n):
+        t0 = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO floor_probe (at, body) VALUES (now(), %s)", [f"probe {i}"])
+        commits.append((time.perf_counter() - t0) * 1000)
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    sub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    sub.subscribe("floor-probe")
+    sub.get_message(timeout=1.0)  # the subscribe confirmation
+    publishes: list[float] = []
+    received = threading.Event()
+    stamp = [0.0]
+
+    def listen() -> None:
+        for message in sub.listen():
+            if message["type"] == "message":
+                publishes.append((time.perf_counter() - stamp[0]) * 1000)
+                received.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    for i in range(n):
+        received.clear()
+        stamp[0] = time.perf_counter()
+        client.publish("floor-probe", str(i))
+        received.wait(2.0)
+    sub.close()
+    client.close()
+    return Floor(commits, publishes)
