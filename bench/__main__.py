@@ -7,6 +7,7 @@
     seed_audit   append N realistic, correctly chained audit events (use a throwaway database)
     audit        the audit page's queries on a seeded database: p50/p95 per kind, EXPLAIN
     holder       N idle handshake-era sessions in one holder: its CPU and memory; push -> reviewer latency
+    gateway      pass-through on /mcp against a running hub: question -> agent's client, answer -> result
     sockets      N idle reviewer websockets on one Daphne process: its CPU and memory
 
 ``python -m bench NAME --help`` lists a benchmark's options. Each is a Django command run on the hub's
@@ -19,7 +20,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("load", "scale", "loop", "live", "seed_audit", "audit", "holder", "sockets")
+NAMES = ("load", "scale", "loop", "live", "seed_audit", "audit", "holder", "gateway", "sockets")
 
 
 def main(argv: list[str]) -> int:

@@ -19,8 +19,8 @@ from approvals.models import AuditEvent, InputRequest, McpServer, Round, Routing
 from approvals.services import servers, tokens
 from tests import demo_support
 from tests import test_gateway as gateway_tests
-from tests.live import HolderRunner, child_env
-from tests.test_gateway import GatewayHub, _text
+from tests.live import HolderRunner, child_env, wait_until
+from tests.test_gateway import GatewayHub, _text, call_in_background
 from tests.test_session import PushServer
 
 # The gateway tests' fixtures: one gateway process for this module, a fresh hub for each test.
@@ -33,11 +33,11 @@ pytestmark = pytest.mark.timeout(180)
 TOOL = "demo__create_deployment"
 
 
-def _requester_rule(ghub: GatewayHub) -> RoutingRule:
+def _requester_rule(ghub: GatewayHub, slug: str = "demo", tools: str = "create_deployment") -> RoutingRule:
     return RoutingRule.objects.create(
         name="the requester picks",
-        server=ghub.hub.server,
-        tool_pattern="create_deployment",
+        server=McpServer.objects.get(slug=slug),
+        tool_pattern=tools,
         team=ghub.hub.server.default_team,
         answered_by=RoutingRule.AnsweredBy.REQUESTER,
     )
@@ -280,12 +280,6 @@ def pushy(ghub: GatewayHub, push: PushServer) -> Iterator[GatewayHub]:
     )
     servers.server_refresh_tools(server=server)
     ghub.hub.server.agents.get().servers.add(server)
-    RoutingRule.objects.create(
-        name="the requester signs in",
-        server=server,
-        team=ghub.hub.server.default_team,
-        answered_by=RoutingRule.AnsweredBy.REQUESTER,
-    )
     holder = HolderRunner(child_env(ELICIT_HOLDER_POLL="1", ELICIT_HOLDER_HEARTBEAT="1")).start()
     try:
         yield ghub
@@ -296,6 +290,7 @@ def pushy(ghub: GatewayHub, push: PushServer) -> Iterator[GatewayHub]:
 def test_a_pushed_url_sign_in_reaches_a_handshake_client_and_its_answer_the_server(
     pushy: GatewayHub, push: PushServer
 ) -> None:
+    _requester_rule(pushy, "pushy", "*")
     asked: list[types.ElicitRequestURLParams] = []
 
     async def person(context: Any, params: Any) -> types.ElicitResult:
@@ -320,6 +315,8 @@ def test_a_pushed_url_sign_in_reaches_a_handshake_client_and_its_answer_the_serv
 def test_a_pushed_question_reaches_a_2026_client_as_input_required(
     pushy: GatewayHub, push: PushServer
 ) -> None:
+    _requester_rule(pushy, "pushy", "*")
+
     async def run() -> tuple[types.InputRequiredResult, types.CallToolResult]:
         http, client = _connect(pushy.url + "/mcp", pushy.token, "2026-07-28", _never)
         async with http, client:
@@ -343,3 +340,34 @@ def test_a_pushed_question_reaches_a_2026_client_as_input_required(
     asked = next(iter(first.input_requests.values()))  # type: ignore[union-attr]
     assert isinstance(asked, types.ElicitRequest) and asked.params.message == "Which branch?"
     assert _text(done) == "accepted: release-7"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_without_a_requester_rule_a_pushed_question_reaches_the_reviewers_as_through_rest(
+    pushy: GatewayHub, push: PushServer, mode: str
+) -> None:
+    """The upstream's elicitation/create, for a call made through /mcp, is in the team's inbox like one made
+    through the REST API; the reviewer's answer reaches the server and the client gets its result."""
+    outcome, thread = call_in_background(
+        pushy.url + "/mcp", pushy.token, mode, "pushy__ask", {"question": "Which tag?"}
+    )
+    call_id = wait_until(
+        lambda: ToolCall.objects.filter(tool="ask").values_list("pk", flat=True).first(),
+        30,
+        0.1,
+        what="the gateway's call",
+    )
+    item = pushy.hub.reviewer.wait_for_request(str(call_id), "elicitation")
+    assert item["message"] == "Which tag?" and item["team"] == "release" and item["server"] == "pushy"
+    assert item["server_deadline"] is not None
+    wait_until(
+        lambda: any("waiting for release" in (m or "") for _, m in outcome.progress),
+        30,
+        0.1,
+        what="progress naming the team",
+    )
+    assert pushy.hub.reviewer.respond(item["id"], "accept", {"text": "v7"}).status_code == 200
+    thread.join(60)
+    assert outcome.error is None, repr(outcome.error)
+    assert outcome.result is not None and _text(outcome.result) == "accepted: v7"
+    assert Round.objects.get(call__tool="ask").kind == Round.Kind.PUSH

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from approvals import permissions
@@ -142,3 +143,21 @@ def test_the_agents_answer_is_validated_recorded_once_and_audited(world: dict[st
     assert (event.actor_type, event.actor_label) == ("agent", agent.name)
     assert event.data["for"] == "alice" and event.data["answered_by"] == "requester"
     assert event.data["content"] == {"environment": "staging"}
+
+
+def test_the_call_page_says_who_answers_and_why(world: dict[str, Any], client: Any) -> None:
+    client.force_login(world["root"])
+    passed = _open(world, MODERN_FORM)
+    kept = _open(world, None)
+    page = client.get(reverse("approvals:call", args=[passed.round.call_id])).content.decode()
+    assert "Passed through: the requester answers through the agent" in page
+    request_page = client.get(reverse("approvals:request", args=[passed.pk])).content.decode()
+    assert "data-for-requester" in request_page and "data-form-body disabled" in request_page
+    page = client.get(reverse("approvals:call", args=[kept.round.call_id])).content.decode()
+    assert "did not come through /mcp" in page
+
+    answers.requester_respond(
+        input_request_id=passed.pk, agent=world["agent"], action="decline", content=None
+    )
+    page = client.get(reverse("approvals:call", args=[passed.round.call_id])).content.decode()
+    assert "Decline: the requester answered through the agent" in page

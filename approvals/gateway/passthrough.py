@@ -116,6 +116,9 @@ def _state(plain: str) -> tuple[str, int]:
 
 
 def _answer(ir_id: str, agent: AgentClient, response: dict[str, Any]) -> None:
+    problem = safejson.problem(response, max_depth=settings.ELICIT_MAX_JSON_DEPTH)
+    if problem:
+        raise Invalid(f"The answer holds {problem[1]} at {problem[0]}.", code="invalid_body")
     answers.requester_respond(
         input_request_id=ir_id,
         agent=agent,

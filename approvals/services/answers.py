@@ -283,23 +283,25 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
         Decision.objects.create(
             input_request=ir, user=person, action=action, content=content, is_final=True, created_at=now
         )
-        audit.record(
-            actor=Actor.agent(agent),
-            verb="input.answered",
-            call=rnd.call,
-            input_request=ir,
-            data={
-                "key": ir.key,
-                "action": action,
-                "content": _audit_content(ir, content),
-                "reason": "",
-                "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
-                "answered_by": "requester",
-                "for": person.get_username() if person else "",
-                "channel": "mcp",
-            },
-        )
-        transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
-        if not rnd.input_requests.pending().exists():
-            round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
+        # The answer's events (and the round's, when it completes) join the audit chain together.
+        with audit.batched():
+            audit.record(
+                actor=Actor.agent(agent),
+                verb="input.answered",
+                call=rnd.call,
+                input_request=ir,
+                data={
+                    "key": ir.key,
+                    "action": action,
+                    "content": _audit_content(ir, content),
+                    "reason": "",
+                    "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
+                    "answered_by": "requester",
+                    "for": person.get_username() if person else "",
+                    "channel": "mcp",
+                },
+            )
+            transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
+            if not rnd.input_requests.pending().exists():
+                round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     return ir
