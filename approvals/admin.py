@@ -368,6 +368,11 @@ class RoutingRuleForm(forms.ModelForm):
             self.add_error(
                 "mode", "A gate stops calls, whatever mode a later question has: leave mode empty."
             )
+        if cleaned.get("gate") and cleaned.get("answered_by") == RoutingRule.AnsweredBy.REQUESTER:
+            self.add_error(
+                "answered_by",
+                "A gate is decided by the team's reviewers; the requester answers only questions.",
+            )
         return cleaned
 
     def clean_conditions(self) -> list:
