@@ -371,7 +371,8 @@ class RoutingRuleForm(forms.ModelForm):
             )
         if cleaned.get("gate") and cleaned.get("answered_by") == RoutingRule.AnsweredBy.REQUESTER:
             self.add_error(
-                "answered_by", "A gate is decided by the rule's team, never by the agent that asks."
+                "answered_by",
+                "A gate is decided by the team's reviewers; the requester answers only questions.",
             )
         return cleaned
 

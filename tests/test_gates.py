@@ -583,7 +583,7 @@ def test_the_admin_shows_gates_and_refuses_a_gate_rule_with_a_mode(gated: dict[s
     by_agent = admin.post(
         "/admin/approvals/routingrule/add/", {**form, "mode": "", "answered_by": "requester"}
     )
-    assert "A gate is decided by the rule&#x27;s team, never by the agent" in by_agent.content.decode()
+    assert "A gate is decided by the team&#x27;s reviewers" in by_agent.content.decode()
     saved = admin.post(
         f"/admin/approvals/routingrule/{rule.pk}/change/", {**form, "mode": "", "name": "wipes"}
     )

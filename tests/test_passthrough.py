@@ -161,3 +161,23 @@ def test_the_call_page_says_who_answers_and_why(world: dict[str, Any], client: A
     )
     page = client.get(reverse("approvals:call", args=[passed.round.call_id])).content.decode()
     assert "Decline: the requester answered through the agent" in page
+
+
+def test_the_rule_form_offers_the_choice_and_refuses_it_on_a_gate(world: dict[str, Any]) -> None:
+    from approvals.admin import RoutingRuleForm
+
+    data = {
+        "position": 5,
+        "name": "sign-ins by the requester",
+        "enabled": True,
+        "tool_pattern": "*",
+        "mode": "url",
+        "conditions": "[]",
+        "team": world["team"].pk,
+        "answered_by": "requester",
+    }
+    form = RoutingRuleForm(data=data)
+    assert form.is_valid(), form.errors
+    assert form.save().answered_by == RoutingRule.AnsweredBy.REQUESTER
+    gated = RoutingRuleForm(data={**data, "mode": "", "gate": True})
+    assert not gated.is_valid() and "answered_by" in gated.errors
