@@ -9,6 +9,7 @@
     holder       N idle handshake-era sessions in one holder: its CPU and memory; push -> reviewer latency
     gateway      pass-through on /mcp against a running hub: question -> agent's client, answer -> result
     sockets      N idle reviewer websockets on one Daphne process: its CPU and memory
+    grants       grants.find and the dashboard's grant suggestion on seeded data (rolled back)
 
 ``python -m bench NAME --help`` lists a benchmark's options. Each is a Django command run on the hub's
 settings, so ``DATABASE_URL`` and ``REDIS_URL`` choose the engines, as for ``manage.py``.
@@ -20,7 +21,7 @@ import importlib
 import os
 import sys
 
-NAMES = ("load", "scale", "loop", "live", "seed_audit", "audit", "holder", "gateway", "sockets")
+NAMES = ("load", "scale", "loop", "live", "seed_audit", "audit", "holder", "gateway", "sockets", "grants")
 
 
 def main(argv: list[str]) -> int:
