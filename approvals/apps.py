@@ -10,3 +10,6 @@ class ApprovalsConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             throttling,  # noqa: F401  (counts failed sign-ins)
         )
+        from approvals.services import (
+            gate_decisions,  # noqa: F401  (hands ready gate rounds to gate_decided: see rounds.READY_HANDLERS)
+        )

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import Gate, InputRequest, ToolCall
-from approvals.services import answers, gates, grants, presence
+from approvals.services import answers, gate_decisions, gates, grants, presence
 from approvals.services.errors import AnswerInvalid, Conflict, ServiceError
 
 DECLINE_REASONS = [
@@ -302,7 +302,7 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
         if problem:
             return _gate_page(request, ir, json_text=text, edit_errors={"arguments": problem}, status=422)
     try:
-        gates.gate_decide(
+        gate_decisions.gate_decide(
             input_request_id=ir.pk,
             user=request.user,
             decision=decision,

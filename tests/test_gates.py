@@ -24,7 +24,7 @@ from approvals.models import (
     Team,
     ToolCall,
 )
-from approvals.services import calls, gates, sending, servers, tokens
+from approvals.services import calls, gate_decisions, gates, sending, servers, tokens
 from tests import demo_support, factories
 from tests.hub import Hub, Reviewer, set_up_hub
 from tests.live import wait_until
@@ -227,7 +227,7 @@ def gate_request(call: ToolCall) -> InputRequest:
 def test_a_policy_edited_between_approval_and_send_voids_the_approval(gated: dict[str, Any]) -> None:
     call = submit(gated)
     ir = gate_request(call)
-    gates.gate_decide(input_request_id=ir.pk, user=gated["alice"], decision="approve")
+    gate_decisions.gate_decide(input_request_id=ir.pk, user=gated["alice"], decision="approve")
     call.refresh_from_db()
     assert call.status == ToolCall.Status.QUEUED
     policy = gated["policy"]
@@ -251,7 +251,9 @@ def test_a_policy_edited_between_approval_and_send_voids_the_approval(gated: dic
 
 def test_a_rule_edited_between_approval_and_send_voids_the_approval(gated: dict[str, Any]) -> None:
     call = submit(gated)
-    gates.gate_decide(input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve")
+    gate_decisions.gate_decide(
+        input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve"
+    )
     rule = gated["rule"]
     rule.name = "wipes (renamed)"
     rule.save()
@@ -265,7 +267,9 @@ def test_a_rule_edited_between_approval_and_send_voids_the_approval(gated: dict[
 
 def test_an_approval_matching_the_call_is_used_once(gated: dict[str, Any]) -> None:
     call = submit(gated)
-    gates.gate_decide(input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve")
+    gate_decisions.gate_decide(
+        input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve"
+    )
     send = sending._claim(call.pk)
     assert send is not None and send.round is None  # the first tools/call may go
     gate = Gate.objects.get(call=call)
@@ -476,7 +480,9 @@ def test_the_holder_checks_the_approval_before_its_first_send(gated: dict[str, A
     kept = submit(gated)
     edited = submit(gated, {"bucket": "other"})
     for call in (kept, edited):
-        gates.gate_decide(input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve")
+        gate_decisions.gate_decide(
+            input_request_id=gate_request(call).pk, user=gated["alice"], decision="approve"
+        )
     assert sorted(holding.holder_claim(holder_id=holder, limit=5)) == sorted([str(kept.pk), str(edited.pk)])
 
     assert holding.held_sending(call_id=kept.pk, holder_id=holder)  # unchanged: sent, the approval used
@@ -523,7 +529,7 @@ def test_a_repeat_of_the_asked_arguments_finds_the_call_a_reviewer_edited(gated:
         agent=gated["agent"], server_slug="deploy", tool="wipe", arguments={"bucket": "logs"}, window=600
     )
     assert created
-    gates.gate_decide(
+    gate_decisions.gate_decide(
         input_request_id=gate_request(call).pk,
         user=gated["alice"],
         decision="edit",

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from approvals.audit import core as audit
 from approvals.models import AuditEvent, Grant, Membership
-from approvals.services import grants, tokens
+from approvals.services import gate_decisions, grants, tokens
 from tests import factories
 from tests.hub import ApiClient
 
@@ -353,22 +353,22 @@ def test_a_grant_choice_that_cannot_be_honoured_is_a_readable_page_and_approves_
 
 
 def test_real_gate_decisions_feed_the_suggestion(gated, settings) -> None:
-    from approvals.services import gates
 
     settings.ELICIT_GRANT_SUGGEST_APPROVALS = 2
     for bucket in ("logs", "tmp"):
         ir = pending_gate(submit_wipe(gated, bucket))
-        gates.gate_decide(input_request_id=ir.pk, user=gated.alice, decision="approve")
+        gate_decisions.gate_decide(input_request_id=ir.pk, user=gated.alice, decision="approve")
     html = signed_in(gated.alice).get("/").content.decode()
     assert 'data-suggestion="deploy/wipe"' in html and "2 times in 14 days" in html
     ir = pending_gate(submit_wipe(gated, "backups"))
-    gates.gate_decide(input_request_id=ir.pk, user=gated.alice, decision="decline", reason="not backups")
+    gate_decisions.gate_decide(
+        input_request_id=ir.pk, user=gated.alice, decision="decline", reason="not backups"
+    )
     assert grants.suggestions(gated.alice) == []
     assert "data-grant-suggestions" not in signed_in(gated.alice).get("/").content.decode()
 
 
 def test_conditions_that_miss_the_edited_arguments_make_no_grant_and_say_so(gated) -> None:
-    from approvals.services import gates
     from approvals.services.errors import Invalid
 
     ir = pending_gate(submit_wipe(gated, "logs"))
@@ -378,7 +378,7 @@ def test_conditions_that_miss_the_edited_arguments_make_no_grant_and_say_so(gate
         "conditions": [{"argument": "bucket", "value": "logs"}],
     }
     with pytest.raises(Invalid) as raised:
-        gates.gate_decide(
+        gate_decisions.gate_decide(
             input_request_id=ir.pk,
             user=gated.alice,
             decision="edit",

@@ -23,6 +23,7 @@ CORE = (
     "approvals.audit.verbs",
     "approvals.audit.verify",
     "approvals.broadcast",
+    "approvals.canonical",
     "approvals.mcp_client",
     "approvals.netguard",
     "approvals.permissions",

@@ -20,7 +20,7 @@ from approvals import broadcast, outage, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
-from approvals.services import answers, calls, gates, grants
+from approvals.services import answers, calls, gate_decisions, grants
 from approvals.services.errors import Forbidden, Invalid, ServiceError
 
 
@@ -274,7 +274,7 @@ def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
     """Decide a gate (an inbox item with ``gate``): ``approve`` the call as asked, ``edit`` it (approve the
     given ``arguments`` instead; checked against the tool's inputSchema), or ``decline`` it with a
     ``reason`` the agent reads. Team, N-of-M and self-approval rules apply as for any input request."""
-    ir = gates.gate_decide(
+    ir = gate_decisions.gate_decide(
         input_request_id=request_id,
         user=request.user,
         decision=payload.decision,

@@ -14,6 +14,8 @@ from approvals.gateway.names import gateway_name
 from approvals.models import AgentClient, Decision, InputRequest, McpServer, Round, ToolCall
 from approvals.selectors import gate_summary
 
+SCOPE_KEY = "elicit_hub.gateway"  # where the guard leaves {"agent": id, "slug": str | None} in the scope
+
 
 @dataclass(frozen=True)
 class ExposedTool:

@@ -61,10 +61,8 @@ def client_of(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    from approvals.gateway.server import SCOPE_KEY  # the guard's mark; imported late (server imports us)
-
     request = ctx.request
-    found = request.scope.get(SCOPE_KEY) if isinstance(request, Request) else None
+    found = request.scope.get(catalog.SCOPE_KEY) if isinstance(request, Request) else None
     return f"agent:{found['agent']}" if found else None
 
 

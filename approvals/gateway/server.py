@@ -46,13 +46,13 @@ from starlette.types import Receive, Scope, Send
 
 from approvals import broadcast, safejson
 from approvals.gateway import catalog, passthrough
+from approvals.gateway.catalog import SCOPE_KEY
 from approvals.models import AgentClient, ToolCall
 from approvals.services import calls, tokens
 from approvals.services.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 
-SCOPE_KEY = "elicit_hub.gateway"  # where the guard leaves {"agent": id, "slug": str | None} in the scope
 CALL_META_KEY = "elicit-hub/call"  # the hub's call id and status, in every tools/call result's _meta
 MAX_IDEMPOTENCY_KEY = 200  # ToolCall.idempotency_key's length
 

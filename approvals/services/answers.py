@@ -14,7 +14,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
-from approvals.services.gates import is_gate, validate_decision
+from approvals.services.gate_checks import is_gate, validate_decision
 from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)

@@ -25,27 +25,26 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import Draft202012Validator, validator_for
 
-from approvals import broadcast, canonical, rules, safejson
+from approvals import broadcast, canonical, rules
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Policy, Round, RoutingRule, ToolCall
-from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import notifications
-from approvals.services.errors import AnswerInvalid, Invalid
+from approvals.services.errors import Invalid
+from approvals.services.gate_checks import (  # noqa: F401  (part of this module's interface)
+    GATE_KEY,
+    GATE_METHOD,
+    MAX_ARGUMENTS,
+    is_gate,
+    schema_errors,
+    validate_decision,
+)
+from approvals.services.rounds import _announce, round_ttl
 
 SYSTEM = Actor.system()
-GATE_KEY = "gate"
-GATE_METHOD = "tools/call"  # the InputRequest.method of a gate: what it asks about
 SEND_FRESHNESS = 60  # seconds: a send is checked against a tool definition at most this old
-MAX_ARGUMENTS = 256 * 1024  # bytes of JSON: edited arguments larger than this are refused
 TOOL_FIELDS = ("name", "description", "inputSchema", "outputSchema", "annotations")
-
-
-def is_gate(ir: InputRequest) -> bool:
-    return ir.method == GATE_METHOD
 
 
 def _grants() -> ModuleType | None:
@@ -193,8 +192,6 @@ def gate_open(*, call: ToolCall, rule: RoutingRule, explanation: dict[str, Any],
     """Open a gate for the call as it is now. Runs inside the caller's transaction.
 
     Raises Invalid when the arguments have no canonical JSON form (an approval could not be bound to them)."""
-    from approvals.services.rounds import _announce, round_ttl
-
     now = timezone.now()
     policy = rule.policy
     tool = tool_definition(call.server, call.tool)
@@ -287,208 +284,6 @@ def gate_open(*, call: ToolCall, rule: RoutingRule, explanation: dict[str, Any],
 
 
 # ---- deciding ------------------------------------------------------------------------------------------
-
-
-def validate_decision(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
-    """A reviewer's answer to a gate: approve (content None: the arguments as asked; an object: edited
-    arguments, checked against the tool's inputSchema) or decline. Cancel is not a decision on a gate."""
-    if action == InputRequest.Action.DECLINE:
-        if content not in (None, {}):
-            raise Invalid(
-                "A decline carries no arguments.", code="invalid_body", fields={"content": "not allowed"}
-            )
-        return None
-    if action != InputRequest.Action.ACCEPT:
-        raise Invalid(
-            "A gate is approved (with the arguments as asked, or edited) or declined.",
-            code="invalid_body",
-            fields={"action": "must be accept (approve) or decline"},
-        )
-    if content is None:
-        asked = (ir.params or {}).get("arguments")
-        return dict(asked) if isinstance(asked, dict) else {}
-    if not isinstance(content, dict):
-        raise AnswerInvalid("The arguments must be a JSON object.", fields={"arguments": "not an object"})
-    if safejson.size(content) > MAX_ARGUMENTS:
-        raise AnswerInvalid(
-            f"The arguments are over {MAX_ARGUMENTS // 1024} KiB.", fields={"arguments": "too large"}
-        )
-    try:
-        canonical.canonical_json(content)
-    except canonical.CanonicalError as exc:
-        raise AnswerInvalid(
-            f"The arguments cannot be approved: {exc}.", fields={"arguments": "not canonical JSON"}
-        ) from None
-    errors = schema_errors(ir.requested_schema or {}, content)
-    if errors:
-        raise AnswerInvalid("The arguments do not match the tool's inputSchema.", fields=errors)
-    return content
-
-
-def schema_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, str]:
-    """jsonschema's verdict on edited arguments, one message per argument path ("" for the whole)."""
-    try:
-        cls = validator_for(schema, default=Draft202012Validator)
-        cls.check_schema(schema)
-    except SchemaError:
-        return {}  # the server's schema itself is broken: only "an object" can be checked, and it is
-    errors: dict[str, str] = {}
-    for error in cls(schema).iter_errors(arguments):
-        path = ".".join(str(part) for part in error.absolute_path) or "arguments"
-        errors.setdefault(path, error.message[:300])
-    return errors
-
-
-def gate_decide(
-    *,
-    input_request_id: Any,
-    user: Any,
-    decision: str,
-    arguments: Any = None,
-    reason: str = "",
-    grant: Any = None,
-) -> InputRequest:
-    """A reviewer's decision on a gate: ``approve``, ``edit`` (with ``arguments``) or ``decline`` (with a
-    ``reason``). Goes through `answers.input_respond`, so permissions, self-approval and N-of-M apply. An
-    approval may also carry a remembered grant (``grant``, see ``approvals.services.grants``)."""
-    from approvals.services import answers
-
-    ir = InputRequest.objects.filter(pk=input_request_id).first()
-    if ir is None or not is_gate(ir):
-        from approvals.services.errors import NotFound
-
-        raise NotFound("No such gate.")
-    if decision not in ("approve", "edit", "decline"):
-        raise Invalid(
-            "decision must be approve, edit or decline.",
-            code="invalid_body",
-            fields={"decision": "must be approve, edit or decline"},
-        )
-    if decision == "edit" and not isinstance(arguments, dict):
-        raise Invalid(
-            "edit needs the arguments to send.", code="invalid_body", fields={"arguments": "required"}
-        )
-    if decision != "edit" and arguments is not None:
-        raise Invalid(
-            "Only edit carries arguments.", code="invalid_body", fields={"arguments": "only with edit"}
-        )
-    grants = _grants()
-    choice = None
-    if grant is not None:
-        if grants is None:
-            raise Invalid(
-                "This hub does not remember grants.", code="invalid_body", fields={"grant": "unknown"}
-            )
-        choice = grants.parse_choice(
-            grant
-        )  # None: no grant chosen (the browser's form always has the fields)
-        if choice is not None and decision == "decline":
-            raise Invalid(
-                "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
-            )
-    action = InputRequest.Action.DECLINE if decision == "decline" else InputRequest.Action.ACCEPT
-    # Not one transaction with the grant: a refused answer is audited in its own (answers._refuse).
-    ir = answers.input_respond(
-        input_request_id=ir.pk, user=user, action=action, content=arguments, reason=reason
-    )
-    if choice is not None and grants is not None and ir.status == InputRequest.Status.ANSWERED:
-        with transaction.atomic():
-            gate = Gate.objects.select_related("call").get(round_id=ir.round_id)
-            grants.create_from_approval(
-                approver=user, call=gate.call, tool_digest=canonical.digest(gate.tool), choice=choice
-            )
-    return ir
-
-
-def gate_decided(*, rnd: Round, outcome: str) -> None:
-    """The gate's request has its final answer (or expired): send the call, or end it. Runs inside the
-    answering transaction (`rounds.round_mark_ready`)."""
-    from approvals.services.calls import call_finish
-
-    now = timezone.now()
-    gate = Gate.objects.select_for_update().get(round=rnd)
-    call = ToolCall.objects.select_related("server", "agent", "on_behalf_of").get(pk=gate.call_id)
-    ir = rnd.input_requests.select_related("team", "answered_by").get()
-    Round.objects.filter(pk=rnd.pk).exclude(status=Round.Status.CLOSED).update(
-        status=Round.Status.CLOSED, closed_at=now
-    )
-    who = ir.answered_by.get_username() if ir.answered_by else "A reviewer"
-    if outcome == Round.Outcome.EXPIRED or ir.action == InputRequest.Action.CANCEL:
-        Gate.objects.filter(pk=gate.pk).update(status=Gate.Status.EXPIRED, decided_at=now)
-        call_finish(
-            call=call,
-            status=ToolCall.Status.EXPIRED,
-            error={
-                "code": "expired",
-                "message": "No one approved this call before the deadline; it was not sent.",
-            },
-        )
-        return
-    if ir.action == InputRequest.Action.DECLINE:
-        Gate.objects.filter(pk=gate.pk).update(
-            status=Gate.Status.DECLINED, reason=ir.reason, decided_by=ir.answered_by, decided_at=now
-        )
-        audit.record(
-            actor=Actor.user(ir.answered_by) if ir.answered_by else SYSTEM,
-            verb="gate.declined",
-            call=call,
-            input_request=ir,
-            data=_audit_data(call, ir, gate.digest, reason=ir.reason),
-        )
-        said = f": {ir.reason}" if ir.reason else " (no reason given)"
-        call_finish(
-            call=call,
-            status=ToolCall.Status.FAILED,
-            error={
-                "code": "declined",
-                "message": f"{who} declined this call{said}. It was not sent.",
-                "reason": ir.reason,
-                "declined_by": ir.answered_by.get_username() if ir.answered_by else None,
-            },
-        )
-        return
-    approved = ir.content if isinstance(ir.content, dict) else dict(gate.arguments)
-    diff = arguments_diff(gate.arguments, approved)
-    approved_digest = call_digest(
-        call=call,
-        arguments=approved,
-        tool=gate.tool,
-        rule=gate.rule,
-        rule_revision=gate.rule_revision,
-        policy=gate.policy,
-        policy_revision=gate.policy_revision,
-    )
-    Gate.objects.filter(pk=gate.pk).update(
-        status=Gate.Status.APPROVED,
-        approved_arguments=approved,
-        approved_digest=approved_digest,
-        diff=diff,
-        decided_by=ir.answered_by,
-        decided_at=now,
-    )
-    actor = Actor.user(ir.answered_by) if ir.answered_by else SYSTEM
-    if diff:
-        ToolCall.objects.filter(pk=call.pk).update(arguments=approved)
-        call.arguments = approved
-        audit.record(
-            actor=actor,
-            verb="gate.edited",
-            call=call,
-            input_request=ir,
-            data=_audit_data(call, ir, approved_digest, diff=diff, asked_digest=gate.digest),
-        )
-    audit.record(
-        actor=actor,
-        verb="gate.approved",
-        call=call,
-        input_request=ir,
-        data=_audit_data(call, ir, approved_digest, edited=bool(diff), asked_digest=gate.digest),
-    )
-    ToolCall.objects.filter(pk=call.pk, status=ToolCall.Status.AWAITING_INPUT).update(
-        status=ToolCall.Status.QUEUED, updated_at=now
-    )
-    enqueue_on_commit(RUN_CALL, str(call.pk))
-    transaction.on_commit(lambda: broadcast.call_changed(call))
 
 
 # ---- at send time ----------------------------------------------------------------------------------------

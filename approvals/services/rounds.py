@@ -6,6 +6,7 @@ Shared by hub-driven calls and relays: both create the same Round and InputReque
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,11 @@ from approvals.services.routing import route
 
 SYSTEM = Actor.system()
 HOLDER_CHANNEL = "elicit_holders"  # PostgreSQL NOTIFY channel the holder processes listen on
+
+
+# Round kinds whose readiness a service above this one handles (gates: `gate_decisions`), registered when the
+# app starts, so that this module never imports upwards.
+READY_HANDLERS: dict[str, Callable[..., None]] = {}
 
 
 def round_ttl(call: ToolCall) -> int:
@@ -245,11 +251,12 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
     if call.kind == ToolCall.Kind.RELAY:
         _relay_deliver(call=call, rnd=rnd, expired=outcome == Round.Outcome.EXPIRED)
         return True
-    if rnd.kind == Round.Kind.GATE:
-        from approvals.services.gates import gate_decided
-
-        gate_decided(rnd=rnd, outcome=outcome)
+    handler = READY_HANDLERS.get(rnd.kind)
+    if handler is not None:
+        handler(rnd=rnd, outcome=outcome)
         return True
+    if rnd.kind == Round.Kind.GATE:
+        raise RuntimeError("a gate round is ready but no gate handler is registered (approvals.apps)")
     if rnd.kind == Round.Kind.PUSH:
         # The holder waiting on the session gives the answer to the server; no retry is queued.
         notify_holders(f"call:{call.pk}")
