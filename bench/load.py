@@ -27,12 +27,11 @@ project's own code (a PostgreSQL commit, a Redis round trip, a channel-layer sen
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -52,12 +51,12 @@ from django.db import connection, transaction
 
 from approvals.models import Membership, Round, Team
 from approvals.services import tokens
+from bench.procs import Proc, answers, cpu_seconds, free_port, stat_fields
 from elicit_hub import engines
 from elicit_hub.launch import Layout, commands
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 KINDS = ("web", "gateway", "holder", "worker")
 FINAL = {"completed", "failed", "cancelled", "expired", "outcome_unknown"}
 # How a hub process is told apart when discovered (--web without --pid): a marker in its command line.
@@ -83,27 +82,7 @@ def describe(values: list[float]) -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # --- processes and their CPU time ---------------------------------------------------------------------------
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rindex(")") + 2 :].split()
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` so far, in seconds (fields 14 and 15 of /proc/<pid>/stat); 0 once gone."""
-    fields = _stat(pid)
-    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def all_pids() -> list[int]:
@@ -114,7 +93,7 @@ def tree(roots: Iterable[int]) -> set[int]:
     """`roots` and all their descendants alive now."""
     children: dict[int, list[int]] = {}
     for pid in all_pids():
-        fields = _stat(pid)
+        fields = stat_fields(pid)
         if fields is not None:
             children.setdefault(int(fields[1]), []).append(pid)
     found: set[int] = set()
@@ -184,46 +163,8 @@ class CpuSample:
         return used, time.monotonic() - self.started_at
 
 
-class Proc:
-    """One child process in its own session, its output in var/bench/NAME.log, stopped by SIGTERM."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
-        LOGS.mkdir(parents=True, exist_ok=True)
-        self.name = name
-        self.log_path = LOGS / f"load-{name}.log"
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, ready: Any, what: str, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None:
-                raise CommandError(f"{self.name} exited:\n{self.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise CommandError(f"{what} not ready after {timeout:.0f} s:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        httpx.get(url, timeout=1)
-    except httpx.TransportError:
-        return False
-    return True
+def _logged(proc: Proc, text: str) -> bool:
+    return text in proc.log()
 
 
 def free_ports(count: int) -> int:
@@ -335,7 +276,7 @@ class Command(BaseCommand):
             server = Proc("server", [sys.executable, "bench/load_server.py", f"--port={mcp_port}"], env)
             procs.append(server)
             mcp_base = f"http://127.0.0.1:{mcp_port}"
-            server.wait_for(lambda: _answers(mcp_base + "/retries"), "the MCP server")
+            server.wait_for(lambda: answers(mcp_base + "/retries"), "the MCP server")
             if o["web"]:
                 webs = [url.rstrip("/") for url in o["web"]]
                 roots = self._given_pids(o["pid"])
@@ -380,13 +321,13 @@ class Command(BaseCommand):
         hubs = [f"http://127.0.0.1:{port}" for port in layout.web_ports]
         for name, proc in started.items():
             if name.startswith("worker"):
-                proc.wait_for(lambda proc=proc: "ready." in proc.log(), f"the Celery worker {name}")
+                proc.wait_for(functools.partial(_logged, proc, "ready."), f"the Celery worker {name}")
         for hub, name in zip(hubs, [n for n in started if n.startswith("web")], strict=True):
             started[name].wait_for(
-                lambda hub=hub: _answers(hub + "/accounts/login/"), f"the web server {name}"
+                functools.partial(answers, hub + "/accounts/login/"), f"the web server {name}"
             )
         gateway = f"http://127.0.0.1:{layout.gateway_ports[0]}/"
-        started["gateway"].wait_for(lambda: _answers(gateway), "the gateway")
+        started["gateway"].wait_for(lambda: answers(gateway), "the gateway")
         roots: dict[str, set[int]] = {}
         for name, proc in started.items():
             roots.setdefault(name.rstrip("0123456789"), set()).add(proc.proc.pid)

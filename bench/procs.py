@@ -24,11 +24,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); None once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` so far, in seconds (fields 14 and 15 of /proc/<pid>/stat)."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """utime + stime of `pid` so far, in seconds (fields 14 and 15 of /proc/<pid>/stat); 0 once gone."""
+    fields = stat_fields(pid)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def tree_cpu_seconds(pid: int) -> float:
