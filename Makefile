@@ -46,7 +46,7 @@ bench: $(STAMP)
 
 # The load against 2 web processes, 2 workers and 2 holders, then against one of each: the ratio, and checks.
 bench-scale: $(STAMP)
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) -m bench scale $(SCALE)
+	$(PY) -m bench scale $(SCALE)
 
 clean:
 	-$(PY) -m elicit_hub.engines stop

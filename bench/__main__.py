@@ -29,6 +29,8 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "elicit_hub.settings")
+    # Development mode unless told otherwise, as `make run` (a benchmark's hub is a development hub).
+    os.environ.setdefault("DJANGO_DEBUG", "true")
     import django
 
     django.setup()
