@@ -24,6 +24,18 @@ GONE_MESSAGE = (
 )
 
 
+def _answered_data(ir: InputRequest, action: str, content: Any, reason: str, **more: Any) -> dict[str, Any]:
+    """The ``input.answered`` audit event's data, for a reviewer's answer and a requester's alike."""
+    return {
+        "key": ir.key,
+        "action": action,
+        "content": _audit_content(ir, content),
+        "reason": reason,
+        "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
+        **more,
+    }
+
+
 def describe_answer(ir: InputRequest) -> str:
     """ "accepted by alice at 10:42:07" — the loser of a race is told who won, and when."""
     who = ir.answered_by.get_username() if ir.answered_by else "the hub"
@@ -137,13 +149,7 @@ def input_respond(
                 verb="input.answered",
                 call=rnd.call,
                 input_request=ir,
-                data={
-                    "key": ir.key,
-                    "action": action,
-                    "content": _audit_content(ir, content),
-                    "reason": reason,
-                    "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
-                },
+                data=_answered_data(ir, action, content, reason),
             )
             transaction.on_commit(lambda: broadcast.queue_changed("input.answered", rnd.call_id, [ir]))
             if not rnd.input_requests.pending().exists():
@@ -290,16 +296,14 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
                 verb="input.answered",
                 call=rnd.call,
                 input_request=ir,
-                data={
-                    "key": ir.key,
-                    "action": action,
-                    "content": _audit_content(ir, content),
-                    "reason": "",
-                    "schema_sha256": schema_forms.fingerprint(ir.requested_schema),
-                    "answered_by": "requester",
-                    "for": person.get_username() if person else "",
-                    "channel": "mcp",
-                },
+                data=_answered_data(
+                    ir,
+                    action,
+                    content,
+                    "",
+                    answered_by="requester",
+                    **{"for": person.get_username() if person else "", "channel": "mcp"},
+                ),
             )
             transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
             if not rnd.input_requests.pending().exists():
