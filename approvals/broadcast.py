@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -239,13 +240,14 @@ async def unsubscribe(channel: str, groups: Iterable[str]) -> None:
             await layer.group_discard(group, channel)
 
 
-class _CallWaiters:
+class _Waiters:
     """Every long-poll of one event loop (one web process) waits on one channel-layer channel.
 
-    One receive loop per process reads that channel for good and wakes the long-polls of the call a
-    ``call.changed`` names; the channel joins ``call.<id>`` while anyone waits on that call. A receive per
-    long-poll, cancelled every few seconds, hangs other receivers of the same channel layer (channels-redis
-    serialises receives behind one lock) and costs a BRPOP each.
+    One receive loop per process reads that channel for good and wakes the long-polls waiting on the group
+    a notice was sent to (``call.<id>`` for a call's long-poll, ``team.<slug>`` for the inbox's); the channel
+    joins a group while anyone waits on it. A receive per long-poll, cancelled every few seconds, hangs other
+    receivers of the same channel layer (channels-redis serialises receives behind one lock) and costs a
+    BRPOP each.
     """
 
     def __init__(self, layer: Any) -> None:
@@ -255,27 +257,27 @@ class _CallWaiters:
         self.lock = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
 
-    async def add(self, call_id: str, event: asyncio.Event) -> None:
+    async def add(self, group: str, event: asyncio.Event) -> None:
         async with self.lock:
             if not self.channel:
                 self.channel = await self.layer.new_channel()
             if self.task is None or self.task.done():
                 self.task = asyncio.get_running_loop().create_task(self._receive())
-            if call_id not in self.waiters:
-                await self.layer.group_add(call_group(call_id), self.channel)
-                self.waiters[call_id] = set()
-            self.waiters[call_id].add(event)
+            if group not in self.waiters:
+                await self.layer.group_add(group, self.channel)
+                self.waiters[group] = set()
+            self.waiters[group].add(event)
 
-    async def remove(self, call_id: str, event: asyncio.Event) -> None:
+    async def remove(self, group: str, event: asyncio.Event) -> None:
         async with self.lock:
-            events = self.waiters.get(call_id)
+            events = self.waiters.get(group)
             if events is None:
                 return
             events.discard(event)
             if not events:
-                del self.waiters[call_id]
+                del self.waiters[group]
                 with contextlib.suppress(Exception):
-                    await self.layer.group_discard(call_group(call_id), self.channel)
+                    await self.layer.group_discard(group, self.channel)
 
     async def _receive(self) -> None:
         while True:
@@ -287,11 +289,19 @@ class _CallWaiters:
                 logger.warning("long-poll listener: channel layer unavailable; long-polls poll meanwhile")
                 await asyncio.sleep(1.0)
                 continue
-            for event in self.waiters.get(str(message.get("call")), ()):
+            for event in self.waiters.get(str(message.get("group")), ()):
                 event.set()
 
 
-_waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _CallWaiters] = weakref.WeakKeyDictionary()
+_waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = weakref.WeakKeyDictionary()
+
+
+def _loop_waiters() -> _Waiters:
+    loop = asyncio.get_running_loop()
+    waiters = _waiters.get(loop)
+    if waiters is None:
+        waiters = _waiters[loop] = _Waiters(get_channel_layer())
+    return waiters
 
 
 class Finishable(Protocol):
@@ -307,22 +317,34 @@ async def wait_until_final(
     The call is re-read every few seconds as well, so a notice lost in transit costs latency, not correctness;
     while the channel layer is unavailable (Redis down) the wait goes on by re-reading every second.
     """
+
+    async def final() -> bool:
+        return (await load()).is_final
+
+    await wait_until([call_group(call_id)], seconds, final)
+
+
+async def wait_until(groups: Iterable[str], seconds: float, done: Callable[[], Awaitable[bool]]) -> None:
+    """Return once ``done()`` is true or ``seconds`` have passed; ``done`` is asked again whenever a notice
+    reaches one of ``groups``, and every few seconds besides, so a notice lost in transit costs latency, not
+    correctness. While the channel layer is unavailable (Redis down) it is asked every second."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    waiters = _waiters.get(loop)
-    if waiters is None:
-        waiters = _waiters[loop] = _CallWaiters(get_channel_layer())
-    key, woken = str(call_id), asyncio.Event()
+    waiters = _loop_waiters()
+    groups, woken = list(groups), asyncio.Event()
+    joined: list[str] = []
+    interval = 5.0
     try:
-        await waiters.add(key, woken)
-        interval = 5.0
+        for group in groups:
+            await waiters.add(group, woken)
+            joined.append(group)
     except Exception:
-        logger.warning("long-poll for %s falls back to polling: channel layer unavailable", call_id)
+        logger.warning("long-poll on %s falls back to polling: channel layer unavailable", ", ".join(groups))
         interval = 1.0
     try:
         while True:
             woken.clear()
-            if (await load()).is_final:
+            if await done():
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -330,4 +352,34 @@ async def wait_until_final(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout=min(remaining, interval))
     finally:
-        await waiters.remove(key, woken)
+        for group in joined:
+            await waiters.remove(group, woken)
+
+
+def _version_of(groups: list[str], seqs: dict[str, int]) -> str:
+    raw = ",".join(f"{group}={seqs.get(group, 0)}" for group in groups)
+    return hashlib.blake2b(raw.encode(), digest_size=12).hexdigest()
+
+
+def queue_version(groups: Iterable[str]) -> str | None:
+    """A short token that changes whenever a notice reaches one of the queues ``groups`` (their sequence
+    numbers, hashed); None while the counters are unreachable."""
+    groups = sorted(groups)
+    keys = {_seq_key(group): group for group in groups}
+    try:
+        found = cache.get_many(list(keys))
+    except Exception:
+        logger.warning("queue version unavailable: Redis unreachable")
+        return None
+    return _version_of(groups, {keys[key]: int(value) for key, value in found.items()})
+
+
+async def aqueue_version(groups: Iterable[str]) -> str | None:
+    """``queue_version`` on the event loop (one MGET, no thread hop)."""
+    groups = sorted(groups)
+    try:
+        seqs = await acurrent_seqs(groups)
+    except Exception:
+        logger.warning("queue version unavailable: Redis unreachable")
+        return None
+    return _version_of(groups, seqs)

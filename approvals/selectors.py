@@ -12,23 +12,34 @@ from typing import Any
 from django.db.models import Prefetch, Q, QuerySet
 
 from approvals import safejson
-from approvals.models import AuditEvent, Gate, Grant, InputRequest, Round, ToolCall
-from approvals.permissions import answerable_input_requests, visible_calls
+from approvals.models import AuditEvent, Gate, Grant, InputRequest, Round, Team, ToolCall
+from approvals.permissions import answerable_input_requests, reviewer_teams, visible_calls
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+# Large JSON columns a call's JSON never shows: left unread (a field read anyway is loaded on access).
+_SERVER_UNREAD = ("server__tools", "server__discover", "server__probe", "server__tool_timeouts")
+_ROUND_UNREAD = ("raw", "request_state")
+
+
 def calls_with_rounds() -> QuerySet[ToolCall]:
-    return ToolCall.objects.select_related("server", "agent").prefetch_related(
-        Prefetch("gates", queryset=Gate.objects.select_related("decided_by")),
-        Prefetch(
-            "rounds",
-            queryset=Round.objects.order_by("number").prefetch_related(
-                Prefetch("input_requests", queryset=InputRequest.objects.order_by("created_at", "key"))
+    return (
+        ToolCall.objects.select_related("server", "agent")
+        .defer(*_SERVER_UNREAD)
+        .prefetch_related(
+            Prefetch("gates", queryset=Gate.objects.select_related("decided_by")),
+            Prefetch(
+                "rounds",
+                queryset=Round.objects.defer(*_ROUND_UNREAD)
+                .order_by("number")
+                .prefetch_related(
+                    Prefetch("input_requests", queryset=InputRequest.objects.order_by("created_at", "key"))
+                ),
             ),
-        ),
+        )
     )
 
 
@@ -197,6 +208,13 @@ def inbox(user: Any) -> QuerySet[InputRequest]:
         .defer(*_INBOX_DEFER)
         .order_by("created_at", "key", "id")
     )
+
+
+def inbox_team_slugs(user: Any) -> list[str]:
+    """The teams whose queues hold this user's inbox: their answering teams, every team for a superuser
+    (the unrouted queue comes on top: requests assigned to them, staff's unrouted ones)."""
+    teams = Team.objects.all() if user.is_superuser else reviewer_teams(user)
+    return sorted(teams.values_list("slug", flat=True))
 
 
 class BadCursor(ValueError):

@@ -1,6 +1,7 @@
 """Run one benchmark: ``python -m bench NAME [options]`` (``make bench BENCH="NAME [options]"``).
 
     load         agents and bot reviewers under load through the API: calls/s, latencies, CPU per call
+    requests     the web process's CPU per API request, endpoint by endpoint
     scale        the load against 2 web processes, 2 workers, 2 holders, then one of each: the ratio
     loop         the whole loop against a running hub: per-hop latency from stored timestamps
     live         input_required received -> card frame on reviewers' websockets, against a running hub
@@ -21,7 +22,19 @@ import importlib
 import os
 import sys
 
-NAMES = ("load", "scale", "loop", "live", "seed_audit", "audit", "holder", "gateway", "sockets", "grants")
+NAMES = (
+    "load",
+    "requests",
+    "scale",
+    "loop",
+    "live",
+    "seed_audit",
+    "audit",
+    "holder",
+    "gateway",
+    "sockets",
+    "grants",
+)
 
 
 def main(argv: list[str]) -> int:

@@ -254,7 +254,12 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=30.0, help="seconds of counted load")
         parser.add_argument("--calls", type=int, default=0, help="stop after this many counted calls")
         parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load not counted")
-        parser.add_argument("--poll", type=float, default=50.0, help="reviewers' inbox polling interval, ms")
+        parser.add_argument(
+            "--poll",
+            type=float,
+            default=0.0,
+            help="reviewers poll the inbox every this many ms; 0 (default): they long-poll it",
+        )
         parser.add_argument("--floor", type=int, default=300, help="samples of each engine floor")
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -473,6 +478,8 @@ class Command(BaseCommand):
             await asyncio.wait(inflight, timeout=120)
         wall = time.monotonic() - warm_until
         done.set()
+        for task in bot_tasks:  # a long-polling bot would otherwise wait out its poll
+            task.cancel()
         await asyncio.gather(*bot_tasks, return_exceptions=True)
         for task in sockets:
             task.cancel()
@@ -514,8 +521,10 @@ class Command(BaseCommand):
     async def _bot(
         self, k: int, n: int, client: httpx.AsyncClient, run: Run, poll: float, done: asyncio.Event
     ) -> None:
-        """A reviewer bot: polls the inbox, notes when each call's request first showed, answers its share."""
+        """A reviewer bot: polls the inbox (every `poll` s; long-polls it when 0), notes when each call's
+        request first showed, answers its share."""
         answered: set[str] = set()
+        version = ""
 
         async def answer(item: dict[str, Any]) -> None:
             run.answer_posted.setdefault(item["call"], time.time())
@@ -528,8 +537,12 @@ class Command(BaseCommand):
 
         while not done.is_set():
             try:
-                response = await client.get("/api/v1/inbox", params={"limit": 500})
+                params: dict[str, Any] = {"limit": 500}
+                if not poll and version:
+                    params.update(version=version, wait=30)
+                response = await client.get("/api/v1/inbox", params=params)
                 now = time.time()
+                version = response.headers.get("Inbox-Version", "")
                 if response.status_code != 200:
                     run.error(f"inbox: {response.status_code} {response.text[:200]}")
                     await asyncio.sleep(1)
@@ -546,7 +559,8 @@ class Command(BaseCommand):
                     await asyncio.gather(*(answer(item) for item in mine))
             except httpx.HTTPError as exc:
                 run.error(f"bot: {type(exc).__name__}: {exc}")
-            await asyncio.sleep(poll)
+            if poll:
+                await asyncio.sleep(poll)
 
     async def _socket(
         self, web: str, cookie: str, run: Run, ready: asyncio.Event, done: asyncio.Event
@@ -587,8 +601,9 @@ class Command(BaseCommand):
         last = max((r.finished for r in completed), default=first)
         span = max(last - first, 1e-9)
         mode = f"offered {o['rate']:g} calls/s" if o["rate"] > 0 else "closed loop"
+        inbox = f"inbox polled every {o['poll']:g} ms" if o["poll"] else "inbox long-polled"
         self.stdout.write(
-            f"load: {mode}, {o['agents']} agents, {o['reviewers']} reviewers (inbox poll {o['poll']:g} ms), "
+            f"load: {mode}, {o['agents']} agents, {o['reviewers']} reviewers ({inbox}), "
             f"{o['duration']:g} s counted after {o['warmup']:g} s warm-up"
         )
         self.stdout.write(

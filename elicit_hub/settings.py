@@ -182,6 +182,15 @@ if ELICIT_DB_POOL_MAX:
         "max_size": ELICIT_DB_POOL_MAX,
         "timeout": ELICIT_DB_POOL_TIMEOUT,
     }
+# Server-side parameter binding: a statement's text no longer holds its values, so psycopg prepares the
+# statements a pooled connection runs again and again (after ELICIT_DB_PREPARE_THRESHOLD runs) and
+# PostgreSQL stops planning them anew (the inbox's joins took longer to plan than to run). Off (0) behind a
+# pooler that cannot keep prepared statements (PgBouncer before 1.21 in transaction mode).
+ELICIT_DB_PREPARE_THRESHOLD = env_int("ELICIT_DB_PREPARE_THRESHOLD", 5)
+if ELICIT_DB_PREPARE_THRESHOLD:
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=ELICIT_DB_PREPARE_THRESHOLD
+    )
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
 
@@ -237,7 +246,7 @@ CHANNEL_LAYERS = {
 
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "approvals.redis_cache.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": ELICIT_NAMESPACE,
         "OPTIONS": {

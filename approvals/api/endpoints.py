@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -220,30 +221,76 @@ def relay_cancel(request: AgentRequest, relay_id: UUID) -> dict:
 # --- reviewers ------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _InboxRead:
+    groups: list[str]
+    version: str | None
+    items: list[dict] | None = None  # None: unchanged since the version the caller waits on
+    next_cursor: str | None = None
+
+
+def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None) -> _InboxRead:
+    """The inbox's queues, their version, and (unless the version is still ``unchanged``) one page as JSON
+    items; then the connection goes back to the pool, as a long-poll's does."""
+    try:
+        slugs = selectors.inbox_team_slugs(user)
+        groups = [*(broadcast.team_group(slug) for slug in slugs), broadcast.team_group(None)]
+        # Read before the page, so a change made while the page is read shows as a new version next time.
+        read = _InboxRead(groups, broadcast.queue_version(groups))
+        if unchanged is not None and read.version == unchanged:
+            return read
+        try:
+            page, read.next_cursor = selectors.inbox_page(user, limit=size, cursor=cursor)
+        except selectors.BadCursor:
+            raise Invalid(
+                "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
+            ) from None
+        read.items = [selectors.inbox_item(ir) for ir in page]
+        return read
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+
+
 @api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])
-def inbox(
+async def inbox(
     request: HttpRequest,
     response: HttpResponse,
     limit: int | None = Query(None, ge=1, description="At most this many items (capped by the hub)."),
     cursor: str | None = Query(None, max_length=2000, description="From the previous page's Next-Cursor."),
+    wait: int = Query(0, ge=0, description="With `version`: seconds to wait for a change (at most 60)."),
+    version: str | None = Query(None, max_length=64, description="The Inbox-Version of an earlier answer."),
 ) -> list[dict]:
     """Pending input requests this user may answer, oldest first, a page at a time.
 
     A page holds at most ``limit`` items (and never more than the hub's cap, ELICIT_INBOX_MAX). When more
     exist, the response carries ``Inbox-More: true``, ``Next-Cursor`` and a ``Link`` with ``rel="next"``;
-    pass the cursor back to get the next page."""
+    pass the cursor back to get the next page.
+
+    Every answer carries ``Inbox-Version``, which changes whenever the queues behind this inbox change.
+    Long-poll with ``version=<the last Inbox-Version>&wait=<seconds>``: the answer comes as soon as the
+    version differs (at once if it already does), or after ``wait`` seconds with the inbox as it is."""
     size = min(limit or settings.ELICIT_INBOX_MAX, settings.ELICIT_INBOX_MAX)
-    try:
-        page, next_cursor = selectors.inbox_page(request.user, limit=size, cursor=cursor)
-    except selectors.BadCursor:
-        raise Invalid(
-            "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
-        ) from None
-    response["Inbox-More"] = "true" if next_cursor else "false"
-    if next_cursor:
-        response["Next-Cursor"] = next_cursor
-        response["Link"] = f'</api/v1/inbox?{urlencode({"limit": size, "cursor": next_cursor})}>; rel="next"'
-    return [selectors.inbox_item(ir) for ir in page]
+    wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
+    read_page = sync_to_async(_inbox_read)
+    read = await read_page(request.user, size, cursor, version if wait else None)
+    if read.items is None:
+        groups, unchanged = read.groups, read.version
+
+        async def changed() -> bool:
+            return await broadcast.aqueue_version(groups) != unchanged
+
+        await broadcast.wait_until(groups, wait, changed)
+        read = await read_page(request.user, size, cursor, None)
+    if read.version is not None:
+        response["Inbox-Version"] = read.version
+    response["Inbox-More"] = "true" if read.next_cursor else "false"
+    if read.next_cursor:
+        response["Next-Cursor"] = read.next_cursor
+        response["Link"] = (
+            f'</api/v1/inbox?{urlencode({"limit": size, "cursor": read.next_cursor})}>; rel="next"'
+        )
+    return read.items or []
 
 
 @api.post(
