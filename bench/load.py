@@ -8,9 +8,10 @@ always a separate process (bench/load_server.py: the demo server, whose ``create
 and completes on the retry, and which notes when each retry arrived).
 
 Load: ``--agents`` agents (8) each submit one-round calls and long-poll each for its result;
-``--reviewers`` bot reviewers (2) poll ``GET /api/v1/inbox`` every ``--poll`` ms and answer (each answers
-its share of the items), and each keeps a websocket open on the queue. Closed loop (each agent submits its
-next call once the last one ended: the maximum throughput) unless ``--rate R`` offers R calls/s in all.
+``--reviewers`` bot reviewers (2) long-poll ``GET /api/v1/inbox`` (or poll it every ``--poll`` ms) and
+answer (each answers its share of the items), and each keeps a websocket open on the queue. Closed loop
+(each agent submits its next call once the last one ended: the maximum throughput) unless ``--rate R``
+offers R calls/s in all.
 It runs ``--duration`` seconds (or ``--calls`` calls) after ``--warmup`` seconds that are not counted.
 
 Prints: calls/s and errors; submit -> visible in the inbox; input_required received (the stored
