@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -15,16 +18,28 @@ from tests import factories
 from tests.live import wait_until
 
 
+def _off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Django's test client runs an async view (the inbox, a call's long-poll) through async_to_sync, which
+    refuses a thread with a running event loop (Playwright's sync API keeps one): there, send from another
+    thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return send(*args, **kwargs)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(send, *args, **kwargs).result()
+
+
 class ApiClient:
     def __init__(self, token: str) -> None:
         self.client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.client.get(f"/api/v1{path}", params)
+        return _off_the_loop(self.client.get, f"/api/v1{path}", params)
 
     def post(self, path: str, body: Any) -> Any:
         raw = body if isinstance(body, str | bytes) else json.dumps(body)
-        return self.client.post(f"/api/v1{path}", raw, content_type="application/json")
+        return _off_the_loop(self.client.post, f"/api/v1{path}", raw, content_type="application/json")
 
 
 class Agent(ApiClient):
