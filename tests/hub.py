@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from django.db import connections
 from django.test import Client
 
 from approvals.models import McpServer, Membership
@@ -26,8 +27,15 @@ def _off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return send(*args, **kwargs)
+
+    def in_thread() -> Any:
+        try:
+            return send(*args, **kwargs)
+        finally:
+            connections.close_all()  # this thread's own database connection
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(send, *args, **kwargs).result()
+        return pool.submit(in_thread).result()
 
 
 class ApiClient:
