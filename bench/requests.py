@@ -17,7 +17,6 @@ request, and the engines' (the embedded PostgreSQL and Redis, when they are used
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -36,6 +35,7 @@ from bench.load import engine_pids
 from bench.procs import Proc, answers, free_port, tree_cpu_seconds
 from elicit_hub import engines
 from elicit_hub.celery import app as celery_app
+from elicit_hub.launch import Layout, commands
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -77,16 +77,8 @@ class Command(BaseCommand):
             "ELICIT_API_RATE": os.environ.get("ELICIT_API_RATE", "10000000/m"),
         }
         port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "elicit_hub.serve",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "elicit_hub.asgi:application",
-        ]
+        # The web process exactly as `make run` starts it (elicit_hub.launch), and nothing else.
+        cmd = commands(Layout(port=port, gateway_port=free_port(), demo_port=None))["web"]
         web = Proc("web", cmd, env)
         try:
             base = f"http://127.0.0.1:{port}"
