@@ -32,10 +32,9 @@ class SharedRedisCacheClient(RedisCacheClient):
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
         django_client: Any = self  # Django's private attributes, which its type stubs leave out
         pool = django_client._get_connection_pool(write)
-        client = self._redis_by_pool.get(id(pool))
-        if client is None:
-            client = self._redis_by_pool.setdefault(id(pool), django_client._client(connection_pool=pool))
-        return client
+        if id(pool) not in self._redis_by_pool:
+            self._redis_by_pool[id(pool)] = django_client._client(connection_pool=pool)
+        return self._redis_by_pool[id(pool)]
 
 
 class RedisCache(DjangoRedisCache):

@@ -271,7 +271,7 @@ async def inbox(
     Long-poll with ``version=<the last Inbox-Version>&wait=<seconds>``: the answer comes as soon as the
     version differs (at once if it already does), or after ``wait`` seconds with the inbox as it is."""
     size = min(limit or settings.ELICIT_INBOX_MAX, settings.ELICIT_INBOX_MAX)
-    wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
+    wait = min(wait, settings.ELICIT_LONG_POLL_MAX)  # at least 0: the query checks it
     read_page = sync_to_async(_inbox_read)
     read = await read_page(request.user, size, cursor, version if wait else None)
     if read.items is None:
