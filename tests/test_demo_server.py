@@ -481,19 +481,20 @@ async def test_a_repeat_arriving_while_the_first_is_in_flight_waits_for_its_answ
     headers, body = staging_retry(first.request_state, 1)
     headers = {**headers, "idempotency-key": "in-flight"}
     hold(url, "create_deployment", "after", 2.0)
-    responses: list[httpx.Response] = []
+    # Keyed by the order sent: the replay is woken by the first's answer, so it may finish first.
+    responses: dict[int, httpx.Response] = {}
 
-    async def send() -> None:
+    async def send(order: int) -> None:
         async with httpx.AsyncClient(timeout=30) as client:
-            responses.append(await client.post(url, json=body, headers=headers))
+            responses[order] = await client.post(url, json=body, headers=headers)
 
     def keyed_requests() -> int:
         return sum("idempotency-key" in r["headers"] for r in recorded_requests(url))
 
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(send)
+        tasks.start_soon(send, 0)
         await anyio.to_thread.run_sync(wait_for_held, url)
-        tasks.start_soon(send)
+        tasks.start_soon(send, 1)
         while keyed_requests() < 2:
             await anyio.sleep(0.02)
         assert inflight(url)["held"] == 1, "the repeat should arrive while the first is still held"
