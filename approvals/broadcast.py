@@ -46,6 +46,7 @@ class QueueChanged(TypedDict):
     event: str  # round.opened | input.answered | round.closed
     call: str
     input_requests: list[str]
+    round: int | None  # the round holding them, when they share one (the card is then read without a lookup)
     group: str
     seq: int | None
 
@@ -191,6 +192,8 @@ def _groups_of(ir: InputRequest) -> set[str | None]:
 
 def queue_changed(event: str, call_id: object, input_requests: list[InputRequest]) -> None:
     teams = set().union(*(_groups_of(ir) for ir in input_requests)) if input_requests else set()
+    rounds = {ir.round_id for ir in input_requests}
+    round_id = rounds.pop() if len(rounds) == 1 else None
     for team in teams:
         ids = [str(ir.pk) for ir in input_requests if team in _groups_of(ir)]
         group = team_group(team)
@@ -201,6 +204,7 @@ def queue_changed(event: str, call_id: object, input_requests: list[InputRequest
                 event=event,
                 call=str(call_id),
                 input_requests=ids,
+                round=round_id,
                 group=group,
                 seq=None,
             ),
@@ -240,6 +244,10 @@ async def unsubscribe(channel: str, groups: Iterable[str]) -> None:
             await layer.group_discard(group, channel)
 
 
+# A test of a channel-layer notice: does it concern what a long-poll waits for?
+Wanted = Callable[[dict[str, Any]], bool]
+
+
 class _Waiters:
     """Every long-poll of one event loop (one web process) waits on one channel-layer channel.
 
@@ -253,11 +261,12 @@ class _Waiters:
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.channel = ""
-        self.waiters: dict[str, set[asyncio.Event]] = {}
+        # group -> the events of the long-polls waiting on it, each with the test a notice must pass to wake
+        self.waiters: dict[str, dict[asyncio.Event, Wanted | None]] = {}
         self.lock = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
 
-    async def add(self, group: str, event: asyncio.Event) -> None:
+    async def add(self, group: str, event: asyncio.Event, wanted: Wanted | None = None) -> None:
         async with self.lock:
             if not self.channel:
                 self.channel = await self.layer.new_channel()
@@ -265,15 +274,15 @@ class _Waiters:
                 self.task = asyncio.get_running_loop().create_task(self._receive())
             if group not in self.waiters:
                 await self.layer.group_add(group, self.channel)
-                self.waiters[group] = set()
-            self.waiters[group].add(event)
+                self.waiters[group] = {}
+            self.waiters[group][event] = wanted
 
     async def remove(self, group: str, event: asyncio.Event) -> None:
         async with self.lock:
             events = self.waiters.get(group)
             if events is None:
                 return
-            events.discard(event)
+            events.pop(event, None)
             if not events:
                 del self.waiters[group]
                 with contextlib.suppress(Exception):
@@ -289,8 +298,9 @@ class _Waiters:
                 logger.warning("long-poll listener: channel layer unavailable; long-polls poll meanwhile")
                 await asyncio.sleep(1.0)
                 continue
-            for event in self.waiters.get(str(message.get("group")), ()):
-                event.set()
+            for event, wanted in list(self.waiters.get(str(message.get("group")), {}).items()):
+                if wanted is None or wanted(message):
+                    event.set()
 
 
 _waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = weakref.WeakKeyDictionary()
@@ -321,13 +331,27 @@ async def wait_until_final(
     async def final() -> bool:
         return (await load()).is_final
 
-    await wait_until([call_group(call_id)], seconds, final)
+    # A notice of a status that is not final cannot end the wait: it wakes nothing (and reads nothing).
+    await wait_until([call_group(call_id)], seconds, final, wanted=_final_notice)
 
 
-async def wait_until(groups: Iterable[str], seconds: float, done: Callable[[], Awaitable[bool]]) -> None:
+def _final_notice(message: dict[str, Any]) -> bool:
+    """False only for a call's notice naming a status that is not final. Every change to a final status
+    sends a notice naming it (`call_finish`); any other notice wakes the wait, which then reads the call."""
+    return message.get("type") != "call.changed" or message.get("status") not in ToolCall.Status.opens()
+
+
+async def wait_until(
+    groups: Iterable[str],
+    seconds: float,
+    done: Callable[[], Awaitable[bool]],
+    *,
+    wanted: Wanted | None = None,
+) -> None:
     """Return once ``done()`` is true or ``seconds`` have passed; ``done`` is asked again whenever a notice
-    reaches one of ``groups``, and every few seconds besides, so a notice lost in transit costs latency, not
-    correctness. While the channel layer is unavailable (Redis down) it is asked every second."""
+    reaches one of ``groups`` (one that passes ``wanted``, when given), and every few seconds besides, so a
+    notice lost in transit costs latency, not correctness. While the channel layer is unavailable (Redis
+    down) it is asked every second."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     waiters = _loop_waiters()
@@ -336,7 +360,7 @@ async def wait_until(groups: Iterable[str], seconds: float, done: Callable[[], A
     interval = 5.0
     try:
         for group in groups:
-            await waiters.add(group, woken)
+            await waiters.add(group, woken, wanted)
             joined.append(group)
     except Exception:
         logger.warning("long-poll on %s falls back to polling: channel layer unavailable", ", ".join(groups))

@@ -231,7 +231,11 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         ids = sorted(pk for pk in event.get("input_requests", []) if is_uuid(pk))
         event_key = (event.get("group"), event.get("seq"), tuple(ids))
         # Every socket in this process gets the same event: the round is read (and the card rendered) once.
-        shared = _memo(("card", *event_key), lambda: _load_card(ids), cache=event.get("seq") is not None)
+        shared = _memo(
+            ("card", *event_key),
+            lambda: _load_card(ids, event.get("round")),
+            cache=event.get("seq") is not None,
+        )
         if shared is None:
             return None
         card, viewers = shared
@@ -296,8 +300,10 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         }
 
 
-def _load_card(ids: list[str]) -> tuple[selectors.RoundCard, dict[str, list[str]]] | None:
-    card = selectors.round_card_for_everyone(ids)
+def _load_card(
+    ids: list[str], round_id: int | None = None
+) -> tuple[selectors.RoundCard, dict[str, list[str]]] | None:
+    card = selectors.round_card_for_everyone(ids, round_id=round_id)
     if card is None:
         return None
     return card, presence.viewers([ir.pk for ir in card.items])

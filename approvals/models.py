@@ -177,11 +177,16 @@ class McpServer(models.Model):
     def needs_session(self) -> bool:
         """Calls to this server run on a holder's session (stdio servers, and the handshake era), not on a
         Celery worker's stateless 2026-07-28 request. Under "auto" the last probe decides."""
-        if self.transport == self.Transport.STDIO or self.era == self.Era.HANDSHAKE:
+        return self.session_needed(self.transport, self.era, (self.probe or {}).get("era"))
+
+    @classmethod
+    def session_needed(cls, transport: str, era: str, probed_era: object) -> bool:
+        """`needs_session` from the three values it depends on (for a read of those values alone)."""
+        if transport == cls.Transport.STDIO or era == cls.Era.HANDSHAKE:
             return True
-        if self.era == self.Era.MODERN:
+        if era == cls.Era.MODERN:
             return False
-        return (self.probe or {}).get("era") == "handshake"
+        return probed_era == "handshake"
 
 
 class Revised(models.Model):

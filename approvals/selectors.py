@@ -314,12 +314,14 @@ def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "") 
     return sorted(_cards(list(requests)), key=lambda card: (card.items[0].created_at, card.round_id))
 
 
-def round_card_for_everyone(input_request_ids: Any) -> RoundCard | None:
+def round_card_for_everyone(input_request_ids: Any, *, round_id: int | None = None) -> RoundCard | None:
     """The card of the round holding these requests, with all its requests, before any permission filter
-    (the websocket consumer loads it once per event and filters it per user with permissions.may_answer)."""
-    round_id = (
-        InputRequest.objects.filter(pk__in=input_request_ids).values_list("round_id", flat=True).first()
-    )
+    (the websocket consumer loads it once per event and filters it per user with permissions.may_answer).
+    ``round_id``, when the event names it, saves looking the round up."""
+    if round_id is None:
+        round_id = (
+            InputRequest.objects.filter(pk__in=input_request_ids).values_list("round_id", flat=True).first()
+        )
     if round_id is None:
         return None
     requests = (

@@ -52,7 +52,7 @@ from django.db import connection, transaction
 
 from approvals.models import Membership, Round, Team
 from approvals.services import tokens
-from bench.procs import Proc, answers, cpu_seconds, free_port, stat_fields
+from bench.procs import Proc, answers, cpu_seconds, free_port, hub_env, stat_fields
 from elicit_hub import engines
 from elicit_hub.launch import Layout, commands
 
@@ -262,20 +262,21 @@ class Command(BaseCommand):
             help="reviewers poll the inbox every this many ms; 0 (default): they long-poll it",
         )
         parser.add_argument("--floor", type=int, default=300, help="samples of each engine floor")
+        parser.add_argument(
+            "--debug", action="store_true", help="run the hub's processes with DEBUG on (as `make run` does)"
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
         if settings.USING_EMBEDDED_ENGINES:
             engines.start()  # a no-op when they already run
         call_command("migrate", verbosity=0)
         stamp = int(time.time())
-        env = {
-            **os.environ,
-            "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "true"),
-            "PYTHONUNBUFFERED": "1",
-            "ELICIT_OUTBOUND_ALLOW": os.environ.get("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1"),
+        env = hub_env(
+            debug=o["debug"],
+            ELICIT_OUTBOUND_ALLOW=os.environ.get("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1"),
             # Bots poll the inbox every few ms: the per-token API rate would refuse them.
-            "ELICIT_API_RATE": os.environ.get("ELICIT_API_RATE", "10000000/m"),
-        }
+            ELICIT_API_RATE=os.environ.get("ELICIT_API_RATE", "10000000/m"),
+        )
         procs: list[Proc] = []
         try:
             mcp_port = free_port()

@@ -11,11 +11,28 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from django.conf import settings
 from django.core.management.base import CommandError
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def hub_env(*, debug: bool = False, **extra: str) -> dict[str, str]:
+    """The environment of the hub processes a benchmark starts: as deployed (DEBUG off) unless `debug`.
+
+    With DEBUG on, Django keeps and formats every SQL statement it runs (a tenth of a worker's CPU here), so
+    the figures would not be what a deployment sees. Off, the processes get this checkout's own secret key
+    (so the sessions the benchmark signs in with verify), loopback hosts, and no HTTPS redirect: plain HTTP
+    on 127.0.0.1, as behind a reverse proxy that ends TLS.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra, "DJANGO_DEBUG": "true" if debug else "false"}
+    if not debug:
+        env.setdefault("DJANGO_SECRET_KEY", settings.SECRET_KEY)
+        env.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+        env.setdefault("DJANGO_SECURE_SSL_REDIRECT", "false")
+    return env
 
 
 def free_port() -> int:

@@ -1,8 +1,8 @@
 """The web process's CPU per API request, endpoint by endpoint (issue 15: where a call's web time goes).
 
-Starts one web process as `make run` does (Daphne, development mode) and nothing else, then sends each
-request ``--count`` times, one at a time, and prints the process's CPU time (utime + stime from /proc) per
-request, and the engines' (the embedded PostgreSQL and Redis, when they are used) per request:
+Starts one web process as `make run` does (Daphne; DEBUG off unless ``--debug``) and nothing else, then
+sends each request ``--count`` times, one at a time, and prints the process's CPU time (utime + stime from
+/proc) per request, and the engines' (the embedded PostgreSQL and Redis, when they are used) per request:
 
 - ``GET /api/v1/inbox`` as a reviewer with one pending item;
 - ``GET /api/v1/calls/<id>`` as an agent, for a completed call (``wait=0`` and ``wait=30``: a final call
@@ -32,7 +32,7 @@ from django.utils import timezone
 from approvals.models import InputRequest, McpServer, Membership, Round, Team, ToolCall
 from approvals.services import tokens
 from bench.load import engine_pids
-from bench.procs import Proc, answers, free_port, tree_cpu_seconds
+from bench.procs import Proc, answers, free_port, hub_env, tree_cpu_seconds
 from elicit_hub import engines
 from elicit_hub.celery import app as celery_app
 from elicit_hub.launch import Layout, commands
@@ -65,17 +65,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--count", type=int, default=300, help="requests of each kind")
         parser.add_argument("--only", default="", help="only the kinds whose name holds this text")
+        parser.add_argument("--debug", action="store_true", help="run the web process with DEBUG on")
 
     def handle(self, *args: Any, **o: Any) -> None:
         self.submitted = set()
         if settings.USING_EMBEDDED_ENGINES:
             engines.start()
         call_command("migrate", verbosity=0)
-        env = {
-            **os.environ,
-            "DJANGO_DEBUG": os.environ.get("DJANGO_DEBUG", "true"),
-            "ELICIT_API_RATE": os.environ.get("ELICIT_API_RATE", "10000000/m"),
-        }
+        env = hub_env(debug=o["debug"], ELICIT_API_RATE=os.environ.get("ELICIT_API_RATE", "10000000/m"))
         port = free_port()
         # The web process exactly as `make run` starts it (elicit_hub.launch), and nothing else.
         cmd = commands(Layout(port=port, gateway_port=free_port(), demo_port=None))["web"]

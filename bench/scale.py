@@ -37,6 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("--reviewers", type=int, default=2)
         parser.add_argument("--duration", type=float, default=30.0, help="seconds of counted load per run")
         parser.add_argument("--rate", type=float, default=0.0, help="offered calls/s (0: closed loop)")
+        parser.add_argument("--debug", action="store_true", help="run the hub's processes with DEBUG on")
 
     def handle(self, *args: Any, **o: Any) -> None:
         layouts = (
@@ -57,6 +58,7 @@ class Command(BaseCommand):
                 reviewers=o["reviewers"],
                 duration=o["duration"],
                 rate=o["rate"],
+                debug=o["debug"],
             )
             results[label] = load.outcome
             problems = self._check(load.outcome)

@@ -260,6 +260,23 @@ def test_unsupported_schemas_are_refused_with_a_reason(schema: object, expected:
     assert any(expected in problem for problem in problems), problems
 
 
+def test_the_metaschema_check_is_remembered_per_schema_and_still_refuses() -> None:
+    from approvals.schema_forms import checking
+
+    draft3 = {**form({"a": {"type": "string"}}, ("a",)), "$schema": "http://json-schema.org/draft-03/schema#"}
+    good = form({"b": {"type": "integer", "minimum": 1}}, ("b",))
+    checking._metaschema_error.cache_clear()
+
+    first = [check_schema(good), check_schema(draft3)]
+    # The same schemas again, one with its keys in another order: the same answers, from memory.
+    again = [check_schema(dict(reversed(list(good.items())))), check_schema(draft3)]
+
+    assert first == again
+    assert first[0] == [] and "not valid JSON Schema" in first[1][0]
+    info = checking._metaschema_error.cache_info()
+    assert (info.misses, info.hits) == (2, 2)
+
+
 def test_problem_list_is_capped() -> None:
     schema = form({f"p{i}": {"type": "string", "pattern": "x"} for i in range(60)})
     problems = check_schema(schema)

@@ -9,6 +9,8 @@ a top-level `additionalProperties: false`, which only says what validate() enfor
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from typing import Any
 
@@ -366,11 +368,24 @@ _VARIANT_CHECKS = {
 
 
 def _metaschema_problems(schema: dict[str, Any]) -> list[str]:
+    # Only schemas already inside the form subset get here: small, shallow, plain JSON.
+    detail = _metaschema_error(json.dumps(schema, sort_keys=True))
+    if detail is None:
+        return []
+    return [_("The form description is not valid JSON Schema: %(detail)s") % {"detail": detail}]
+
+
+@functools.lru_cache(maxsize=512)
+def _metaschema_error(schema_json: str) -> str | None:
+    """The metaschema's complaint about a schema, or None. Checking against the metaschema is the costliest
+    step here, and the same few schemas come back with every round and every answer: remembered by their
+    canonical text."""
+    schema = json.loads(schema_json)
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as error:
-        return [_("The form description is not valid JSON Schema: %(detail)s") % {"detail": error.message}]
-    return []
+        return str(error.message)
+    return None
 
 
 def _default_problems(schema: dict[str, Any]) -> list[str]:

@@ -312,6 +312,9 @@ def bounded_result(result: Any) -> tuple[Any, int | None, bool]:
     return {"content": [{"type": "text", "text": start}], "isError": is_error}, size, True
 
 
+FINISH_FIELDS = ("status", "result", "result_size", "result_truncated", "error", "finished_at", "updated_at")
+
+
 def call_finish(
     *,
     call: ToolCall,
@@ -339,7 +342,8 @@ def call_finish(
     )
     if not updated:
         return False
-    call.refresh_from_db()
+    # What the UPDATE wrote (a full refresh would also drop the server and agent already read with the call).
+    call.refresh_from_db(fields=[*FINISH_FIELDS])
     data: dict[str, Any] = {"error": error} if error else {"is_error": bool((result or {}).get("isError"))}
     if truncated:
         data.update(result_truncated=True, result_size=size)

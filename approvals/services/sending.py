@@ -31,13 +31,13 @@ import anyio
 import anyio.to_thread
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import InputRequest, Round, ToolCall, send_idempotency_key
+from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.services.calls import call_finish
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
@@ -169,7 +169,8 @@ def _claim(call_id: Any) -> Send | None:
     """Claim the call's next send, or None when there is nothing to send."""
     now = timezone.now()
     with transaction.atomic():
-        call = ToolCall.objects.select_related("server").get(pk=call_id)
+        # The server's default team too: the audit events name it.
+        call = ToolCall.objects.select_related("server__default_team").get(pk=call_id)
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
         rnd = call.rounds.exclude(status=Round.Status.CLOSED).order_by("-number").first()
@@ -191,7 +192,8 @@ def _claim(call_id: Any) -> Send | None:
             )
             if not claimed:
                 return None
-            call.refresh_from_db()
+            # Only what the UPDATE changed: a full refresh would drop the server read with the call.
+            call.refresh_from_db(fields=["status", "attempts", "updated_at", "started_at"])
             return Send(call, None, redelivered=held)
         held = rnd.status == Round.Status.SENDING
         claimed = Round.objects.filter(
@@ -203,7 +205,7 @@ def _claim(call_id: Any) -> Send | None:
         )
         if not claimed:
             return None
-        rnd.refresh_from_db()
+        rnd.refresh_from_db(fields=["status", "send_attempts", "send_started_at"])
         # A re-send (not one the outcome-unknown rule stops: that ends the call instead).
         if rnd.send_attempts > 1 and (not held or safe_to_resend(call)):
             audit.record(
@@ -219,17 +221,28 @@ def _claim(call_id: Any) -> Send | None:
         return Send(call, rnd, redelivered=held)
 
 
-def _hand_to_holders(call_id: Any) -> bool:
-    """True when the call runs on a holder's session (handshake era, stdio), so it is never sent from here;
-    the holders are woken if it still waits for one."""
-    call = ToolCall.objects.select_related("server").filter(pk=call_id).first()
-    if call is None or call.kind != ToolCall.Kind.CALL or call.server is None:
-        return False
-    if not call.server.needs_session:
-        return False
-    if not call.is_final and call.holder_id is None:
-        notify_holders()
-    return True
+def _hand_to_holders(call_id: Any) -> bool | None:
+    """True when the call runs on a holder's session (handshake era, stdio), so it is never sent from here
+    (the holders are woken if it still waits for one); None when there is no such call to send. Before a
+    gated call's first send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
+
+    One narrow read: every send passes here, and most find nothing to hand over."""
+    row = (
+        ToolCall.objects.filter(pk=call_id, kind=ToolCall.Kind.CALL, server__isnull=False)
+        .annotate(gated=Exists(Gate.objects.filter(call_id=OuterRef("pk"), status=Gate.Status.APPROVED)))
+        .values_list("status", "holder_id", "server__transport", "server__era", "server__probe__era", "gated")
+        .first()
+    )
+    if row is None:
+        return None
+    status, holder_id, transport, era, probed_era, gated = row
+    if McpServer.session_needed(transport, era, probed_era):
+        if status not in ToolCall.Status.finals() and holder_id is None:
+            notify_holders()
+        return True
+    if gated:
+        gate_refresh_tools(call_id)  # checked against the tool list as the server has it now
+    return False
 
 
 def call_send(*, call_id: Any) -> float | None:
@@ -237,9 +250,8 @@ def call_send(*, call_id: Any) -> float | None:
 
     Returns a countdown in seconds when a transient fault should be retried later, else None.
     """
-    if _hand_to_holders(call_id):
-        return None  # it runs on a holder's session, never from here
-    gate_refresh_tools(call_id)  # a gated call is checked against the tool list as the server has it now
+    if _hand_to_holders(call_id) is not False:
+        return None  # no such call, or it runs on a holder's session, never from here
     with send_lock(call_id) as acquired:
         if not acquired:
             return None
@@ -453,7 +465,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
     call = send.call
     with transaction.atomic():
         # Cancelled (or deleted) while the send was in flight: the server's answer is recorded, not applied.
-        locked = ToolCall.objects.select_for_update().filter(pk=call.pk).first()
+        locked = ToolCall.objects.select_for_update().only("id", "status").filter(pk=call.pk).first()
         if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
             audit.record(
                 actor=SYSTEM,

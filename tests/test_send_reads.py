@@ -1,0 +1,71 @@
+"""What one send reads: the send path (`sending.call_send`) against a real MCP server over HTTP, with the
+statements it runs captured. Every send passes through it twice per round (the first tools/call, then the
+retry), so a read repeated here is paid by every call the hub makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import McpServer, ToolCall
+from approvals.services import answers, sending
+from tests import factories
+from tests.test_mcp_client import LiveServer, _start
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def mcp_server() -> Iterator[LiveServer]:
+    proc, server = _start([])
+    try:
+        yield server
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _selects(queries: list[dict[str, Any]], table: str) -> list[str]:
+    """The SELECT statements that read `table` as their own row source (not through a join)."""
+    return [q["sql"] for q in queries if q["sql"].startswith("SELECT") and f'FROM "{table}"' in q["sql"]]
+
+
+def test_a_send_reads_the_call_and_its_server_once_and_never_reloads_them(mcp_server: LiveServer) -> None:
+    alice = factories.user("alice")
+    release = factories.team("release", (alice, "reviewer"))
+    server = McpServer.objects.create(
+        slug="greeter", name="Greeter", url=f"{mcp_server.base}/mcp", default_team=release
+    )
+    agent, _ = factories.agent("ci-bot", servers=[server])
+    call = factories.call(server, agent, tool="ask_name", arguments={"greeting": "Hello"})
+
+    with CaptureQueriesContext(connection) as first:
+        sending.call_send(call_id=call.pk)
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.AWAITING_INPUT
+    ir = call.rounds.get().input_requests.get()
+
+    answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+    with CaptureQueriesContext(connection) as retry:
+        sending.call_send(call_id=call.pk)
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.COMPLETED
+    assert call.result["content"][0]["text"].startswith("Hello, Ada!")
+
+    for queries in (first.captured_queries, retry.captured_queries):
+        # The server (and its default team, which the audit events name) come with the call, in its join:
+        # never read again on their own after a refresh, per audit event.
+        assert _selects(queries, "approvals_mcpserver") == []
+        # Where the send happens (one narrow read), the claim (the row with its server), the lock before the
+        # answer is applied; the refreshes after the claim and the finish read only what they wrote.
+        calls = _selects(queries, "approvals_toolcall")
+        assert len(calls) <= 4, "\n".join(calls)
+        assert all('"approvals_toolcall"."arguments"' not in sql for sql in calls[2:]), calls[2:]
+    assert not [
+        q for q in first.captured_queries + retry.captured_queries if 'FROM "approvals_team"' in q["sql"]
+    ]
