@@ -35,7 +35,7 @@ def _selects(queries: list[dict[str, Any]], table: str) -> list[str]:
     return [q["sql"] for q in queries if q["sql"].startswith("SELECT") and f'FROM "{table}"' in q["sql"]]
 
 
-def test_a_send_reads_the_call_and_its_server_once_and_never_reloads_them(mcp_server: LiveServer) -> None:
+def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_server: LiveServer) -> None:
     alice = factories.user("alice")
     release = factories.team("release", (alice, "reviewer"))
     server = McpServer.objects.create(
@@ -50,7 +50,20 @@ def test_a_send_reads_the_call_and_its_server_once_and_never_reloads_them(mcp_se
     assert call.status == ToolCall.Status.AWAITING_INPUT
     ir = call.rounds.get().input_requests.get()
 
-    answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+    with CaptureQueriesContext(connection) as answer:
+        answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+    # The answer reads the request once (with its round, call, server and team) and never again after its
+    # UPDATE; no team row is read on its own for the audit events or the queue's notice.
+    requests = [
+        sql
+        for sql in _selects(answer.captured_queries, "approvals_inputrequest")
+        if not sql.startswith("SELECT 1")
+    ]
+    assert len(requests) == 1, requests
+    # The only read of teams on their own: which teams the reviewer belongs to (the permission check).
+    teams = _selects(answer.captured_queries, "approvals_team")
+    assert [sql.split(" FROM ")[0] for sql in teams] == ['SELECT "approvals_team"."id" AS "pk"'], teams
+
     with CaptureQueriesContext(connection) as retry:
         sending.call_send(call_id=call.pk)
     call.refresh_from_db()

@@ -114,7 +114,12 @@ def input_respond(
         )
     with transaction.atomic():
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
-        rnd = Round.objects.select_for_update(of=("self",)).select_related("call__server").get(pk=ir.round_id)
+        # With the server's default team: the round's audit events name it.
+        rnd = (
+            Round.objects.select_for_update(of=("self",))
+            .select_related("call__server__default_team")
+            .get(pk=ir.round_id)
+        )
         needs_more = action == InputRequest.Action.ACCEPT and ir.approvals_required > 1
         if needs_more and not _approval_completes(ir, user, content, reason):
             return ir
@@ -132,7 +137,9 @@ def input_respond(
             if ir.status == InputRequest.Status.GONE:
                 raise Conflict(GONE_MESSAGE, code="request_gone")
             raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
-        ir.refresh_from_db()
+        # What the UPDATE wrote, set on the row in hand: no read again, and its team stays loaded.
+        ir.status, ir.action, ir.content, ir.reason = InputRequest.Status.ANSWERED, action, content, reason
+        ir.answered_by, ir.answered_at = user, now
         Decision.objects.create(
             input_request=ir,
             user=user,
@@ -269,7 +276,12 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
     call = ir.round.call
     person = call.on_behalf_of or (agent.owner if agent.owner_id else None)
     with transaction.atomic():
-        rnd = Round.objects.select_for_update(of=("self",)).select_related("call__server").get(pk=ir.round_id)
+        # With the server's default team: the round's audit events name it.
+        rnd = (
+            Round.objects.select_for_update(of=("self",))
+            .select_related("call__server__default_team")
+            .get(pk=ir.round_id)
+        )
         now = timezone.now()
         won = InputRequest.objects.filter(pk=ir.pk, status=InputRequest.Status.PENDING).update(
             status=InputRequest.Status.ANSWERED,
@@ -285,7 +297,8 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
             if ir.status == InputRequest.Status.GONE:
                 raise Conflict(GONE_MESSAGE, code="request_gone")
             raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
-        ir.refresh_from_db()
+        ir.status, ir.action, ir.content = InputRequest.Status.ANSWERED, action, content
+        ir.answered_by, ir.answered_at = person, now
         Decision.objects.create(
             input_request=ir, user=person, action=action, content=content, is_final=True, created_at=now
         )
