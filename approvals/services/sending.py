@@ -50,6 +50,8 @@ MAX_ROUNDS = 50
 PROGRESS_INTERVAL = 0.25
 MAX_PROGRESS_MESSAGE = 500
 OUTCOME_UNKNOWN = "outcome_unknown"
+# How many times a send looks again, after letting go of the call's lock, for a round answered meanwhile.
+RELOOKS = 3
 
 
 def safe_to_resend(call: ToolCall) -> bool:
@@ -252,48 +254,65 @@ def call_send(*, call_id: Any) -> float | None:
     """
     if _hand_to_holders(call_id) is not False:
         return None  # no such call, or it runs on a holder's session, never from here
-    with send_lock(call_id) as acquired:
-        if not acquired:
+    for _ in range(RELOOKS + 1):
+        with send_lock(call_id) as acquired:
+            if not acquired:
+                # Another task is sending this call; when it lets go it looks for an answer that came since.
+                return None
+            countdown = _send_claimed(call_id)
+        if countdown is not None or not _answered_meanwhile(call_id):
+            return countdown
+    return None
+
+
+def _answered_meanwhile(call_id: Any) -> bool:
+    """A round answered while this task held the call's lock: the task queued by that answer found the lock
+    taken and gave up, so the holder sends the retry (else it would wait for `recover_stuck`)."""
+    return Round.objects.filter(call_id=call_id, kind=Round.Kind.RETRY, status=Round.Status.READY).exists()
+
+
+def _send_claimed(call_id: Any) -> float | None:
+    """`call_send`'s work under the call's lock: claim, send, apply; again while the server answers with
+    state only."""
+    while True:
+        send = _claim(call_id)
+        if send is None:
             return None
-        while True:
-            send = _claim(call_id)
-            if send is None:
-                return None
-            # _claim only yields hub-driven calls, and the database refuses one of those without a server.
-            assert send.call.server is not None
-            if send.redelivered and not safe_to_resend(send.call):
-                _fail_unknown(send, "the hub stopped while sending this call")
-                return None
-            try:
-                outcome = mcp_client.run(
-                    mcp_client.call_tool(
-                        server_config(send.call.server),
-                        send.call.tool,
-                        send.call.arguments,
-                        input_responses=input_responses(send.round) if send.round else None,
-                        request_state=send.round.request_state if send.round else None,
-                        idempotency_key=send.idempotency_key,
-                        call_timeout=call_limit(send.call),
-                        on_progress=ProgressWriter(send.call.pk),
-                        # The stored definition: no tools/list before each send.
-                        tool=send.call.server.tool(send.call.tool),
-                    )
+        # _claim only yields hub-driven calls, and the database refuses one of those without a server.
+        assert send.call.server is not None
+        if send.redelivered and not safe_to_resend(send.call):
+            _fail_unknown(send, "the hub stopped while sending this call")
+            return None
+        try:
+            outcome = mcp_client.run(
+                mcp_client.call_tool(
+                    server_config(send.call.server),
+                    send.call.tool,
+                    send.call.arguments,
+                    input_responses=input_responses(send.round) if send.round else None,
+                    request_state=send.round.request_state if send.round else None,
+                    idempotency_key=send.idempotency_key,
+                    call_timeout=call_limit(send.call),
+                    on_progress=ProgressWriter(send.call.pk),
+                    # The stored definition: no tools/list before each send.
+                    tool=send.call.server.tool(send.call.tool),
                 )
-            except mcp_client.TransientError as exc:
-                if exc.may_have_run and not safe_to_resend(send.call):
-                    _fail_unknown(send, exc.message)
-                    return None
-                return _transient(send, exc)
-            except mcp_client.PermanentError as exc:
-                # What the failure says about the server first: a refused stateless request re-probes it.
-                server_after_send(send.call.server, send.call.tool, error=exc)
-                if not _moved_to_session(send, exc):
-                    _fail(send, exc)
+            )
+        except mcp_client.TransientError as exc:
+            if exc.may_have_run and not safe_to_resend(send.call):
+                _fail_unknown(send, exc.message)
                 return None
-            # Before the answer is applied: a round routes on the tool's annotations in the stored list.
-            server_after_send(send.call.server, send.call.tool, outcome=outcome)
-            if not _apply(send, outcome, received_at=timezone.now()):
-                return None
+            return _transient(send, exc)
+        except mcp_client.PermanentError as exc:
+            # What the failure says about the server first: a refused stateless request re-probes it.
+            server_after_send(send.call.server, send.call.tool, error=exc)
+            if not _moved_to_session(send, exc):
+                _fail(send, exc)
+            return None
+        # Before the answer is applied: a round routes on the tool's annotations in the stored list.
+        server_after_send(send.call.server, send.call.tool, outcome=outcome)
+        if not _apply(send, outcome, received_at=timezone.now()):
+            return None
 
 
 def _moved_to_session(send: Send, exc: mcp_client.McpError) -> bool:
