@@ -19,7 +19,7 @@ import functools
 import ipaddress
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,7 +264,11 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
             pinned = _pinned(checked, request)
         except Refused as exc:
             raise AsyncOutboundRefused(exc.message, request=request) from None
-        return await self._inner.handle_async_request(pinned)
+        response = await self._inner.handle_async_request(pinned)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            # An SSE stream is bounded per event by the SDK; any other answer is bounded as a whole.
+            response.stream = _Bounded(response.stream, max_response(), request)
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -272,6 +276,46 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
 
 class AsyncOutboundRefused(httpx2.TransportError):
     """The guard refused one of the MCP client's requests as it was about to be sent."""
+
+
+RESPONSE_TOO_LARGE = "the response is larger than the hub reads"
+DEFAULT_MAX_RESPONSE = 16 * 1024 * 1024
+
+
+def max_response() -> int:
+    """``ELICIT_MAX_MCP_RESPONSE`` from the settings, or the default outside Django."""
+    from django.conf import settings
+
+    if settings.configured:
+        return int(settings.ELICIT_MAX_MCP_RESPONSE)
+    return DEFAULT_MAX_RESPONSE
+
+
+class ResponseTooLarge(httpx2.StreamError):
+    """An MCP server's answer went past ``ELICIT_MAX_MCP_RESPONSE`` bytes; the read stopped there."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"{RESPONSE_TOO_LARGE} ({limit} bytes, ELICIT_MAX_MCP_RESPONSE)")
+        self.limit = limit
+
+
+class _Bounded(httpx2.AsyncByteStream):
+    """A response body that stops with `ResponseTooLarge` once more than `limit` bytes have arrived."""
+
+    def __init__(self, inner: Any, limit: int, request: httpx2.Request) -> None:
+        self._inner, self._limit, self._request = inner, limit, request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._inner:
+            seen += len(chunk)
+            if seen > self._limit:
+                await self.aclose()
+                raise ResponseTooLarge(self._limit)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def client(*, timeout: float, allow: Allow | None = None) -> httpx.Client:

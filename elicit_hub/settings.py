@@ -474,6 +474,10 @@ ELICIT_MAX_INPUT_REQUESTS = env_int("ELICIT_MAX_INPUT_REQUESTS", 50, minimum=1)
 ELICIT_MAX_MESSAGE = env_int("ELICIT_MAX_MESSAGE", 10_000, minimum=100)
 ELICIT_MAX_SCHEMA = env_int("ELICIT_MAX_SCHEMA", 64 * 1024, minimum=1024)
 ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
+# The most of one MCP server's JSON answer the hub reads (SSE answers: at most 1 MiB per event, the SDK's
+# limit); past it the read stops and the call fails "response_too_large". Above ELICIT_MAX_RESULT, whose
+# results are kept truncated.
+ELICIT_MAX_MCP_RESPONSE = env_int("ELICIT_MAX_MCP_RESPONSE", 16 * 1024 * 1024, minimum=64 * 1024)
 # GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
 ELICIT_INBOX_MAX = env_int("ELICIT_INBOX_MAX", 200, minimum=1)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")

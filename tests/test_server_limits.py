@@ -130,6 +130,22 @@ def test_a_result_over_the_limit_is_stored_truncated_with_its_size(hub: dict[str
     assert "Truncated: the server sent" in page.content.decode()
 
 
+def test_an_answer_over_the_read_limit_is_not_read_and_fails_the_call_clearly(
+    hub: dict[str, Any], settings: Any
+) -> None:
+    settings.ELICIT_MAX_MCP_RESPONSE = 256 * 1024
+    call = hub["call"]("big_result", 2_000_000)
+    assert call.status == ToolCall.Status.FAILED
+    assert call.error["code"] == "response_too_large"
+    assert "larger than 262144 bytes" in call.error["message"]
+    assert "ELICIT_MAX_MCP_RESPONSE" in call.error["message"]
+    assert call.result is None
+    assert (
+        AuditEvent.objects.get(call_id=call.pk, verb="call.failed").data["error"]["code"]
+        == "response_too_large"
+    )
+
+
 def test_a_small_result_is_stored_whole(hub: dict[str, Any]) -> None:
     call = hub["call"]("big_result", 1000)
     assert call.result_truncated is False and call.result["content"][0]["text"] == "x" * 1000

@@ -35,7 +35,7 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from approvals import safejson
+from approvals import netguard, safejson
 from approvals.mcp_client.outcomes import (
     REDACTED,
     Completed,
@@ -341,6 +341,12 @@ def classify_rpc_error(
             rpc_code=code,
         )
     if status is None or status < 400:
+        if code == PARSE_ERROR and netguard.RESPONSE_TOO_LARGE in message:
+            return PermanentError(
+                "response_too_large",
+                f"the server's answer to {what} is larger than {netguard.max_response()} bytes, the most the "
+                "hub reads (ELICIT_MAX_MCP_RESPONSE); it was not read",
+            )
         if code == PARSE_ERROR and message.startswith("Failed to parse"):
             return PermanentError(
                 "malformed_response", f"the server's answer to {what} is not valid JSON-RPC"
