@@ -67,6 +67,17 @@ def engine_of(exc: object) -> str | None:
     return None
 
 
+def _named(exc: BaseException | type[BaseException]) -> str:
+    """The error's class, and the driver's beneath Django's (``OperationalError: DeadlockDetected``): which
+    of the engine's faults it was, without its message (which may quote values)."""
+    if isinstance(exc, type):
+        return exc.__name__
+    cause = exc.__cause__
+    if cause is not None and type(cause).__name__ != type(exc).__name__:
+        return f"{type(exc).__name__}: {type(cause).__name__}"
+    return type(exc).__name__
+
+
 def _body(engine: str) -> dict[str, Any]:
     return {
         "error": {
@@ -95,9 +106,7 @@ def install(api: NinjaAPI) -> None:
 
     def on_engine_error(request: HttpRequest, exc: Exception | type[Exception]) -> HttpResponse:
         engine = engine_of(exc) or "postgresql"
-        logger.warning(
-            "API %s %s: %s unavailable (%s)", request.method, request.path, engine, type(exc).__name__
-        )
+        logger.warning("API %s %s: %s unavailable (%s)", request.method, request.path, engine, _named(exc))
         return api_response(engine)
 
     for error in ENGINE_ERRORS:
@@ -128,7 +137,7 @@ class OutageMiddleware:
         engine = engine_of(exc)
         if engine is None:
             return None
-        logger.warning("%s %s: %s unavailable (%s)", request.method, request.path, engine, type(exc).__name__)
+        logger.warning("%s %s: %s unavailable (%s)", request.method, request.path, engine, _named(exc))
         return self._respond(request, engine)
 
     @staticmethod

@@ -118,6 +118,19 @@ WORKER_ENV = {
 }
 
 
+@pytest.fixture(scope="module")
+def mcp_test_server() -> Iterator[object]:
+    """The MCP test server (tests/mcp_test_server.py) over HTTP: one process per test module."""
+    from tests.test_mcp_client import _start
+
+    proc, server = _start([])
+    try:
+        yield server
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def worker_process(django_db_setup: None, demo_server: object) -> Iterator[CeleryWorker]:
     worker = CeleryWorker(child_env(**WORKER_ENV))

@@ -58,3 +58,36 @@ def test_a_statement_run_again_and_again_is_prepared() -> None:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         statements = [row[0] for row in cursor.fetchall()]
     assert any('"approvals_team"' in statement and "$1" in statement for statement in statements)
+
+
+@pytest.mark.usefixtures("live_db")
+def test_the_middleware_chain_runs_in_one_thread_hop_under_asgi(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A middleware in async mode hops to a thread and back for each of its process_request and
+    process_response; the chain is ordered so that every one runs in sync mode, in the view's one hop."""
+    import asyncio
+
+    from django.utils.deprecation import MiddlewareMixin
+
+    from elicit_hub.asgi import application
+
+    async_mode: list[str] = []
+    acall = MiddlewareMixin.__acall__
+
+    async def spy(self: MiddlewareMixin, request: object) -> object:
+        async_mode.append(type(self).__name__)
+        return await acall(self, request)
+
+    monkeypatch.setattr(MiddlewareMixin, "__acall__", spy)
+    alice = factories.user(f"alice-{uuid.uuid4().hex[:6]}")
+    factories.team(f"release-{uuid.uuid4().hex[:6]}", (alice, Membership.Role.REVIEWER))
+    _, token = tokens.personal_token_create(user=alice, name="bot")
+
+    async def requests() -> set[int]:
+        transport = httpx.ASGITransport(app=application)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=headers) as c:
+            answers = [await c.get("/api/v1/inbox"), await c.get("/accounts/login/")]
+        return {response.status_code for response in answers}
+
+    assert asyncio.run(requests()) == {200}
+    assert async_mode == []

@@ -11,40 +11,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db import connections
 
-from approvals.models import McpServer, Round, ToolCall
+from approvals.models import Round, ToolCall
 from approvals.services import answers, sending
-from tests import factories
-from tests.test_mcp_client import LiveServer, _start
+from tests.test_mcp_client import LiveServer
+from tests.test_send_reads import greeting_call
 
 pytestmark = [pytest.mark.usefixtures("live_db"), pytest.mark.timeout(60)]
 
 
-@pytest.fixture(scope="module")
-def mcp_server() -> Iterator[LiveServer]:
-    proc, server = _start([])
-    try:
-        yield server
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def test_an_answer_given_while_the_round_s_sender_still_holds_the_lock_is_sent_by_it(
-    mcp_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alice = factories.user("alice")
-    release = factories.team("release", (alice, "reviewer"))
-    server = McpServer.objects.create(
-        slug="greeter", name="Greeter", url=f"{mcp_server.base}/mcp", default_team=release
-    )
-    agent, _ = factories.agent("ci-bot", servers=[server])
-    call = factories.call(server, agent, tool="ask_name", arguments={"greeting": "Hello"})
+    alice, call = greeting_call(mcp_test_server)
     apply = sending._apply
     second: list[Any] = []
 

@@ -5,7 +5,6 @@ retry), so a read repeated here is paid by every call the hub makes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,19 +14,20 @@ from django.test.utils import CaptureQueriesContext
 from approvals.models import McpServer, ToolCall
 from approvals.services import answers, sending
 from tests import factories
-from tests.test_mcp_client import LiveServer, _start
+from tests.test_mcp_client import LiveServer
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(scope="module")
-def mcp_server() -> Iterator[LiveServer]:
-    proc, server = _start([])
-    try:
-        yield server
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def greeting_call(mcp: LiveServer) -> tuple[Any, ToolCall]:
+    """A reviewer of the server's team, and a call of the test server's ``ask_name`` (one round)."""
+    alice = factories.user("alice")
+    release = factories.team("release", (alice, "reviewer"))
+    server = McpServer.objects.create(
+        slug="greeter", name="Greeter", url=f"{mcp.base}/mcp", default_team=release
+    )
+    agent, _ = factories.agent("ci-bot", servers=[server])
+    return alice, factories.call(server, agent, tool="ask_name", arguments={"greeting": "Hello"})
 
 
 def _selects(queries: list[dict[str, Any]], table: str) -> list[str]:
@@ -35,14 +35,8 @@ def _selects(queries: list[dict[str, Any]], table: str) -> list[str]:
     return [q["sql"] for q in queries if q["sql"].startswith("SELECT") and f'FROM "{table}"' in q["sql"]]
 
 
-def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_server: LiveServer) -> None:
-    alice = factories.user("alice")
-    release = factories.team("release", (alice, "reviewer"))
-    server = McpServer.objects.create(
-        slug="greeter", name="Greeter", url=f"{mcp_server.base}/mcp", default_team=release
-    )
-    agent, _ = factories.agent("ci-bot", servers=[server])
-    call = factories.call(server, agent, tool="ask_name", arguments={"greeting": "Hello"})
+def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_server: LiveServer) -> None:
+    alice, call = greeting_call(mcp_test_server)
 
     with CaptureQueriesContext(connection) as first:
         sending.call_send(call_id=call.pk)

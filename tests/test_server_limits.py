@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,23 +22,13 @@ from approvals.models import AuditEvent, InputRequest, McpServer, Round, ToolCal
 from approvals.services import sending, tokens
 from tests import factories
 from tests.hub import Agent, Reviewer
-from tests.test_mcp_client import LiveServer, _start
+from tests.test_mcp_client import LiveServer
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(scope="module")
-def mcp_server() -> Iterator[LiveServer]:
-    proc, server = _start([])
-    try:
-        yield server
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture
-def hub(mcp_server: LiveServer) -> dict[str, Any]:
+def hub(mcp_test_server: LiveServer) -> dict[str, Any]:
     alice = factories.user("alice")
     release = factories.team("release", (alice, "reviewer"))
     agent_row, agent_token = factories.agent("ci-bot")
@@ -49,7 +38,7 @@ def hub(mcp_server: LiveServer) -> dict[str, Any]:
         server = McpServer.objects.create(
             slug=mode.replace("_", "-"),
             name=mode,
-            url=f"{mcp_server.base}/scripted/{mode}?n={n}",
+            url=f"{mcp_test_server.base}/scripted/{mode}?n={n}",
             default_team=release,
         )
         agent_row.servers.add(server)

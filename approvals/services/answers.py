@@ -116,7 +116,7 @@ def input_respond(
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
         # With the server's default team: the round's audit events name it.
         rnd = (
-            Round.objects.select_for_update(of=("self",))
+            Round.objects.select_for_update(of=("self",), no_key=True)
             .select_related("call__server__default_team")
             .get(pk=ir.round_id)
         )
@@ -278,7 +278,7 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
     with transaction.atomic():
         # With the server's default team: the round's audit events name it.
         rnd = (
-            Round.objects.select_for_update(of=("self",))
+            Round.objects.select_for_update(of=("self",), no_key=True)
             .select_related("call__server__default_team")
             .get(pk=ir.round_id)
         )

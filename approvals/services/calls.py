@@ -356,7 +356,7 @@ def call_finish(
 def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
     """The agent gives up: pending input requests are cancelled and the call ends ``cancelled``."""
     with transaction.atomic():
-        call = ToolCall.objects.select_for_update().filter(pk=call_id, agent=agent).first()
+        call = ToolCall.objects.select_for_update(no_key=True).filter(pk=call_id, agent=agent).first()
         if call is None:
             raise NotFound("No such call.")
         if call.is_final:

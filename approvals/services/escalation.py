@@ -99,7 +99,7 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
         rnd = (
-            Round.objects.select_for_update(skip_locked=True, of=("self",))
+            Round.objects.select_for_update(skip_locked=True, of=("self",), no_key=True)
             .select_related("call__server")
             .filter(pk=round_id, status=Round.Status.OPEN, deadline__lte=now)
             .first()

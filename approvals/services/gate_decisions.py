@@ -84,7 +84,7 @@ def gate_decided(*, rnd: Round, outcome: str) -> None:
     """The gate's request has its final answer (or expired): send the call, or end it. Runs inside the
     answering transaction (`rounds.round_mark_ready`)."""
     now = timezone.now()
-    gate = Gate.objects.select_for_update().get(round=rnd)
+    gate = Gate.objects.select_for_update(no_key=True).get(round=rnd)
     call = ToolCall.objects.select_related("server", "agent", "on_behalf_of").get(pk=gate.call_id)
     ir = rnd.input_requests.select_related("team", "answered_by").get()
     Round.objects.filter(pk=rnd.pk).exclude(status=Round.Status.CLOSED).update(

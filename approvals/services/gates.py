@@ -340,7 +340,12 @@ def gate_at_send(call: ToolCall) -> bool:
     """Just before a gated call's first ``tools/call`` leaves, inside the claiming transaction: True when it
     may go. The approval is used once; a call that differs from what was approved (the tool's definition,
     the rule's or policy's revision, the arguments) voids it and opens a new gate (False)."""
-    gate = call.gates.exclude(status=Gate.Status.VOIDED).order_by("-created_at").select_for_update().first()
+    gate = (
+        call.gates.exclude(status=Gate.Status.VOIDED)
+        .order_by("-created_at")
+        .select_for_update(no_key=True)
+        .first()
+    )
     if gate is None or gate.status == Gate.Status.USED:
         return True  # never gated (or let through by a grant); USED: the same send, retried before it left
     if gate.status != Gate.Status.APPROVED:

@@ -79,7 +79,7 @@ def find(*, call: ToolCall, tool_digest: str) -> Grant | None:
     # Exact grants first, then the one made first: the same call always meets the same grant.
     candidates = candidates.order_by("-arguments_mode", "created_at")
     if connection.in_atomic_block:
-        candidates = candidates.select_for_update(of=("self",))
+        candidates = candidates.select_for_update(of=("self",), no_key=True)
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
     return next((grant for grant in candidates if covers(grant, arguments)), None)
 

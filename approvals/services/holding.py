@@ -177,7 +177,7 @@ def held_release(*, call_id: Any, holder_id: int, reason: str) -> bool:
 
 def _locked_open_call(call_id: Any) -> ToolCall | None:
     return (
-        ToolCall.objects.select_for_update(of=("self",))
+        ToolCall.objects.select_for_update(of=("self",), no_key=True)
         .select_related("server")
         .filter(pk=call_id)
         .exclude(status__in=ToolCall.Status.finals())
@@ -296,7 +296,7 @@ def push_answer(*, round_id: int) -> dict[str, Any] | None:
 
     A round closed otherwise (the call was cancelled, the round is gone) answers ``cancel``."""
     with transaction.atomic():
-        rnd = Round.objects.select_for_update(of=("self",)).filter(pk=round_id).first()
+        rnd = Round.objects.select_for_update(of=("self",), no_key=True).filter(pk=round_id).first()
         if rnd is None:
             return {"action": "cancel"}
         if rnd.status == Round.Status.OPEN:
@@ -319,7 +319,7 @@ def push_gone(*, round_id: int, why: str) -> bool:
     """The server stopped waiting (or the session ended): the round and its pending requests are GONE."""
     with transaction.atomic():
         rnd = (
-            Round.objects.select_for_update(of=("self",))
+            Round.objects.select_for_update(of=("self",), no_key=True)
             .select_related("call")
             .filter(pk=round_id, status=Round.Status.OPEN)
             .first()

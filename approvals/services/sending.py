@@ -484,7 +484,13 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
     call = send.call
     with transaction.atomic():
         # Cancelled (or deleted) while the send was in flight: the server's answer is recorded, not applied.
-        locked = ToolCall.objects.select_for_update().only("id", "status").filter(pk=call.pk).first()
+        # FOR NO KEY UPDATE, as every row lock the hub takes: it serialises the call's writers, yet lets a
+        # row that references the call (a grant, a webhook delivery) commit meanwhile. FOR UPDATE would block
+        # that row's foreign-key check, which runs at its COMMIT while it holds the audit chain's lock: a
+        # deadlock with this transaction's own audit event (seen under load: a grant made as its call ran).
+        locked = (
+            ToolCall.objects.select_for_update(no_key=True).only("id", "status").filter(pk=call.pk).first()
+        )
         if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
             audit.record(
                 actor=SYSTEM,

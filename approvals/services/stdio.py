@@ -123,7 +123,7 @@ def stdio_lease_take(*, server_id: int, holder_name: str) -> bool:
     """Take the lease on a stdio server for this holder: True if it now holds it (or already did)."""
     with transaction.atomic():
         server = (
-            McpServer.objects.select_for_update(of=("self",))
+            McpServer.objects.select_for_update(of=("self",), no_key=True)
             .select_related("stdio_holder")
             .filter(pk=server_id, transport=McpServer.Transport.STDIO, enabled=True)
             .first()
