@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -142,25 +144,28 @@ def call_create(request: AgentRequest, payload: CallIn) -> Status:
     return Status(202 if created else 200, _created(call, "calls"))
 
 
-def _own_call_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
-    """`_own_call`, then the connection goes back to the pool: a long-poll holds none while it waits.
-
-    Inside an atomic block (a caller's transaction) the connection is not ours to give back."""
+@contextmanager
+def _connection_released() -> Iterator[None]:
+    """Then the connection goes back to the pool: a long-poll holds none while it waits. Inside an atomic
+    block (a caller's transaction) the connection is not ours to give back."""
     try:
-        return _own_call(agent, call_id, kind)
+        yield
     finally:
         if not connection.in_atomic_block:
             connection.close()
+
+
+def _own_call_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
+    """`_own_call`, then the connection goes back to the pool."""
+    with _connection_released():
+        return _own_call(agent, call_id, kind)
 
 
 def _own_status_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
     """Only the call's status (one small query), for the checks while a long-poll waits; the connection goes
     back to the pool. A call gone meanwhile reads as final, so the wait ends and the full load answers 404."""
-    try:
+    with _connection_released():
         call = ToolCall.objects.only("id", "status").filter(pk=call_id, agent=agent, kind=kind).first()
-    finally:
-        if not connection.in_atomic_block:
-            connection.close()
     return call if call is not None else ToolCall(pk=call_id, status=ToolCall.Status.CANCELLED)
 
 
@@ -232,7 +237,7 @@ class _InboxRead:
 def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None) -> _InboxRead:
     """The inbox's queues, their version, and (unless the version is still ``unchanged``) one page as JSON
     items; then the connection goes back to the pool, as a long-poll's does."""
-    try:
+    with _connection_released():
         slugs = selectors.inbox_team_slugs(user)
         groups = [*(broadcast.team_group(slug) for slug in slugs), broadcast.team_group(None)]
         # Read before the page, so a change made while the page is read shows as a new version next time.
@@ -247,9 +252,6 @@ def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None)
             ) from None
         read.items = [selectors.inbox_item(ir) for ir in page]
         return read
-    finally:
-        if not connection.in_atomic_block:
-            connection.close()
 
 
 @api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])

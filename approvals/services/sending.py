@@ -223,10 +223,10 @@ def _claim(call_id: Any) -> Send | None:
         return Send(call, rnd, redelivered=held)
 
 
-def _hand_to_holders(call_id: Any) -> bool | None:
-    """True when the call runs on a holder's session (handshake era, stdio), so it is never sent from here
-    (the holders are woken if it still waits for one); None when there is no such call to send. Before a
-    gated call's first send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
+def _hand_to_holders(call_id: Any) -> bool:
+    """True when nothing is sent from here: there is no such call to send, or it runs on a holder's session
+    (handshake era, stdio; the holders are woken if it still waits for one). Before a gated call's first
+    send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
 
     One narrow read: every send passes here, and most find nothing to hand over."""
     row = (
@@ -236,7 +236,7 @@ def _hand_to_holders(call_id: Any) -> bool | None:
         .first()
     )
     if row is None:
-        return None
+        return True
     status, holder_id, transport, era, probed_era, gated = row
     if McpServer.session_needed(transport, era, probed_era):
         if status not in ToolCall.Status.finals() and holder_id is None:
@@ -252,7 +252,7 @@ def call_send(*, call_id: Any) -> float | None:
 
     Returns a countdown in seconds when a transient fault should be retried later, else None.
     """
-    if _hand_to_holders(call_id) is not False:
+    if _hand_to_holders(call_id):
         return None  # no such call, or it runs on a holder's session, never from here
     for _ in range(RELOOKS + 1):
         with send_lock(call_id) as acquired:
