@@ -14,6 +14,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from approvals import safejson
 from approvals.models import AuditEvent, Gate, Grant, InputRequest, Round, Team, ToolCall
 from approvals.permissions import answerable_input_requests, reviewer_teams, visible_calls
+from approvals.prepared import PreparedRead
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -324,16 +325,22 @@ def round_card_for_everyone(input_request_ids: Any, *, round_id: int | None = No
         )
     if round_id is None:
         return None
-    requests = (
+    cards = _cards(_ROUND_CARD(round_id=round_id))
+    return cards[0] if cards else None
+
+
+# Read for every queue event (once per process, then filtered per socket): compiled once.
+_ROUND_CARD = PreparedRead(
+    lambda round_id: (
         InputRequest.objects.select_related(
             "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
         )
         .defer(*_DASHBOARD_DEFER)
         .filter(round_id=round_id)
         .order_by("created_at", "key")
-    )
-    cards = _cards(list(requests))
-    return cards[0] if cards else None
+    ),
+    round_id=InputRequest._meta.get_field("round"),
+)
 
 
 def queue_filter_choices(user: Any) -> dict[str, list[tuple[str, str]]]:

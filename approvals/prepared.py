@@ -1,0 +1,128 @@
+"""Reads of a fixed shape, compiled to SQL once per process.
+
+Django compiles a queryset to SQL each time it runs it. For a wide ``select_related`` read that is most of
+the read's CPU: under the load benchmark, compiling the queue card's seven-table read was more than a third
+of the card's cost, and SQL compilation 13 % of the web process's CPU (``docs/performance.md``).
+
+A :class:`PreparedRead` builds its queryset once with marker values in place of the caller's, compiles it,
+and remembers where the markers sit among the statement's parameters. Each run executes the same SQL with
+the caller's values and builds the model instances with Django's own ``ModelIterable``, exactly as the
+queryset would (related objects from ``select_related``, deferred fields, converters).
+
+Only what never changes shape fits: no ``__in`` with a list of varying length, no ``prefetch_related``. A
+value is converted as its field converts it (a UUID given as text, a key given as a model instance).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any, Generic, TypeVar
+
+from django.db import connections, models, router
+from django.db.models.query import ModelIterable, QuerySet
+from django.db.models.sql.compiler import SQLCompiler
+
+M = TypeVar("M", bound=models.Model)
+
+
+class _Compiled:
+    """One database's statement: the compiler holding the select list, and where each value goes."""
+
+    def __init__(self, compiler: SQLCompiler, sql: str, params: tuple[Any, ...], slots: dict[str, list[int]]):
+        self.compiler, self.sql, self.params, self.slots = compiler, sql, params, slots
+
+    def compiler_with(self, db: str, values: dict[str, Any]) -> SQLCompiler:
+        params = list(self.params)
+        for name, positions in self.slots.items():
+            for position in positions:
+                params[position] = values[name]
+        frozen = copy.copy(self.compiler)
+        frozen.connection = connections[db]  # this thread's connection, not the compiling thread's
+        statement = (self.sql, tuple(params))
+        frozen.as_sql = lambda *args, **kwargs: statement  # type: ignore[method-assign]
+        return frozen
+
+
+def _marker(field: models.Field[Any, Any], index: int) -> Any:
+    """A value of the field's type that no caller passes, to find in the compiled parameters."""
+    target = field.target_field if isinstance(field, models.ForeignKey) else field
+    if isinstance(target, models.UUIDField):
+        return uuid.UUID(int=(0xE11C17 << 100) + index)
+    if isinstance(target, (models.IntegerField, models.AutoField)):
+        return -(2**31) + 7919 + index
+    if isinstance(target, models.CharField):
+        return f"\x1fprepared-marker-{index}\x1f"
+    raise TypeError(f"a prepared read cannot bind {type(target).__name__} ({field.name})")
+
+
+class PreparedRead(Generic[M]):
+    """A queryset of fixed shape whose SQL is compiled once per process and database.
+
+    ``build`` takes the values by name and returns the queryset; ``fields`` names the model field each
+    value is compared with, for its marker and its conversion::
+
+        card = PreparedRead(
+            lambda round_id: InputRequest.objects.select_related("round").filter(round_id=round_id),
+            round_id=InputRequest._meta.get_field("round"),
+        )
+        requests = card(round_id=7)
+    """
+
+    def __init__(self, build: Callable[..., QuerySet[M]], **fields: models.Field[Any, Any]):
+        self.build, self.fields = build, fields
+        self._compiled: dict[str, _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, **values: Any) -> list[M]:
+        if values.keys() != self.fields.keys():
+            raise TypeError(f"expected values for {sorted(self.fields)}, got {sorted(values)}")
+        model = self._model()
+        db = router.db_for_read(model)
+        compiled = self._compiled.get(db) or self._compile(db)
+        connection = connections[db]
+        bound = {name: self._prepare(name, value, connection) for name, value in values.items()}
+        compiler = compiled.compiler_with(db, bound)
+        queryset = SimpleNamespace(
+            db=db,
+            model=model,
+            query=SimpleNamespace(get_compiler=lambda using=None, **kwargs: compiler),
+            _known_related_objects={},
+        )
+        return list(ModelIterable(queryset))  # type: ignore[arg-type]
+
+    def _model(self) -> type[M]:
+        field = next(iter(self.fields.values()))
+        return field.model  # type: ignore[return-value]
+
+    def _prepare(self, name: str, value: Any, connection: Any) -> Any:
+        field = self.fields[name]
+        if isinstance(value, models.Model):
+            value = value.pk
+        target = field.target_field if isinstance(field, models.ForeignKey) else field
+        return target.get_db_prep_value(target.to_python(value), connection, prepared=False)
+
+    def _compile(self, db: str) -> _Compiled:
+        with self._lock:
+            if db in self._compiled:
+                return self._compiled[db]
+            markers = {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
+            queryset = self.build(**markers)
+            if queryset._prefetch_related_lookups or queryset._iterable_class is not ModelIterable:
+                raise TypeError("a prepared read returns model instances and prefetches nothing")
+            compiler = queryset.query.get_compiler(using=db)
+            sql, params = compiler.as_sql()
+            connection = connections[db]
+            wanted = {name: self._prepare(name, marker, connection) for name, marker in markers.items()}
+            slots = {
+                name: [i for i, param in enumerate(params) if type(param) is type(value) and param == value]
+                for name, value in wanted.items()
+            }
+            missing = [name for name, positions in slots.items() if not positions]
+            if missing:
+                raise TypeError(f"a prepared read's values must reach its SQL as parameters: {missing}")
+            self._compiled[db] = _Compiled(compiler, sql, tuple(params), slots)
+            return self._compiled[db]

@@ -1,0 +1,177 @@
+"""Reads compiled once (`approvals.prepared.PreparedRead`), on PostgreSQL: the same rows and related objects
+as the queryset they come from, with each caller's values, and no SQL compilation after the first run."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.db import connection, connections
+from django.db.models.sql.compiler import SQLCompiler
+from django.test.utils import CaptureQueriesContext
+
+from approvals import selectors
+from approvals.models import InputRequest, McpServer, ToolCall
+from approvals.prepared import PreparedRead
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+CARD_RELATED = (
+    "round__call__server",
+    "round__call__agent",
+    "round__call__on_behalf_of",
+    "answered_by",
+    "team",
+)
+
+
+def _card_queryset(round_id: Any) -> Any:
+    return (
+        InputRequest.objects.select_related(*CARD_RELATED)
+        .defer("round__request_state", "round__raw", "round__call__server__headers")
+        .filter(round_id=round_id)
+        .order_by("created_at", "key")
+    )
+
+
+def _card_read() -> PreparedRead[InputRequest]:
+    return PreparedRead(_card_queryset, round_id=InputRequest._meta.get_field("round"))
+
+
+def _two_rounds() -> tuple[Any, Any]:
+    alice = factories.user("alice")
+    release = factories.team("release", (alice, "reviewer"))
+    server = factories.server("deploy", default_team=release)
+    agent, _ = factories.agent("ci-bot", servers=[server])
+    first = factories.open_round(factories.call(server, agent), keys=("environment", "region"), team_=release)
+    second = factories.open_round(factories.call(server, agent, tool="rollback"), keys=("reason",))
+    return first, second
+
+
+def _shape(ir: InputRequest) -> tuple[Any, ...]:
+    call = ir.round.call
+    return (
+        ir.pk,
+        ir.key,
+        ir.status,
+        ir.requested_schema,
+        ir.team.slug if ir.team else None,
+        ir.round.number,
+        call.pk,
+        call.tool,
+        call.arguments,
+        call.server.slug,
+        call.agent.name if call.agent else None,
+        call.on_behalf_of,
+    )
+
+
+def test_a_prepared_read_gives_what_its_queryset_gives_for_each_value() -> None:
+    first, second = _two_rounds()
+    read = _card_read()
+    for rnd in (first, second, first):
+        expected = [_shape(ir) for ir in _card_queryset(rnd.pk)]
+        got = read(round_id=rnd.pk)
+        assert [_shape(ir) for ir in got] == expected
+        assert {ir.round_id for ir in got} == {rnd.pk}
+    assert [ir.key for ir in read(round_id=first.pk)] == ["environment", "region"]
+    assert read(round_id=first.pk + second.pk + 1000) == []
+
+
+def test_related_objects_come_with_the_row_and_deferred_fields_stay_deferred() -> None:
+    first, _ = _two_rounds()
+    read = _card_read()
+    read(round_id=first.pk)  # compiled
+    with CaptureQueriesContext(connection) as queries:
+        [ir, _] = read(round_id=first.pk)
+        assert ir.round.call.server.slug == "deploy"
+        assert ir.team is not None and ir.team.slug == "release"
+    assert len(queries) == 1
+    assert "request_state" in ir.round.get_deferred_fields()
+    assert ir.round.request_state == "opaque-state"  # loaded on demand, as Django does
+
+
+def test_after_the_first_run_nothing_is_compiled_again() -> None:
+    first, second = _two_rounds()
+    read = _card_read()
+    read(round_id=first.pk)
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert [ir.key for ir in read(round_id=second.pk)] == ["reason"]
+        assert len(read(round_id=first.pk)) == 2
+    # The plain queryset compiles every time: the patch above would have failed it.
+    with (
+        mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled")),
+        pytest.raises(AssertionError),
+    ):
+        list(_card_queryset(first.pk))
+
+
+def test_values_are_converted_as_their_field_converts_them() -> None:
+    first, _ = _two_rounds()
+    call = first.call
+    read = PreparedRead(
+        lambda pk: ToolCall.objects.select_related("server").filter(pk=pk), pk=ToolCall._meta.get_field("id")
+    )
+    for given in (call.pk, str(call.pk), call):
+        [got] = read(pk=given)
+        assert got.pk == call.pk and got.server.slug == "deploy"
+    by_server = PreparedRead(
+        lambda server: ToolCall.objects.filter(server=server).order_by("created_at"),
+        server=ToolCall._meta.get_field("server"),
+    )
+    assert [c.tool for c in by_server(server=McpServer.objects.get(slug="deploy"))] == [
+        "create_deployment",
+        "rollback",
+    ]
+
+
+def test_each_thread_runs_it_on_its_own_connection() -> None:
+    first, _ = _two_rounds()
+    read = _card_read()
+    read(round_id=first.pk)  # compiled on this thread
+    seen: dict[str, Any] = {}
+
+    def other() -> None:
+        try:
+            # The test's rows are in its open transaction: another connection does not see them. The read
+            # must use this thread's connection (and so find nothing), not the compiling thread's.
+            seen["rows"] = read(round_id=first.pk)
+            seen["connection"] = connections["default"].connection
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join()
+    assert seen["rows"] == []
+    assert seen["connection"] is not connection.connection
+
+
+def test_reads_that_cannot_be_prepared_are_refused() -> None:
+    field = InputRequest._meta.get_field("round")
+    with pytest.raises(TypeError, match="parameters"):
+        PreparedRead(lambda round_id: InputRequest.objects.filter(round_id__isnull=False), round_id=field)(
+            round_id=1
+        )
+    with pytest.raises(TypeError, match="prefetches"):
+        PreparedRead(
+            lambda round_id: InputRequest.objects.prefetch_related("round").filter(round_id=round_id),
+            round_id=field,
+        )(round_id=1)
+    with pytest.raises(TypeError, match="expected values"):
+        _card_read()(round=1)
+
+
+def test_the_queue_card_is_read_prepared() -> None:
+    first, _ = _two_rounds()
+    ids = [str(pk) for pk in InputRequest.objects.filter(round=first).values_list("pk", flat=True)]
+    card = selectors.round_card_for_everyone(ids, round_id=first.pk)
+    assert card is not None
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        again = selectors.round_card_for_everyone(ids, round_id=first.pk)
+    assert again is not None and again.round_id == first.pk
+    assert [ir.key for ir in again.items] == ["environment", "region"]
+    assert again.call.server.slug == "deploy"
