@@ -111,7 +111,10 @@ class PreparedRead(Generic[M]):
                 return self._compiled[db]
             markers = {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
             queryset = self.build(**markers)
-            if queryset._prefetch_related_lookups or queryset._iterable_class is not ModelIterable:
+            if (
+                getattr(queryset, "_prefetch_related_lookups", ())
+                or queryset._iterable_class is not ModelIterable
+            ):
                 raise TypeError("a prepared read returns model instances and prefetches nothing")
             compiler = queryset.query.get_compiler(using=db)
             sql, params = compiler.as_sql()
