@@ -6,8 +6,8 @@
 - Writes need both engines: a write's side effects (Celery tasks, live notices) go through Redis after its
   transaction commits, so an unsafe request first checks that Redis answers, and while it does not, is
   refused before anything is stored. Reads need only PostgreSQL.
-- The API's rate limit is kept in Redis; while Redis is away it falls back to counting in each process's
-  memory (the same limit per process), so it neither fails the request nor stops limiting.
+- The API's rate limits are kept in Redis; while Redis is away they are counted in each process's memory
+  (``approvals.ratelimit``), so they neither fail the request nor stop limiting.
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ from typing import Any
 import kombu.exceptions
 import redis.exceptions
 from django.core.cache import cache
-from django.core.cache.backends.locmem import LocMemCache
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.views.decorators.csrf import requires_csrf_token
 from ninja import NinjaAPI
-from ninja.throttling import AuthRateThrottle
 
 logger = logging.getLogger(__name__)
 
@@ -154,21 +152,3 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if engine is not None:
         return OutageMiddleware._respond(request, engine)
     return HttpResponse(render_to_string("500.html"), status=500)
-
-
-class RateThrottle(AuthRateThrottle):
-    """ninja's per-token throttle, kept in Redis; while Redis is away, kept in this process's memory."""
-
-    def __init__(self, rate: str | None = None) -> None:
-        super().__init__(rate)
-        self.local = AuthRateThrottle(rate)
-        self.local.cache = LocMemCache("elicit-hub-throttle", {"MAX_ENTRIES": 10000})
-
-    def allow_request(self, request: HttpRequest) -> bool:
-        try:
-            return super().allow_request(request)
-        except REDIS_ERRORS:
-            logger.warning("rate limit counted in process memory: Redis unavailable")
-        allowed = self.local.allow_request(request)
-        self.history, self.now = self.local.history, self.local.now
-        return allowed

@@ -8,9 +8,9 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja.errors import Throttled
 from ninja.security import HttpBearer, SessionAuth
-from ninja.throttling import AnonRateThrottle
 
 from approvals.models import AgentClient, PersonalToken
+from approvals.ratelimit import AnonymousRateThrottle
 from approvals.services import tokens
 
 
@@ -53,7 +53,7 @@ class AnonymousLimit:
     otherwise the request goes on to the usual 401."""
 
     def __call__(self, request: HttpRequest) -> None:
-        throttle = AnonRateThrottle(settings.ELICIT_API_ANON_RATE)
+        throttle = AnonymousRateThrottle(settings.ELICIT_API_ANON_RATE)
         if not throttle.allow_request(request):
             raise Throttled(wait=throttle.wait())  # type: ignore[arg-type]
         return None

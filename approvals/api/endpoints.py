@@ -19,7 +19,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
 from ninja.parser import Parser
 
-from approvals import broadcast, outage, safejson, selectors
+from approvals import broadcast, outage, ratelimit, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
@@ -40,7 +40,7 @@ api = NinjaAPI(
     version="1",
     description="Agents ask the hub to call MCP tools; humans answer the servers' input requests.",
     urls_namespace="api",
-    throttle=[outage.RateThrottle(settings.ELICIT_API_RATE)],
+    throttle=[ratelimit.TokenRateThrottle(settings.ELICIT_API_RATE)],
     parser=StrictJsonParser(),
 )
 outage.install(api)

@@ -37,7 +37,6 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from ninja.throttling import AnonRateThrottle
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -48,6 +47,7 @@ from approvals import broadcast, safejson
 from approvals.gateway import catalog, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
 from approvals.models import AgentClient, ToolCall
+from approvals.ratelimit import AnonymousRateThrottle
 from approvals.services import calls, tokens
 from approvals.services.errors import ServiceError
 
@@ -83,7 +83,7 @@ def _anonymous_wait(client: str, forwarded_for: str | None) -> float | None:
     request.META["REMOTE_ADDR"] = client
     if forwarded_for:
         request.META["HTTP_X_FORWARDED_FOR"] = forwarded_for
-    throttle = AnonRateThrottle(settings.ELICIT_API_ANON_RATE)
+    throttle = AnonymousRateThrottle(settings.ELICIT_API_ANON_RATE)
     try:
         if throttle.allow_request(request):
             return None
