@@ -329,13 +329,32 @@ def round_card_for_everyone(input_request_ids: Any, *, round_id: int | None = No
     return cards[0] if cards else None
 
 
+# What a queue card never shows: the server's stored configuration and tool list, the call's outcome, the
+# requests' forms and answers. A card is read for every queue event, so none of that JSON is decoded there.
+_CARD_DEFER = (
+    *_DASHBOARD_DEFER,
+    "params",
+    "requested_schema",
+    "property_order",
+    "content",
+    "routing",
+    "round__call__result",
+    "round__call__error",
+    "round__call__input_responses",
+    "round__call__agent_client",
+    *(
+        f"round__call__server__{name}"
+        for name in ("args", "env", "probe", "tool_timeouts", "discover", "tools")
+    ),
+)
+
 # Read for every queue event (once per process, then filtered per socket): compiled once.
 _ROUND_CARD = PreparedRead(
     lambda round_id: (
         InputRequest.objects.select_related(
             "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
         )
-        .defer(*_DASHBOARD_DEFER)
+        .defer(*_CARD_DEFER)
         .filter(round_id=round_id)
         .order_by("created_at", "key")
     ),

@@ -10,7 +10,9 @@ from unittest import mock
 import pytest
 from django.db import connection, connections
 from django.db.models.sql.compiler import SQLCompiler
+from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from approvals import selectors
 from approvals.models import InputRequest, McpServer, ToolCall
@@ -175,3 +177,25 @@ def test_the_queue_card_is_read_prepared() -> None:
     assert again is not None and again.round_id == first.pk
     assert [ir.key for ir in again.items] == ["environment", "region"]
     assert again.call.server.slug == "deploy"
+
+
+def test_a_queue_card_renders_from_its_one_read() -> None:
+    """The card is read once per queue event and rendered for every socket: nothing it shows is left to a
+    lazy read, and the server's stored JSON (its tool list above all) is not loaded for it."""
+    first, _ = _two_rounds()
+    McpServer.objects.filter(slug="deploy").update(tools=[{"name": "create_deployment", "inputSchema": {}}])
+    InputRequest.objects.filter(round=first, key="region").update(
+        status=InputRequest.Status.ANSWERED,
+        action=InputRequest.Action.DECLINE,
+        answered_by=factories.user("bob"),
+        reason="not today",
+        answered_at=timezone.now(),
+    )
+    with CaptureQueriesContext(connection) as queries:
+        card = selectors.round_card_for_everyone([], round_id=first.pk)
+        assert card is not None
+        html = render_to_string("approvals/_round_card.html", {"card": card, "viewers": {}, "me": "alice"})
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert "Deploy server" in html and "create_deployment" in html
+    assert "Declined by" in html and "not today" in html
+    assert {"tools", "probe", "headers", "discover"} <= card.call.server.get_deferred_fields()

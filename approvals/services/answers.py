@@ -13,6 +13,7 @@ from approvals import broadcast, permissions, safejson, schema_forms
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, Round
+from approvals.prepared import PreparedRead
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
 from approvals.services.gate_checks import is_gate, validate_decision
 from approvals.services.rounds import round_mark_ready
@@ -79,15 +80,34 @@ def validate_answer(ir: InputRequest, action: str, content: Any) -> dict[str, An
     return content
 
 
+# The request an answer is for, with what the answer checks (its call, the call's agent and server, its team
+# and policy). Every answer reads it, so it is compiled once, and the server's stored configuration and
+# tool list, the call's outcome and the round's raw result are left unread.
+_ANSWERED = PreparedRead(
+    lambda pk: (
+        InputRequest.objects.select_related("round__call__server", "round__call__agent", "team", "policy")
+        .defer(
+            "round__raw",
+            "round__request_state",
+            "round__call__result",
+            "round__call__error",
+            "round__call__progress",
+            *(
+                f"round__call__server__{name}"
+                for name in ("args", "env", "headers", "probe", "discover", "tools")
+            ),
+        )
+        .filter(pk=pk)
+    ),
+    pk=InputRequest._meta.get_field("id"),
+)
+
+
 def input_respond(
     *, input_request_id: Any, user: Any, action: str, content: Any = None, reason: str = ""
 ) -> InputRequest:
     """Record the final answer; when it completes the round, queue the retry. Exactly one answer wins."""
-    ir = (
-        InputRequest.objects.select_related("round__call__server", "round__call__agent", "team", "policy")
-        .filter(pk=input_request_id)
-        .first()
-    )
+    ir = next(iter(_ANSWERED(pk=input_request_id)), None)
     if ir is None:
         raise NotFound("No such input request.")
     if not permissions.can_answer(user, ir):
