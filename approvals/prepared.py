@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from django.db import connections, models, router
 from django.db.models.query import ModelIterable, QuerySet
 from django.db.models.sql.compiler import SQLCompiler
+from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=models.Model)
 
@@ -34,6 +35,9 @@ class _Compiled:
 
     def __init__(self, compiler: SQLCompiler, sql: str, params: tuple[Any, ...], slots: dict[str, list[int]]):
         self.compiler, self.sql, self.params, self.slots = compiler, sql, params, slots
+        self.locks = bool(
+            compiler.query.select_for_update
+        )  # Django refuses such a read outside a transaction
 
     def compiler_with(self, db: str, values: dict[str, Any]) -> SQLCompiler:
         params = list(self.params)
@@ -75,6 +79,7 @@ class PreparedRead(Generic[M]):
     def __init__(self, build: Callable[..., QuerySet[M]], **fields: models.Field[Any, Any]):
         self.build, self.fields = build, fields
         self._compiled: dict[str, _Compiled] = {}
+        self._model_class: type[M] | None = None
         self._lock = threading.Lock()
 
     def __call__(self, **values: Any) -> list[M]:
@@ -84,6 +89,8 @@ class PreparedRead(Generic[M]):
         db = router.db_for_read(model)
         compiled = self._compiled.get(db) or self._compile(db)
         connection = connections[db]
+        if compiled.locks and connection.get_autocommit():
+            raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         bound = {name: self._prepare(name, value, connection) for name, value in values.items()}
         compiler = compiled.compiler_with(db, bound)
         queryset = SimpleNamespace(
@@ -95,8 +102,10 @@ class PreparedRead(Generic[M]):
         return list(ModelIterable(queryset))  # type: ignore[arg-type]
 
     def _model(self) -> type[M]:
-        field = next(iter(self.fields.values()))
-        return field.model  # type: ignore[return-value]
+        if self._model_class is None:
+            markers = {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
+            self._model_class = self.build(**markers).model
+        return self._model_class
 
     def _prepare(self, name: str, value: Any, connection: Any) -> Any:
         field = self.fields[name]

@@ -8,14 +8,15 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.db.models.sql.compiler import SQLCompiler
+from django.db.transaction import TransactionManagementError
 from django.template.loader import render_to_string
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import InputRequest, McpServer, ToolCall
+from approvals.models import InputRequest, McpServer, RoutingRule, ToolCall
 from approvals.prepared import PreparedRead
 from tests import factories
 
@@ -199,3 +200,25 @@ def test_a_queue_card_renders_from_its_one_read() -> None:
     assert "Deploy server" in html and "create_deployment" in html
     assert "Declined by" in html and "not today" in html
     assert {"tools", "probe", "headers", "discover"} <= card.call.server.get_deferred_fields()
+
+
+def test_a_read_without_values_and_a_locking_read() -> None:
+    factories.team("release")
+    rules = PreparedRead(lambda: RoutingRule.objects.filter(gate=False).select_related("team"))
+    assert rules() == []
+    RoutingRule.objects.create(name="all", position=1, team=factories.team("release"))
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert [rule.team.slug for rule in rules()] == ["release"]  # each run reads the table again
+    locked = PreparedRead(
+        lambda pk: ToolCall.objects.select_for_update(no_key=True).filter(pk=pk),
+        pk=ToolCall._meta.get_field("id"),
+    )
+    call = factories.call(factories.server("deploy"))
+    with transaction.atomic():
+        assert [c.pk for c in locked(pk=call.pk)] == [call.pk]
+    # Outside a transaction (the test runs inside one: the connection is made to say it is not).
+    with (
+        mock.patch.object(connections["default"], "get_autocommit", return_value=True),
+        pytest.raises(TransactionManagementError),
+    ):
+        locked(pk=call.pk)

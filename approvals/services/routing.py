@@ -7,6 +7,7 @@ from typing import Any
 
 from approvals import rules
 from approvals.models import InputRequest, Policy, RoutingRule, Team, ToolCall
+from approvals.prepared import PreparedRead
 
 
 @dataclass
@@ -33,6 +34,12 @@ def passthrough_refusal(call: ToolCall, mode: str) -> str:
     return ""
 
 
+# Read for every question the hub routes; compiled once per process.
+_ROUTING_RULES = PreparedRead(
+    lambda: RoutingRule.objects.filter(gate=False).select_related("server", "team", "policy")
+)
+
+
 def route(*, call: ToolCall, ir: InputRequest) -> Route:
     subject = rules.Subject(
         server_slug=call.server_slug,
@@ -44,7 +51,7 @@ def route(*, call: ToolCall, ir: InputRequest) -> Route:
     checked = []
     chosen: Route | None = None
     # Gate rules decide whether a call is sent at all (services.gates); they do not route questions.
-    for rule in RoutingRule.objects.filter(gate=False).select_related("server", "team", "policy"):
+    for rule in _ROUTING_RULES():
         verdict = rules.evaluate(rule, subject)
         checked.append(
             {"rule": rule.name, "position": rule.position, "matched": verdict.matched, "why": verdict.why}

@@ -38,6 +38,7 @@ from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
+from approvals.prepared import PreparedRead
 from approvals.services.calls import call_finish
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
@@ -167,15 +168,28 @@ class Send:
         return self.round.send_attempts if self.round else self.call.attempts
 
 
+# Every send reads these (twice per round: the call, then its retry), so they are compiled once per process.
+# The server's default team too: the audit events name it.
+_CLAIMED_CALL = PreparedRead(
+    lambda pk: ToolCall.objects.select_related("server__default_team").filter(pk=pk),
+    pk=ToolCall._meta.get_field("id"),
+)
+_LAST_OPEN_ROUND = PreparedRead(
+    lambda call: Round.objects.filter(call=call).exclude(status=Round.Status.CLOSED).order_by("-number")[:1],
+    call=Round._meta.get_field("call"),
+)
+
+
 def _claim(call_id: Any) -> Send | None:
     """Claim the call's next send, or None when there is nothing to send."""
     now = timezone.now()
     with transaction.atomic():
-        # The server's default team too: the audit events name it.
-        call = ToolCall.objects.select_related("server__default_team").get(pk=call_id)
+        call = next(iter(_CLAIMED_CALL(pk=call_id)), None)
+        if call is None:
+            raise ToolCall.DoesNotExist(f"no call {call_id}")
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
-        rnd = call.rounds.exclude(status=Round.Status.CLOSED).order_by("-number").first()
+        rnd = next(iter(_LAST_OPEN_ROUND(call=call.pk)), None)
         if rnd is not None and rnd.kind in (Round.Kind.PUSH, Round.Kind.GATE):
             return None  # answered on the holder's session, never re-sent; or a gate still waiting
         if rnd is None:
