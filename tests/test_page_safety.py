@@ -262,3 +262,39 @@ def test_joiners_that_spell_words_are_kept() -> None:
     family = "\U0001f469\u200d\U0001f467"
     assert reveal(persian) == persian and reveal(family) == family
     assert reveal("a\u200bb") == 'a<span class="ctl" title="U+200B">U+200B</span>b'
+
+
+def _reveal_one_by_one(text: str, plain: bool) -> str:
+    """The filter as first written: each character on its own, escaped with Django's ``escape``."""
+    from django.utils.html import escape
+
+    from approvals.templatetags.approvals_ui import _CONTROLS
+
+    out = []
+    for char in text:
+        code = ord(char)
+        if code in _CONTROLS or (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
+            out.append(
+                f"\u27e8U+{code:04X}\u27e9"
+                if plain
+                else f'<span class="ctl" title="U+{code:04X}">U+{code:04X}</span>'
+            )
+        else:
+            out.append(escape(char))
+    return "".join(out)
+
+
+def test_reveal_escapes_and_codes_exactly_as_character_by_character() -> None:
+    import random
+
+    from approvals.templatetags.approvals_ui import reveal
+
+    alphabet = [chr(c) for c in range(0x00, 0xB0)] + list(
+        "<>&\"'\u200b\u200c\u200d\u202e\u2066\ufeff\u00adمیش"
+    )
+    rng = random.Random(7)
+    samples = ["", "plain", "<script>&amp;\"'</script>", "\u202egpj.exe", "a\nb\tc\r\x00\x7f\x9f"]
+    samples += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 80))) for _ in range(500)]
+    for text in samples:
+        assert reveal(text) == _reveal_one_by_one(text, plain=False), repr(text)
+        assert reveal(text, "text") == _reveal_one_by_one(text, plain=True), repr(text)
