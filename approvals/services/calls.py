@@ -16,6 +16,7 @@ from approvals import broadcast, netguard, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
+from approvals.prepared import PreparedRead
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
@@ -47,8 +48,15 @@ def check_callback_url(url: str) -> str:
     return url
 
 
+# Read for every call submitted; compiled once per process.
+_SERVER_BY_SLUG = PreparedRead(
+    lambda slug: McpServer.objects.filter(slug=slug).order_by("pk")[:1],
+    slug=McpServer._meta.get_field("slug"),
+)
+
+
 def _server_for(agent: AgentClient, slug: str) -> McpServer:
-    server = McpServer.objects.filter(slug=slug).first()
+    server = next(iter(_SERVER_BY_SLUG(slug=slug)), None)
     if server is None:
         raise NotFound(f"No MCP server is registered as {slug!r}.", code="unknown_server")
     if not agent.servers.filter(pk=server.pk).exists():

@@ -30,6 +30,7 @@ from approvals import broadcast, canonical, rules
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Policy, Round, RoutingRule, ToolCall
+from approvals.prepared import PreparedRead
 from approvals.services import notifications
 from approvals.services.errors import Invalid
 from approvals.services.gate_checks import (  # noqa: F401  (part of this module's interface)
@@ -127,6 +128,12 @@ def arguments_diff(before: Any, after: Any) -> list[dict[str, Any]]:
 # ---- which rule gates a call ---------------------------------------------------------------------------
 
 
+# Read for every call submitted; compiled once per process.
+_GATE_RULES = PreparedRead(
+    lambda: RoutingRule.objects.filter(gate=True).select_related("server", "team", "policy")
+)
+
+
 def gate_rule(call: ToolCall) -> tuple[RoutingRule | None, dict[str, Any]]:
     """The first enabled gate rule matching the call (by position), and why each rule did or did not."""
     subject = rules.Subject(
@@ -137,7 +144,7 @@ def gate_rule(call: ToolCall) -> tuple[RoutingRule | None, dict[str, Any]]:
         annotations=call.tool_annotations,
     )
     checked = []
-    for rule in RoutingRule.objects.filter(gate=True).select_related("server", "team", "policy"):
+    for rule in _GATE_RULES():
         verdict = rules.evaluate(rule, subject)
         checked.append(
             {"rule": rule.name, "position": rule.position, "matched": verdict.matched, "why": verdict.why}
