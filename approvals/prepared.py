@@ -7,10 +7,10 @@ of the card's cost, and SQL compilation 13 % of the web process's CPU (``docs/pe
 A :class:`PreparedRead` builds its queryset once with marker values in place of the caller's, compiles it,
 and remembers where the markers sit among the statement's parameters. Each run executes the same SQL with
 the caller's values and builds the model instances with Django's own ``ModelIterable``, exactly as the
-queryset would (related objects from ``select_related``, deferred fields, converters).
+queryset would (related objects from ``select_related``, deferred fields, converters; rows of ``values()``).
 
-Only what never changes shape fits: no ``__in`` with a list of varying length, no ``prefetch_related``. A
-value is converted as its field converts it (a UUID given as text, a key given as a model instance).
+Only what never changes shape fits: no ``__in`` with a list of varying length. A value is converted as its
+field converts it (a UUID given as text, a key given as a model instance).
 """
 
 from __future__ import annotations
@@ -19,25 +19,37 @@ import copy
 import threading
 import uuid
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models, router
-from django.db.models.query import ModelIterable, QuerySet
+from django.db.models.query import QuerySet
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.transaction import TransactionManagementError
 
-M = TypeVar("M", bound=models.Model)
+T = TypeVar("T")
 
 
 class _Compiled:
-    """One database's statement: the compiler holding the select list, and where each value goes."""
+    """One database's statement: the queryset built with markers, its compiler holding the select list, and
+    where each value goes among the parameters."""
 
-    def __init__(self, compiler: SQLCompiler, sql: str, params: tuple[Any, ...], slots: dict[str, list[int]]):
-        self.compiler, self.sql, self.params, self.slots = compiler, sql, params, slots
-        self.locks = bool(
-            compiler.query.select_for_update
-        )  # Django refuses such a read outside a transaction
+    def __init__(
+        self,
+        queryset: QuerySet[Any, Any],
+        compiler: SQLCompiler,
+        sql: str,
+        params: tuple[Any, ...],
+        slots: dict[str, list[int]],
+    ):
+        self.queryset, self.compiler, self.sql, self.params, self.slots = (
+            queryset,
+            compiler,
+            sql,
+            params,
+            slots,
+        )
+        # Django refuses a locking read outside a transaction; so does this.
+        self.locks = bool(compiler.query.select_for_update)
 
     def compiler_with(self, db: str, values: dict[str, Any]) -> SQLCompiler:
         params = list(self.params)
@@ -63,7 +75,7 @@ def _marker(field: models.Field[Any, Any], index: int) -> Any:
     raise TypeError(f"a prepared read cannot bind {type(target).__name__} ({field.name})")
 
 
-class PreparedRead(Generic[M]):
+class PreparedRead(Generic[T]):
     """A queryset of fixed shape whose SQL is compiled once per process and database.
 
     ``build`` takes the values by name and returns the queryset; ``fields`` names the model field each
@@ -74,37 +86,38 @@ class PreparedRead(Generic[M]):
             round_id=InputRequest._meta.get_field("round"),
         )
         requests = card(round_id=7)
+
+    A run gives the list the queryset would give: model instances, or rows of ``values()`` and
+    ``values_list()``; ``prefetch_related`` lookups run as Django runs them (their own statements are
+    compiled each time).
     """
 
-    def __init__(self, build: Callable[..., QuerySet[M]], **fields: models.Field[Any, Any]):
+    def __init__(self, build: Callable[..., QuerySet[Any, T]], **fields: models.Field[Any, Any]):
         self.build, self.fields = build, fields
         self._compiled: dict[str, _Compiled] = {}
-        self._model_class: type[M] | None = None
+        self._model_class: type[models.Model] | None = None
         self._lock = threading.Lock()
 
-    def __call__(self, **values: Any) -> list[M]:
+    def __call__(self, **values: Any) -> list[T]:
         if values.keys() != self.fields.keys():
             raise TypeError(f"expected values for {sorted(self.fields)}, got {sorted(values)}")
-        model = self._model()
-        db = router.db_for_read(model)
+        db = router.db_for_read(self._model())
         compiled = self._compiled.get(db) or self._compile(db)
         connection = connections[db]
         if compiled.locks and connection.get_autocommit():
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         bound = {name: self._prepare(name, value, connection) for name, value in values.items()}
         compiler = compiled.compiler_with(db, bound)
-        queryset = SimpleNamespace(
-            db=db,
-            model=model,
-            query=SimpleNamespace(get_compiler=lambda using=None, **kwargs: compiler),
-            _known_related_objects={},
-        )
-        return list(ModelIterable(queryset))  # type: ignore[arg-type]
+        queryset = compiled.queryset._chain()  # type: ignore[attr-defined]
+        queryset.query.get_compiler = lambda using=None, connection=None, elide_empty=True: compiler
+        return list(queryset)
 
-    def _model(self) -> type[M]:
+    def _markers(self) -> dict[str, Any]:
+        return {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
+
+    def _model(self) -> type[models.Model]:
         if self._model_class is None:
-            markers = {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
-            self._model_class = self.build(**markers).model
+            self._model_class = self.build(**self._markers()).model
         return self._model_class
 
     def _prepare(self, name: str, value: Any, connection: Any) -> Any:
@@ -118,13 +131,8 @@ class PreparedRead(Generic[M]):
         with self._lock:
             if db in self._compiled:
                 return self._compiled[db]
-            markers = {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
-            queryset = self.build(**markers)
-            if (
-                getattr(queryset, "_prefetch_related_lookups", ())
-                or queryset._iterable_class is not ModelIterable
-            ):
-                raise TypeError("a prepared read returns model instances and prefetches nothing")
+            markers = self._markers()
+            queryset = self.build(**markers).using(db)
             compiler = queryset.query.get_compiler(using=db)
             sql, params = compiler.as_sql()
             connection = connections[db]
@@ -136,5 +144,5 @@ class PreparedRead(Generic[M]):
             missing = [name for name, positions in slots.items() if not positions]
             if missing:
                 raise TypeError(f"a prepared read's values must reach its SQL as parameters: {missing}")
-            self._compiled[db] = _Compiled(compiler, sql, tuple(params), slots)
+            self._compiled[db] = _Compiled(queryset, compiler, sql, tuple(params), slots)
             return self._compiled[db]

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import InputRequest, McpServer, RoutingRule, ToolCall
+from approvals.models import InputRequest, McpServer, Round, RoutingRule, ToolCall
 from approvals.prepared import PreparedRead
 from tests import factories
 
@@ -159,11 +159,6 @@ def test_reads_that_cannot_be_prepared_are_refused() -> None:
         PreparedRead(lambda round_id: InputRequest.objects.filter(round_id__isnull=False), round_id=field)(
             round_id=1
         )
-    with pytest.raises(TypeError, match="prefetches"):
-        PreparedRead(
-            lambda round_id: InputRequest.objects.prefetch_related("round").filter(round_id=round_id),
-            round_id=field,
-        )(round_id=1)
     with pytest.raises(TypeError, match="expected values"):
         _card_read()(round=1)
 
@@ -222,3 +217,33 @@ def test_a_read_without_values_and_a_locking_read() -> None:
         pytest.raises(TransactionManagementError),
     ):
         locked(pk=call.pk)
+
+
+def test_rows_of_values_and_prefetched_relations_come_as_the_queryset_gives_them() -> None:
+    first, second = _two_rounds()
+    statuses = PreparedRead(
+        lambda pk: ToolCall.objects.filter(pk=pk).values_list("status", "server__slug"),
+        pk=ToolCall._meta.get_field("id"),
+    )
+    statuses(pk=first.call_id)
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert statuses(pk=first.call_id) == [("awaiting_input", "deploy")]
+        assert statuses(pk=second.call_id) == [("awaiting_input", "deploy")]
+    keys = PreparedRead(
+        lambda call: (
+            InputRequest.objects.filter(round__call=call).order_by("key").values_list("key", flat=True)
+        ),
+        call=Round._meta.get_field("call"),
+    )
+    assert keys(call=first.call_id) == ["environment", "region"]
+    with_rounds = PreparedRead(
+        lambda pk: ToolCall.objects.filter(pk=pk).prefetch_related("rounds__input_requests"),
+        pk=ToolCall._meta.get_field("id"),
+    )
+    [call] = with_rounds(pk=first.call_id)
+    with CaptureQueriesContext(connection) as queries:
+        assert sorted(ir.key for rnd in call.rounds.all() for ir in rnd.input_requests.all()) == [
+            "environment",
+            "region",
+        ]
+    assert len(queries) == 0  # prefetched with the call

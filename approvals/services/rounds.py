@@ -18,6 +18,7 @@ from approvals import broadcast, safejson, schema_forms, urlsafety
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
+from approvals.prepared import PreparedRead
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import notifications, webhooks
 from approvals.services.routing import route
@@ -277,7 +278,14 @@ def notify_holders(payload: str = "work") -> None:
 
 
 def input_responses(rnd: Round) -> dict[str, dict[str, Any]]:
-    return {ir.key: ir.as_input_response() for ir in rnd.input_requests.all()}
+    return {ir.key: ir.as_input_response() for ir in _ANSWERS(round=rnd.pk)}
+
+
+# Every retry reads its round's answers; compiled once per process, reading only what an answer sends.
+_ANSWERS = PreparedRead(
+    lambda round: InputRequest.objects.filter(round=round).only("id", "key", "action", "mode", "content"),
+    round=InputRequest._meta.get_field("round"),
+)
 
 
 def _relay_deliver(*, call: ToolCall, rnd: Round, expired: bool) -> None:

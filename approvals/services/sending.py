@@ -237,18 +237,23 @@ def _claim(call_id: Any) -> Send | None:
         return Send(call, rnd, redelivered=held)
 
 
+_WHERE_SENT = PreparedRead(
+    lambda pk: (
+        ToolCall.objects.filter(pk=pk, kind=ToolCall.Kind.CALL, server__isnull=False)
+        .annotate(gated=Exists(Gate.objects.filter(call_id=OuterRef("pk"), status=Gate.Status.APPROVED)))
+        .values_list("status", "holder_id", "server__transport", "server__era", "server__probe__era", "gated")
+    ),
+    pk=ToolCall._meta.get_field("id"),
+)
+
+
 def _hand_to_holders(call_id: Any) -> bool:
     """True when nothing is sent from here: there is no such call to send, or it runs on a holder's session
     (handshake era, stdio; the holders are woken if it still waits for one). Before a gated call's first
     send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
 
     One narrow read: every send passes here, and most find nothing to hand over."""
-    row = (
-        ToolCall.objects.filter(pk=call_id, kind=ToolCall.Kind.CALL, server__isnull=False)
-        .annotate(gated=Exists(Gate.objects.filter(call_id=OuterRef("pk"), status=Gate.Status.APPROVED)))
-        .values_list("status", "holder_id", "server__transport", "server__era", "server__probe__era", "gated")
-        .first()
-    )
+    row = next(iter(_WHERE_SENT(pk=call_id)), None)
     if row is None:
         return True
     status, holder_id, transport, era, probed_era, gated = row
@@ -282,7 +287,15 @@ def call_send(*, call_id: Any) -> float | None:
 def _answered_meanwhile(call_id: Any) -> bool:
     """A round answered while this task held the call's lock: the task queued by that answer found the lock
     taken and gave up, so the holder sends the retry (else it would wait for `recover_stuck`)."""
-    return Round.objects.filter(call_id=call_id, kind=Round.Kind.RETRY, status=Round.Status.READY).exists()
+    return bool(_READY_RETRY(call=call_id))
+
+
+_READY_RETRY = PreparedRead(
+    lambda call: Round.objects.filter(
+        call=call, kind=Round.Kind.RETRY, status=Round.Status.READY
+    ).values_list("pk", flat=True)[:1],
+    call=Round._meta.get_field("call"),
+)
 
 
 def _send_claimed(call_id: Any) -> float | None:
