@@ -85,7 +85,9 @@ def may_answer(scope: Scope, ir: InputRequest) -> bool:
 
 
 def can_answer(user: Any, input_request: InputRequest) -> bool:
-    return answerable_input_requests(user).filter(pk=input_request.pk).exists()
+    """Whether the user may answer this request as just read: ``may_answer`` on the user's scope (one query
+    for their teams), the rule ``answerable_input_requests`` applies in SQL."""
+    return may_answer(scope_of(user), input_request)
 
 
 def visible_calls(user: Any) -> QuerySet[ToolCall]:

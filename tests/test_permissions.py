@@ -1,4 +1,5 @@
-"""One rule for who may answer what: the SQL form and the in-memory form (used per websocket event) agree."""
+"""One rule for who may answer what: the SQL form and the in-memory form (used per websocket event and per
+answer) agree."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def test_the_queryset_and_the_scope_agree_on_every_case() -> None:
         "unrouted": {"team": None},
         "escalated to ops": {"team": release, "escalation_team": ops},
         "for nora": {"team": release, "assignee": people["nobody"]},
+        "passed to the requester": {"team": release, "for_requester": True},
     }
     requests = {
         name: InputRequest.objects.create(round=rnd, key=name, requested_schema={"type": "object"}, **fields)
@@ -47,4 +49,5 @@ def test_the_queryset_and_the_scope_agree_on_every_case() -> None:
         by_sql = {ir.key for ir in permissions.answerable_input_requests(user)}
         scope = permissions.scope_of(user)
         in_memory = {name for name, ir in requests.items() if permissions.may_answer(scope, ir)}
-        assert by_sql == in_memory == expected[who], who
+        one_by_one = {name for name, ir in requests.items() if permissions.can_answer(user, ir)}
+        assert by_sql == in_memory == one_by_one == expected[who], who
