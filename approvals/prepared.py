@@ -122,6 +122,8 @@ class PreparedRead(Generic[T]):
 
     def _prepare(self, name: str, value: Any, connection: Any) -> Any:
         field = self.fields[name]
+        if value is None:  # Django would write IS NULL, a statement of another shape
+            raise ValueError(f"a prepared read cannot compare {name} with None")
         if isinstance(value, models.Model):
             value = value.pk
         target = field.target_field if isinstance(field, models.ForeignKey) else field
@@ -144,5 +146,7 @@ class PreparedRead(Generic[T]):
             missing = [name for name, positions in slots.items() if not positions]
             if missing:
                 raise TypeError(f"a prepared read's values must reach its SQL as parameters: {missing}")
+            # Each run sets its own thread's connection; the compiling thread's is not kept alive by this.
+            compiler.connection = None  # type: ignore[assignment]
             self._compiled[db] = _Compiled(queryset, compiler, sql, tuple(params), slots)
             return self._compiled[db]

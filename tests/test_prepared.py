@@ -159,6 +159,8 @@ def test_reads_that_cannot_be_prepared_are_refused() -> None:
         PreparedRead(lambda round_id: InputRequest.objects.filter(round_id__isnull=False), round_id=field)(
             round_id=1
         )
+    with pytest.raises(ValueError, match="None"):
+        _card_read()(round_id=None)
     with pytest.raises(TypeError, match="expected values"):
         _card_read()(round=1)
 

@@ -23,6 +23,7 @@ from approvals import broadcast, outage, ratelimit, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
+from approvals.prepared import PreparedRead
 from approvals.services import answers, calls, gate_decisions, grants
 from approvals.services.errors import Forbidden, Invalid, ServiceError
 
@@ -115,8 +116,24 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error(request, exc.status_code, code.get(exc.status_code, "error"), str(exc))
 
 
+# An agent's own call, read for every answer about it (the whole call; while a long-poll waits, its status):
+# compiled once per process.
+_OWN_CALL = PreparedRead(
+    lambda pk, agent, kind: selectors.calls_with_rounds().filter(pk=pk, agent=agent, kind=kind)[:1],
+    pk=ToolCall._meta.get_field("id"),
+    agent=ToolCall._meta.get_field("agent"),
+    kind=ToolCall._meta.get_field("kind"),
+)
+_OWN_STATUS = PreparedRead(
+    lambda pk, agent, kind: ToolCall.objects.only("id", "status").filter(pk=pk, agent=agent, kind=kind)[:1],
+    pk=ToolCall._meta.get_field("id"),
+    agent=ToolCall._meta.get_field("agent"),
+    kind=ToolCall._meta.get_field("kind"),
+)
+
+
 def _own_call(agent: Any, call_id: UUID, kind: str) -> ToolCall:
-    call = selectors.calls_with_rounds().filter(pk=call_id, agent=agent, kind=kind).first()
+    call = next(iter(_OWN_CALL(pk=call_id, agent=agent, kind=kind)), None)
     if call is None:
         raise Http404
     return call
@@ -165,7 +182,7 @@ def _own_status_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
     """Only the call's status (one small query), for the checks while a long-poll waits; the connection goes
     back to the pool. A call gone meanwhile reads as final, so the wait ends and the full load answers 404."""
     with _connection_released():
-        call = ToolCall.objects.only("id", "status").filter(pk=call_id, agent=agent, kind=kind).first()
+        call = next(iter(_OWN_STATUS(pk=call_id, agent=agent, kind=kind)), None)
     return call if call is not None else ToolCall(pk=call_id, status=ToolCall.Status.CANCELLED)
 
 
