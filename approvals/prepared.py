@@ -147,6 +147,6 @@ class PreparedRead(Generic[T]):
             if missing:
                 raise TypeError(f"a prepared read's values must reach its SQL as parameters: {missing}")
             # Each run sets its own thread's connection; the compiling thread's is not kept alive by this.
-            compiler.connection = None  # type: ignore[assignment]
+            compiler.connection = None
             self._compiled[db] = _Compiled(queryset, compiler, sql, tuple(params), slots)
             return self._compiled[db]
