@@ -29,7 +29,7 @@ def visible_teams(user: Any) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user)
 
 
-def answerable_input_requests(user: Any) -> InputRequestQuerySet:
+def answerable_input_requests(user: Any, team_ids: list[int] | None = None) -> InputRequestQuerySet:
     """Input requests this user may answer (pending or not): their teams' and escalated ones, unrouted ones
     for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
     the URL was made for them. Membership is read on every call, so removing someone takes effect at once.
@@ -44,7 +44,8 @@ def answerable_input_requests(user: Any) -> InputRequestQuerySet:
         return qs.filter(mine | unassigned)
     # The team ids are read here (one small query), not left as a subquery: PostgreSQL then finds the
     # pending requests of those teams through their index instead of testing every pending request.
-    teams = list(reviewer_teams(user).values_list("pk", flat=True))
+    # ``team_ids``: the user's answering teams when the caller has just read them.
+    teams = list(reviewer_teams(user).values_list("pk", flat=True)) if team_ids is None else team_ids
     scope = Q(team__in=teams) | Q(escalation_team__in=teams)
     if user.is_staff:
         scope |= Q(team__isnull=True)

@@ -194,9 +194,9 @@ _INBOX_DEFER = (
 )
 
 
-def inbox(user: Any) -> QuerySet[InputRequest]:
+def inbox(user: Any, team_ids: list[int] | None = None) -> QuerySet[InputRequest]:
     return (
-        answerable_input_requests(user)
+        answerable_input_requests(user, team_ids)
         .pending()
         .select_related(
             "round__call__server",
@@ -211,11 +211,11 @@ def inbox(user: Any) -> QuerySet[InputRequest]:
     )
 
 
-def inbox_team_slugs(user: Any) -> list[str]:
-    """The teams whose queues hold this user's inbox: their answering teams, every team for a superuser
-    (the unrouted queue comes on top: requests assigned to them, staff's unrouted ones)."""
+def inbox_teams(user: Any) -> list[tuple[int, str]]:
+    """The teams whose queues hold this user's inbox, (id, slug) by slug: their answering teams, every team
+    for a superuser (the unrouted queue comes on top: requests assigned to them, staff's unrouted ones)."""
     teams = Team.objects.all() if user.is_superuser else reviewer_teams(user)
-    return sorted(teams.values_list("slug", flat=True))
+    return sorted(teams.values_list("pk", "slug"), key=lambda team: team[1])
 
 
 class BadCursor(ValueError):
@@ -228,9 +228,12 @@ def inbox_cursor(ir: InputRequest) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def inbox_page(user: Any, *, limit: int, cursor: str | None = None) -> tuple[list[InputRequest], str | None]:
-    """Up to `limit` items after `cursor`, and the cursor of the next page (None on the last one)."""
-    rows = inbox(user)
+def inbox_page(
+    user: Any, *, limit: int, cursor: str | None = None, team_ids: list[int] | None = None
+) -> tuple[list[InputRequest], str | None]:
+    """Up to `limit` items after `cursor`, and the cursor of the next page (None on the last one).
+    ``team_ids``: the user's answering teams, when just read (`inbox_teams`)."""
+    rows = inbox(user, team_ids)
     if cursor:
         try:
             text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()

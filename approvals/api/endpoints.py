@@ -255,14 +255,16 @@ def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None)
     """The inbox's queues, their version, and (unless the version is still ``unchanged``) one page as JSON
     items; then the connection goes back to the pool, as a long-poll's does."""
     with _connection_released():
-        slugs = selectors.inbox_team_slugs(user)
-        groups = [*(broadcast.team_group(slug) for slug in slugs), broadcast.team_group(None)]
+        teams = selectors.inbox_teams(user)  # read once: for the queues' version and for the page
+        groups = [*(broadcast.team_group(slug) for _, slug in teams), broadcast.team_group(None)]
         # Read before the page, so a change made while the page is read shows as a new version next time.
         read = _InboxRead(groups, broadcast.queue_version(groups))
         if unchanged is not None and read.version == unchanged:
             return read
         try:
-            page, read.next_cursor = selectors.inbox_page(user, limit=size, cursor=cursor)
+            page, read.next_cursor = selectors.inbox_page(
+                user, limit=size, cursor=cursor, team_ids=[pk for pk, _ in teams]
+            )
         except selectors.BadCursor:
             raise Invalid(
                 "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
