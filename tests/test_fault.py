@@ -213,6 +213,9 @@ def test_outages_answer_503_store_nothing_and_recover(world: World) -> None:
     assert _is_503(refused_answer), refused_answer.text
     assert world.agent.get(f"/calls/{accepted['echo-1']}").status_code == 200
     assert world.reviewer.get("/inbox").status_code == 200
+    # A request without a valid token is still told so (its per-address limit counts in memory meanwhile).
+    stranger = world.agent.get(f"/calls/{accepted['echo-1']}", headers={"Authorization": "Bearer nope"})
+    assert stranger.status_code == 401, stranger.text
     assert browser.get("/audit/").status_code == 200
     assert _page_is_503(
         browser.post(

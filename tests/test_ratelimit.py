@@ -156,5 +156,5 @@ def test_the_api_answers_429_with_retry_after_past_a_tokens_rate(monkeypatch: py
     refused = client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "rate_limited"
-    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert 1 <= int(refused["Retry-After"]) <= 2 * 60  # at most two periods
     assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {neighbour}").status_code == 404

@@ -103,7 +103,7 @@ def test_anonymous_api_requests_are_limited_per_client(settings, address) -> Non
     response = client.get(url, REMOTE_ADDR=address)
     assert response.status_code == 429
     assert response.json()["error"]["code"] == "rate_limited"
-    assert 1 <= int(response["Retry-After"]) <= 60
+    assert 1 <= int(response["Retry-After"]) <= 2 * 60  # a sliding window: two periods at most
     # A valid token is not anonymous: the agent is limited by its own token's rate, not the address's.
     server = factories.server("deploy")
     _, token = factories.agent("ci-bot", servers=[server])
