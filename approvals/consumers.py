@@ -8,6 +8,7 @@ the socket was not listening, becomes a ``resync`` notice: the page then reloads
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -42,6 +43,13 @@ REJOIN_EVERY = 300.0
 # A ping compares counters this process read at most this long ago (one read serves every tab pinging
 # meanwhile): a counter that moved while a tab heard nothing is noticed this much later.
 COUNTERS_MAX_AGE = 1.0
+# Two processes can publish to a group out of their sequence's order (each takes its number, then sends: the
+# worker opening one round as the web process answers another). A missing number waits this long for its
+# event before it counts as lost and the page resyncs; under load a resync on every crossing reloaded the
+# whole queue over HTTP about once per two calls.
+GAP_GRACE = 1.0
+# More numbers missing at once than this is not a crossing: resync at once.
+GAP_MAX = 50
 T = TypeVar("T")
 
 
@@ -87,6 +95,8 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.language = _language(self.scope)
         self.groups_joined = []
         self.seqs = {}
+        self.missing: dict[str, dict[int, float]] = {}  # per group: numbers skipped, and until when to wait
+        self._gap_timer: asyncio.TimerHandle | None = None
         self.watched = set()
         self._scope_value: permissions.Scope | None = None
         self._scope_read_at = 0.0
@@ -105,6 +115,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         await handler(message)
 
     async def disconnect(self, code: int) -> None:
+        timer = getattr(self, "_gap_timer", None)
+        if timer is not None:
+            timer.cancel()
         joined = getattr(self, "groups_joined", [])
         watched = [broadcast.call_group(call) for call in getattr(self, "watched", set())]
         await broadcast.unsubscribe(self.channel_name, [*joined, *watched])
@@ -180,11 +193,52 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
     # --- group events
 
     def _in_sequence(self, event: dict[str, Any]) -> bool:
+        """False when the event shows a notice was lost (or the counter started again). A number skipped
+        is given GAP_GRACE to arrive late (`_gaps_overdue`); one that does is in sequence."""
         group, seq = event.get("group", ""), event.get("seq")
         last = self.seqs.get(group)
-        if isinstance(seq, int):
+        if not isinstance(seq, int) or last is None:
+            if isinstance(seq, int):
+                self.seqs[group] = seq
+            return False
+        missing = self.missing.setdefault(group, {})
+        if seq == last + 1:
             self.seqs[group] = seq
-        return isinstance(seq, int) and last is not None and seq == last + 1
+            return True
+        if last + 1 < seq <= last + 1 + GAP_MAX:
+            due = time.monotonic() + GAP_GRACE
+            missing.update(dict.fromkeys(range(last + 1, seq), due))
+            self.seqs[group] = seq
+            self._check_gaps_later()
+            return True
+        if missing.pop(seq, None) is not None:
+            return True  # a late one: its place was kept
+        self.seqs[group] = seq
+        missing.clear()
+        return False
+
+    def _check_gaps_later(self) -> None:
+        if self._gap_timer is None:
+            loop = asyncio.get_running_loop()
+
+            def check() -> None:
+                self._gap_check = loop.create_task(self._gaps_overdue())  # held: a task is weakly referenced
+
+            self._gap_timer = loop.call_later(GAP_GRACE, check)
+
+    async def _gaps_overdue(self) -> None:
+        """Resync the groups whose missing numbers did not arrive in time."""
+        self._gap_timer = None
+        now = time.monotonic()
+        lost = [
+            group for group, missing in self.missing.items() if any(due <= now for due in missing.values())
+        ]
+        for group in lost:
+            self.missing[group].clear()
+        if any(self.missing.values()):
+            self._check_gaps_later()
+        if lost:
+            await self.send_json({"type": "resync", "reason": "gap", "groups": lost})
 
     async def _sequenced(self, event: dict[str, Any]) -> None:
         if not self._in_sequence(event):

@@ -35,6 +35,7 @@ import socket
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,9 +231,15 @@ class Run:
     socket_seen: dict[str, float] = field(default_factory=dict)
     answer_posted: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # Requests and frames the clients made or got after the warm-up, by kind: the hub's work per call.
+    requests: Counter[str] = field(default_factory=Counter)
 
     def error(self, message: str) -> None:
         self.errors.append(message)
+
+    def count(self, kind: str) -> None:
+        if self.counted:
+            self.requests[kind] += 1
 
 
 class Command(BaseCommand):
@@ -492,6 +499,7 @@ class Command(BaseCommand):
 
     async def _call(self, client: httpx.AsyncClient, record: Record, run: Run) -> None:
         record.submitted = time.time()
+        run.count("submit")
         try:
             response = await client.post(
                 "/api/v1/calls",
@@ -507,6 +515,7 @@ class Command(BaseCommand):
             record.call = response.json()["id"]
             run.by_call[record.call] = record
             while True:
+                run.count("call long-poll")
                 polled = await client.get(f"/api/v1/calls/{record.call}", params={"wait": 60})
                 if polled.status_code != 200:
                     run.error(f"long-poll: {polled.status_code} {polled.text[:200]}")
@@ -530,6 +539,7 @@ class Command(BaseCommand):
 
         async def answer(item: dict[str, Any]) -> None:
             run.answer_posted.setdefault(item["call"], time.time())
+            run.count("answer")
             response = await client.post(
                 f"/api/v1/input-requests/{item['id']}/respond",
                 json={"action": "accept", "content": {"environment": "staging"}},
@@ -542,6 +552,7 @@ class Command(BaseCommand):
                 params: dict[str, Any] = {"limit": 500}
                 if not poll and version:
                     params.update(version=version, wait=30)
+                run.count("inbox read")
                 response = await client.get("/api/v1/inbox", params=params)
                 now = time.time()
                 version = response.headers.get("Inbox-Version", "")
@@ -574,6 +585,7 @@ class Command(BaseCommand):
             async for raw in ws:
                 now = time.time()
                 message = json.loads(raw)
+                run.count(f"socket {message.get('type')} frame")
                 if message.get("type") == "card" and message.get("event") == "round.opened":
                     run.socket_seen.setdefault(str(message.get("call")), now)
 
@@ -638,6 +650,10 @@ class Command(BaseCommand):
             total += per_call if kind != "engines" else 0.0
             parts.append(f"{kind} {per_call:.1f} ms ({100 * seconds / cpu_wall:.0f} % of a core)")
         self.stdout.write(f"CPU per completed call: {'; '.join(parts)}; hub total {total:.1f} ms")
+        counts = ", ".join(
+            f"{kind} {n / max(len(completed), 1):.2f}" for kind, n in sorted(run.requests.items())
+        )
+        self.stdout.write(f"per completed call (both bots and sockets together): {counts}")
         self.throughput, self.cpu_per_call = len(completed) / span, total
         self.stdout.write(
             "load average (1/5/15 min): before "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,7 +15,7 @@ from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 from django.test import Client
 
-from approvals import broadcast
+from approvals import broadcast, consumers
 from approvals.models import Membership
 from approvals.services import presence
 from elicit_hub.asgi import application
@@ -182,12 +183,47 @@ def test_a_sequence_gap_triggers_a_resync(world) -> None:
         ir = await sync_to_async(open_request)(world["deploy"], world["release"])
         await sync_to_async(broadcast.next_seq)(group)  # a message that never arrived
         await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
-        first = await alice.receive_json_from(timeout=10)
-        assert first == {"type": "resync", "reason": "gap", "groups": [group]}
-        assert (await alice.receive_json_from(timeout=10))["type"] == "card"  # the event itself still arrives
+        assert (await alice.receive_json_from(timeout=10))["type"] == "card"  # the event itself arrives
+        # The missing one is given GAP_GRACE to arrive late; then the page is told to resync.
+        started = time.monotonic()
+        assert await alice.receive_json_from(timeout=10) == {
+            "type": "resync",
+            "reason": "gap",
+            "groups": [group],
+        }
+        assert time.monotonic() - started >= consumers.GAP_GRACE * 0.5
         # Back in step: the next event is plain.
         await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])
         assert (await alice.receive_json_from(timeout=10))["type"] == "card"
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_notices_from_two_processes_crossing_on_the_way_are_no_gap(world) -> None:
+    """The worker takes number n and the web process n + 1, and the web process's notice arrives first: the
+    late one fills its place and no resync reloads the page."""
+
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        group = broadcast.team_group(world["release"].slug)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        late = await sync_to_async(broadcast.next_seq)(group)  # taken, not yet sent
+        await sync_to_async(broadcast.queue_changed)("round.opened", ir.round.call_id, [ir])  # late + 1
+        assert (await alice.receive_json_from(timeout=10))["type"] == "card"
+        event = {
+            "type": "queue.changed",
+            "event": "input.answered",
+            "call": str(ir.round.call_id),
+            "input_requests": [str(ir.pk)],
+            "round": ir.round_id,
+            "group": group,
+            "seq": late,
+        }
+        await get_channel_layer().group_send(group, event)
+        assert (await alice.receive_json_from(timeout=10))["type"] == "card"
+        assert await alice.receive_nothing(timeout=consumers.GAP_GRACE + 0.5)  # no resync
         await alice.disconnect()
 
     run(scenario)
