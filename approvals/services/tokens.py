@@ -16,6 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from approvals.models import AgentClient, McpServer, PersonalToken, Team
+from approvals.prepared import PreparedRead
 
 AGENT_PREFIX = "eha_"
 PERSONAL_PREFIX = "ehp_"
@@ -85,21 +86,32 @@ def _stale(last_used_at: datetime | None, now: datetime) -> bool:
     return last_used_at is None or now - last_used_at >= LAST_USED_PRECISION
 
 
+# Every API request with a token reads one of these; compiled once per process.
+_AGENT_BY_HASH = PreparedRead(
+    lambda token_hash: AgentClient.objects.filter(token_hash=token_hash, is_active=True).order_by("pk")[:1],
+    token_hash=AgentClient._meta.get_field("token_hash"),
+)
+_PERSONAL_BY_HASH = PreparedRead(
+    lambda token_hash: (
+        PersonalToken.objects.select_related("user")
+        .filter(token_hash=token_hash, user__is_active=True)
+        .order_by("pk")[:1]
+    ),
+    token_hash=PersonalToken._meta.get_field("token_hash"),
+)
+
+
 def authenticate(token: str) -> AgentClient | PersonalToken | None:
     digest = hash_token(token)
     now = timezone.now()
     if token.startswith(AGENT_PREFIX):
-        agent = AgentClient.objects.filter(token_hash=digest, is_active=True).first()
+        agent = next(iter(_AGENT_BY_HASH(token_hash=digest)), None)
         if agent and _stale(agent.last_used_at, now):
             AgentClient.objects.filter(pk=agent.pk).update(last_used_at=now)
             agent.last_used_at = now
         return agent
     if token.startswith(PERSONAL_PREFIX):
-        personal = (
-            PersonalToken.objects.select_related("user")
-            .filter(token_hash=digest, user__is_active=True)
-            .first()
-        )
+        personal = next(iter(_PERSONAL_BY_HASH(token_hash=digest)), None)
         if personal and _stale(personal.last_used_at, now):
             PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
             personal.last_used_at = now
