@@ -18,6 +18,7 @@ the limit neither fails the request nor stops limiting.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 
 from django.core.cache import cache as default_cache
 from django.core.cache.backends.locmem import LocMemCache
+from django.db import models
 from django.http import HttpRequest
 from ninja.throttling import AnonRateThrottle, AuthRateThrottle, SimpleRateThrottle
 
@@ -115,7 +117,16 @@ class SlidingWindowMixin(SimpleRateThrottle):
 
 
 class TokenRateThrottle(SlidingWindowMixin, AuthRateThrottle):
-    """Per credential (ELICIT_API_RATE): ninja's key for the authenticated token or session."""
+    """Per credential (ELICIT_API_RATE): an agent's token, or the user a personal token or a session signs
+    in. Keyed by the row's primary key: ninja keys it by ``str(request.auth)``, an agent's or a user's name,
+    which a renamed agent leaves to whoever takes the name next."""
+
+    def get_cache_key(self, request: HttpRequest) -> str:
+        auth = getattr(request, "auth", None)
+        if not isinstance(auth, models.Model):
+            return super().get_cache_key(request)
+        ident = hashlib.sha256(f"{auth._meta.label}:{auth.pk}".encode()).hexdigest()
+        return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
 class AnonymousRateThrottle(SlidingWindowMixin, AnonRateThrottle):

@@ -158,3 +158,21 @@ def test_the_api_answers_429_with_retry_after_past_a_tokens_rate(monkeypatch: py
     assert refused.json()["error"]["code"] == "rate_limited"
     assert 1 <= int(refused["Retry-After"]) <= 2 * 60  # at most two periods
     assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {neighbour}").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_tokens_count_is_its_own_not_its_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renamed agent's count does not pass to the next agent given its old name."""
+    [throttle] = endpoints.api.throttle  # type: ignore[misc]
+    monkeypatch.setattr(throttle, "num_requests", 2)
+    server = factories.server("deploy")
+    first, first_token = factories.agent("release-bot", servers=[server])
+    client = Client()
+    url = f"/api/v1/calls/{uuid.uuid4()}"
+    statuses = [client.get(url, HTTP_AUTHORIZATION=f"Bearer {first_token}").status_code for _ in range(3)]
+    assert statuses == [404, 404, 429]
+    first.name = "retired-bot"
+    first.save(update_fields=["name"])
+    _, second_token = factories.agent("release-bot", servers=[server])
+    assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {second_token}").status_code == 404
+    assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {first_token}").status_code == 429
