@@ -27,6 +27,7 @@ CORE = (
     "approvals.mcp_client",
     "approvals.netguard",
     "approvals.permissions",
+    "approvals.prepared",
     "approvals.queueing",
     "approvals.rules",
     "approvals.safejson",
