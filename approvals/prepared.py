@@ -19,6 +19,7 @@ import copy
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models, router
@@ -29,27 +30,21 @@ from django.db.transaction import TransactionManagementError
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
 class _Compiled:
     """One database's statement: the queryset built with markers, its compiler holding the select list, and
     where each value goes among the parameters."""
 
-    def __init__(
-        self,
-        queryset: QuerySet[Any, Any],
-        compiler: SQLCompiler,
-        sql: str,
-        params: tuple[Any, ...],
-        slots: dict[str, list[int]],
-    ):
-        self.queryset, self.compiler, self.sql, self.params, self.slots = (
-            queryset,
-            compiler,
-            sql,
-            params,
-            slots,
-        )
-        # Django refuses a locking read outside a transaction; so does this.
-        self.locks = bool(compiler.query.select_for_update)
+    queryset: QuerySet[Any, Any]
+    compiler: SQLCompiler
+    sql: str
+    params: tuple[Any, ...]
+    slots: dict[str, list[int]]
+
+    @property
+    def locks(self) -> bool:
+        """Django refuses a locking read outside a transaction; so does this."""
+        return bool(self.compiler.query.select_for_update)
 
     def compiler_with(self, db: str, values: dict[str, Any]) -> SQLCompiler:
         params = list(self.params)
