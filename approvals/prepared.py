@@ -107,6 +107,10 @@ class PreparedRead(Generic[T]):
         queryset.query.get_compiler = lambda using=None, connection=None, elide_empty=True: compiler
         return list(queryset)
 
+    def first(self, **values: Any) -> T | None:
+        """The first row, or None (the builder slices ``[:1]`` where more than one could match)."""
+        return next(iter(self(**values)), None)
+
     def _markers(self) -> dict[str, Any]:
         return {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
 

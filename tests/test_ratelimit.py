@@ -142,11 +142,16 @@ def test_anonymous_requests_are_counted_per_address() -> None:
 # --- through the API --------------------------------------------------------------------------------------
 
 
+def _api_limited_to(requests: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The API's per-token limit lowered to `requests` for this test; a server for the test's agents."""
+    [throttle] = endpoints.api.throttle  # type: ignore[misc]
+    monkeypatch.setattr(throttle, "num_requests", requests)
+    return factories.server("deploy")
+
+
 @pytest.mark.django_db
 def test_the_api_answers_429_with_retry_after_past_a_tokens_rate(monkeypatch: pytest.MonkeyPatch) -> None:
-    [throttle] = endpoints.api.throttle  # type: ignore[misc]
-    monkeypatch.setattr(throttle, "num_requests", 3)
-    server = factories.server("deploy")
+    server = _api_limited_to(3, monkeypatch)
     _, token = factories.agent("ci-bot", servers=[server])
     _, neighbour = factories.agent("other-bot", servers=[server])
     client = Client()
@@ -163,9 +168,7 @@ def test_the_api_answers_429_with_retry_after_past_a_tokens_rate(monkeypatch: py
 @pytest.mark.django_db
 def test_a_tokens_count_is_its_own_not_its_names(monkeypatch: pytest.MonkeyPatch) -> None:
     """A renamed agent's count does not pass to the next agent given its old name."""
-    [throttle] = endpoints.api.throttle  # type: ignore[misc]
-    monkeypatch.setattr(throttle, "num_requests", 2)
-    server = factories.server("deploy")
+    server = _api_limited_to(2, monkeypatch)
     first, first_token = factories.agent("release-bot", servers=[server])
     client = Client()
     url = f"/api/v1/calls/{uuid.uuid4()}"

@@ -118,22 +118,23 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 # An agent's own call, read for every answer about it (the whole call; while a long-poll waits, its status):
 # compiled once per process.
+_OWN_FIELDS: dict[str, Any] = {
+    "pk": ToolCall._meta.get_field("id"),
+    "agent": ToolCall._meta.get_field("agent"),
+    "kind": ToolCall._meta.get_field("kind"),
+}
 _OWN_CALL = PreparedRead(
     lambda pk, agent, kind: selectors.calls_with_rounds().filter(pk=pk, agent=agent, kind=kind)[:1],
-    pk=ToolCall._meta.get_field("id"),
-    agent=ToolCall._meta.get_field("agent"),
-    kind=ToolCall._meta.get_field("kind"),
+    **_OWN_FIELDS,
 )
 _OWN_STATUS = PreparedRead(
     lambda pk, agent, kind: ToolCall.objects.only("id", "status").filter(pk=pk, agent=agent, kind=kind)[:1],
-    pk=ToolCall._meta.get_field("id"),
-    agent=ToolCall._meta.get_field("agent"),
-    kind=ToolCall._meta.get_field("kind"),
+    **_OWN_FIELDS,
 )
 
 
 def _own_call(agent: Any, call_id: UUID, kind: str) -> ToolCall:
-    call = next(iter(_OWN_CALL(pk=call_id, agent=agent, kind=kind)), None)
+    call = _OWN_CALL.first(pk=call_id, agent=agent, kind=kind)
     if call is None:
         raise Http404
     return call
@@ -182,7 +183,7 @@ def _own_status_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
     """Only the call's status (one small query), for the checks while a long-poll waits; the connection goes
     back to the pool. A call gone meanwhile reads as final, so the wait ends and the full load answers 404."""
     with _connection_released():
-        call = next(iter(_OWN_STATUS(pk=call_id, agent=agent, kind=kind)), None)
+        call = _OWN_STATUS.first(pk=call_id, agent=agent, kind=kind)
     return call if call is not None else ToolCall(pk=call_id, status=ToolCall.Status.CANCELLED)
 
 

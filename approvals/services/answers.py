@@ -107,7 +107,7 @@ def input_respond(
     *, input_request_id: Any, user: Any, action: str, content: Any = None, reason: str = ""
 ) -> InputRequest:
     """Record the final answer; when it completes the round, queue the retry. Exactly one answer wins."""
-    ir = next(iter(_ANSWERED(pk=input_request_id)), None)
+    ir = _ANSWERED.first(pk=input_request_id)
     if ir is None:
         raise NotFound("No such input request.")
     if not permissions.can_answer(user, ir):

@@ -56,7 +56,7 @@ _SERVER_BY_SLUG = PreparedRead(
 
 
 def _server_for(agent: AgentClient, slug: str) -> McpServer:
-    server = next(iter(_SERVER_BY_SLUG(slug=slug)), None)
+    server = _SERVER_BY_SLUG.first(slug=slug)
     if server is None:
         raise NotFound(f"No MCP server is registered as {slug!r}.", code="unknown_server")
     if not agent.servers.filter(pk=server.pk).exists():

@@ -184,12 +184,12 @@ def _claim(call_id: Any) -> Send | None:
     """Claim the call's next send, or None when there is nothing to send."""
     now = timezone.now()
     with transaction.atomic():
-        call = next(iter(_CLAIMED_CALL(pk=call_id)), None)
+        call = _CLAIMED_CALL.first(pk=call_id)
         if call is None:
             raise ToolCall.DoesNotExist(f"no call {call_id}")
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
-        rnd = next(iter(_LAST_OPEN_ROUND(call=call.pk)), None)
+        rnd = _LAST_OPEN_ROUND.first(call=call.pk)
         if rnd is not None and rnd.kind in (Round.Kind.PUSH, Round.Kind.GATE):
             return None  # answered on the holder's session, never re-sent; or a gate still waiting
         if rnd is None:
@@ -253,7 +253,7 @@ def _hand_to_holders(call_id: Any) -> bool:
     send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
 
     One narrow read: every send passes here, and most find nothing to hand over."""
-    row = next(iter(_WHERE_SENT(pk=call_id)), None)
+    row = _WHERE_SENT.first(pk=call_id)
     if row is None:
         return True
     status, holder_id, transport, era, probed_era, gated = row

@@ -105,13 +105,13 @@ def authenticate(token: str) -> AgentClient | PersonalToken | None:
     digest = hash_token(token)
     now = timezone.now()
     if token.startswith(AGENT_PREFIX):
-        agent = next(iter(_AGENT_BY_HASH(token_hash=digest)), None)
+        agent = _AGENT_BY_HASH.first(token_hash=digest)
         if agent and _stale(agent.last_used_at, now):
             AgentClient.objects.filter(pk=agent.pk).update(last_used_at=now)
             agent.last_used_at = now
         return agent
     if token.startswith(PERSONAL_PREFIX):
-        personal = next(iter(_PERSONAL_BY_HASH(token_hash=digest)), None)
+        personal = _PERSONAL_BY_HASH.first(token_hash=digest)
         if personal and _stale(personal.last_used_at, now):
             PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
             personal.last_used_at = now
