@@ -1,0 +1,81 @@
+"""Django's ASGI handler, with each request's thread taken from a pool instead of made for it.
+
+Under ASGI, Django runs a request's synchronous code (sync middleware and views, the ORM, the
+``request_started`` and ``request_finished`` receivers) on one thread of its own: ``ASGIHandler`` enters a
+``ThreadSensitiveContext`` per request, asgiref starts a single-thread executor for it at the first
+``sync_to_async`` call and, when the request ends, shuts it down from yet another new thread (it may not
+block the event loop). So every request started two threads and built a new database wrapper for the
+first. Under the load benchmark that was about a sixth of the web process's CPU for a small API request
+(``docs/performance.md``, fifth pass).
+
+``HubASGIHandler`` keeps what the per-request context guarantees (all of one request's sync code runs on
+one thread, and no other request's runs there meanwhile) and hands the context a single-thread executor
+from an :class:`ExecutorPool`, as a threaded WSGI server keeps its threads from request to request. A
+request that waits (a long-poll) holds its executor while it waits, as it held its own thread before: the
+pool makes a new one when none is free, so no request ever waits for a thread, and keeps at most
+``idle_max`` idle ones.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import ThreadSensitiveContext
+from django.core.handlers.asgi import ASGIHandler
+
+IDLE_MAX = 64
+
+
+class ExecutorPool:
+    """Single-thread executors lent one at a time. ``acquire`` never waits: it makes one when none is idle.
+    ``release`` keeps it for the next request, or shuts it down (without waiting) past ``idle_max`` idle."""
+
+    def __init__(self, idle_max: int = IDLE_MAX, name: str = "request") -> None:
+        self.idle_max = idle_max
+        self.name = name
+        self._idle: list[ThreadPoolExecutor] = []
+        self._made = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            self._made += 1
+            number = self._made
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-{number}")
+
+    def release(self, executor: ThreadPoolExecutor) -> None:
+        with self._lock:
+            if len(self._idle) < self.idle_max:
+                self._idle.append(executor)
+                return
+        executor.shutdown(wait=False)  # its thread ends once the work queued on it (if any) is done
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    @property
+    def made(self) -> int:
+        return self._made
+
+
+class HubASGIHandler(ASGIHandler):
+    """``ASGIHandler`` whose requests run their sync code on a pooled thread (see the module's notes)."""
+
+    def __init__(self, pool: ExecutorPool | None = None) -> None:
+        super().__init__()
+        self.threads = pool or ExecutorPool()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        executor = self.threads.acquire()
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            self.threads.release(executor)
