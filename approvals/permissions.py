@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+import approvals.prepared  # noqa: F401  (registers the `any` lookup the querysets below use)
 from approvals.models import (
     AuditEvent,
     Grant,
@@ -34,20 +35,30 @@ def answerable_input_requests(user: Any, team_ids: list[int] | None = None) -> I
     for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
     the URL was made for them. Membership is read on every call, so removing someone takes effect at once.
     """
-    # A request passed through to the agent is answered by its own person through the agent, never here.
-    qs = InputRequest.objects.filter(for_requester=False)
     if not user.is_authenticated:
-        return qs.none()
-    mine = Q(assignee=user)
-    unassigned = Q(assignee__isnull=True)
+        return InputRequest.objects.none()
     if user.is_superuser:
-        return qs.filter(mine | unassigned)
+        return answerable_by(user.pk, superuser=True)
     # The team ids are read here (one small query), not left as a subquery: PostgreSQL then finds the
     # pending requests of those teams through their index instead of testing every pending request.
     # ``team_ids``: the user's answering teams when the caller has just read them.
     teams = list(reviewer_teams(user).values_list("pk", flat=True)) if team_ids is None else team_ids
-    scope = Q(team__in=teams) | Q(escalation_team__in=teams)
-    if user.is_staff:
+    return answerable_by(user.pk, staff=bool(user.is_staff), teams=teams)
+
+
+def answerable_by(
+    user_id: Any, *, superuser: bool = False, staff: bool = False, teams: list[int] | None = None
+) -> InputRequestQuerySet:
+    """``answerable_input_requests`` for a user described by their id, their flags and their answering teams:
+    one statement for every list of teams (``any``), so a prepared read can hold it (the inbox page)."""
+    # A request passed through to the agent is answered by its own person through the agent, never here.
+    qs = InputRequest.objects.filter(for_requester=False)
+    mine = Q(assignee=user_id)
+    unassigned = Q(assignee__isnull=True)
+    if superuser:
+        return qs.filter(mine | unassigned)
+    scope = Q(team__any=teams or []) | Q(escalation_team__any=teams or [])
+    if staff:
         scope |= Q(team__isnull=True)
     return qs.filter(mine | (unassigned & scope))
 

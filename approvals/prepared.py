@@ -9,25 +9,64 @@ and remembers where the markers sit among the statement's parameters. Each run e
 the caller's values and builds the model instances with Django's own ``ModelIterable``, exactly as the
 queryset would (related objects from ``select_related``, deferred fields, converters; rows of ``values()``).
 
-Only what never changes shape fits: no ``__in`` with a list of varying length. A value is converted as its
-field converts it (a UUID given as text, a key given as a model instance).
+Only what never changes shape fits: no ``__in`` with a list of varying length. A list of values fits as one
+parameter, through the ``any`` lookup (``team__any=[1, 2]``: ``team_id = ANY(%s::bigint[])``, the plan
+PostgreSQL makes of an ``IN`` list) and a :class:`Many` field. A value is converted as its field converts it
+(a UUID given as text, a key given as a model instance).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models, router
+from django.db.models import Lookup
 from django.db.models.query import QuerySet
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.transaction import TransactionManagementError
 
 T = TypeVar("T")
+
+
+class AnyOf(Lookup):
+    """``field__any=[...]``: the column equals one of a list, sent as one array parameter, so the statement
+    has one shape whatever the list's length (an empty list matches nothing)."""
+
+    lookup_name = "any"
+    prepare_rhs = False
+
+    def get_prep_lookup(self) -> list[Any]:
+        if isinstance(self.rhs, (str, bytes)) or not isinstance(self.rhs, Iterable):
+            raise TypeError(f"the any lookup takes a list of values, not {type(self.rhs).__name__}")
+        field = self.lhs.output_field
+        target = field.target_field if isinstance(field, models.ForeignKey) else field
+        values = [value.pk if isinstance(value, models.Model) else value for value in self.rhs]
+        if any(value is None for value in values):
+            raise ValueError("the any lookup cannot compare with None")
+        return [target.get_prep_value(value) for value in values]
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        db_type = self.lhs.output_field.db_type(connection)
+        return f"{lhs} = ANY(%s::{db_type}[])", [*lhs_params, list(self.rhs)]
+
+
+models.ForeignKey.register_lookup(AnyOf)
+models.IntegerField.register_lookup(AnyOf)
+models.UUIDField.register_lookup(AnyOf)
+
+
+@dataclass(frozen=True)
+class Many:
+    """A prepared read's value that is a list of the field's values (for the ``any`` lookup)."""
+
+    field: models.Field[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -67,6 +106,8 @@ def _marker(field: models.Field[Any, Any], index: int) -> Any:
         return -(2**31) + 7919 + index
     if isinstance(target, models.CharField):
         return f"\x1fprepared-marker-{index}\x1f"
+    if isinstance(target, models.DateTimeField):
+        return datetime.datetime(1901, 2, 3, 4, 5, 6, 7000 + index, tzinfo=datetime.UTC)
     raise TypeError(f"a prepared read cannot bind {type(target).__name__} ({field.name})")
 
 
@@ -87,7 +128,7 @@ class PreparedRead(Generic[T]):
     compiled each time).
     """
 
-    def __init__(self, build: Callable[..., QuerySet[Any, T]], **fields: models.Field[Any, Any]):
+    def __init__(self, build: Callable[..., QuerySet[Any, T]], **fields: models.Field[Any, Any] | Many):
         self.build, self.fields = build, fields
         self._compiled: dict[str, _Compiled] = {}
         self._model_class: type[models.Model] | None = None
@@ -112,7 +153,10 @@ class PreparedRead(Generic[T]):
         return next(iter(self(**values)), None)
 
     def _markers(self) -> dict[str, Any]:
-        return {name: _marker(field, i) for i, (name, field) in enumerate(self.fields.items())}
+        markers: dict[str, Any] = {}
+        for i, (name, field) in enumerate(self.fields.items()):
+            markers[name] = [_marker(field.field, i)] if isinstance(field, Many) else _marker(field, i)
+        return markers
 
     def _model(self) -> type[models.Model]:
         if self._model_class is None:
@@ -121,6 +165,14 @@ class PreparedRead(Generic[T]):
 
     def _prepare(self, name: str, value: Any, connection: Any) -> Any:
         field = self.fields[name]
+        if isinstance(field, Many):
+            if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+                raise TypeError(f"{name} takes a list of values")
+            return [self._converted(name, field.field, item, connection) for item in value]
+        return self._converted(name, field, value, connection)
+
+    @staticmethod
+    def _converted(name: str, field: models.Field[Any, Any], value: Any, connection: Any) -> Any:
         if value is None:  # Django would write IS NULL, a statement of another shape
             raise ValueError(f"a prepared read cannot compare {name} with None")
         if isinstance(value, models.Model):

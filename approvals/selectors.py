@@ -12,9 +12,9 @@ from typing import Any
 from django.db.models import Prefetch, Q, QuerySet
 
 from approvals import safejson
-from approvals.models import AuditEvent, Gate, Grant, InputRequest, Round, Team, ToolCall
-from approvals.permissions import answerable_input_requests, reviewer_teams, visible_calls
-from approvals.prepared import PreparedRead
+from approvals.models import AuditEvent, Gate, Grant, InputRequest, Membership, Round, Team, ToolCall
+from approvals.permissions import answerable_by, answerable_input_requests, reviewer_teams, visible_calls
+from approvals.prepared import Many, PreparedRead
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -26,22 +26,67 @@ _SERVER_UNREAD = ("server__tools", "server__discover", "server__probe", "server_
 _ROUND_UNREAD = ("raw", "request_state")
 
 
+def call_alone() -> QuerySet[ToolCall]:
+    """A call with its server and agent, without its rounds and gates (``with_rounds`` adds them)."""
+    return ToolCall.objects.select_related("server", "agent").defer(*_SERVER_UNREAD)
+
+
 def calls_with_rounds() -> QuerySet[ToolCall]:
-    return (
-        ToolCall.objects.select_related("server", "agent")
-        .defer(*_SERVER_UNREAD)
-        .prefetch_related(
-            Prefetch("gates", queryset=Gate.objects.select_related("decided_by")),
-            Prefetch(
-                "rounds",
-                queryset=Round.objects.defer(*_ROUND_UNREAD)
-                .order_by("number")
-                .prefetch_related(
-                    Prefetch("input_requests", queryset=InputRequest.objects.order_by("created_at", "key"))
-                ),
+    return call_alone().prefetch_related(
+        Prefetch("gates", queryset=Gate.objects.select_related("decided_by")),
+        Prefetch(
+            "rounds",
+            queryset=Round.objects.defer(*_ROUND_UNREAD)
+            .order_by("number")
+            .prefetch_related(
+                Prefetch("input_requests", queryset=InputRequest.objects.order_by("created_at", "key"))
             ),
-        )
+        ),
     )
+
+
+# What `calls_with_rounds` prefetches, for one call, compiled once per process (the agent's long-poll ends
+# with it): the same three statements, by the call's id instead of a list of ids.
+_CALL_GATES = PreparedRead(
+    lambda call: Gate.objects.select_related("decided_by").filter(call=call),
+    call=Gate._meta.get_field("call"),
+)
+_CALL_ROUNDS = PreparedRead(
+    lambda call: Round.objects.defer(*_ROUND_UNREAD).filter(call=call).order_by("number"),
+    call=Round._meta.get_field("call"),
+)
+_CALL_REQUESTS = PreparedRead(
+    lambda call: InputRequest.objects.filter(round__call=call).order_by("created_at", "key"),
+    call=Round._meta.get_field("call"),
+)
+
+
+def with_rounds(call: ToolCall) -> ToolCall:
+    """The call (from ``call_alone``) as ``calls_with_rounds`` gives it: its gates, and its rounds with their
+    input requests, read and left where ``prefetch_related`` leaves them."""
+    rounds = _CALL_ROUNDS(call=call.pk)
+    by_round: dict[int, list[InputRequest]] = {rnd.pk: [] for rnd in rounds}
+    for ir in _CALL_REQUESTS(call=call.pk):
+        by_round[ir.round_id].append(ir)
+    for rnd in rounds:
+        rnd.call = call
+        for ir in by_round[rnd.pk]:
+            ir.round = rnd
+        _prefetched(rnd, "input_requests", by_round[rnd.pk])
+    gates = _CALL_GATES(call=call.pk)
+    for gate in gates:
+        gate.call = call
+    _prefetched(call, "rounds", rounds)
+    _prefetched(call, "gates", gates)
+    return call
+
+
+def _prefetched(instance: Any, relation: str, rows: list[Any]) -> None:
+    """As ``prefetch_related`` leaves a relation: its manager's queryset, holding these rows as its result."""
+    queryset = getattr(instance, relation).all()
+    queryset._result_cache = rows
+    queryset._prefetch_done = True
+    instance.__dict__.setdefault("_prefetched_objects_cache", {})[relation] = queryset
 
 
 def input_request_summary(ir: InputRequest) -> dict[str, Any]:
@@ -195,9 +240,12 @@ _INBOX_DEFER = (
 
 
 def inbox(user: Any, team_ids: list[int] | None = None) -> QuerySet[InputRequest]:
+    return _inbox_order(answerable_input_requests(user, team_ids))
+
+
+def _inbox_order(requests: QuerySet[InputRequest]) -> QuerySet[InputRequest]:
     return (
-        answerable_input_requests(user, team_ids)
-        .pending()
+        requests.pending()  # type: ignore[attr-defined]
         .select_related(
             "round__call__server",
             "round__call__agent",
@@ -211,11 +259,18 @@ def inbox(user: Any, team_ids: list[int] | None = None) -> QuerySet[InputRequest
     )
 
 
+_TEAMS_BY_MEMBER = PreparedRead(
+    lambda user: reviewer_teams(user).values_list("pk", "slug"),
+    user=Membership._meta.get_field("user"),
+)
+_EVERY_TEAM = PreparedRead(lambda: Team.objects.values_list("pk", "slug"))
+
+
 def inbox_teams(user: Any) -> list[tuple[int, str]]:
     """The teams whose queues hold this user's inbox, (id, slug) by slug: their answering teams, every team
     for a superuser (the unrouted queue comes on top: requests assigned to them, staff's unrouted ones)."""
-    teams = Team.objects.all() if user.is_superuser else reviewer_teams(user)
-    return sorted(teams.values_list("pk", "slug"), key=lambda team: team[1])
+    teams = _EVERY_TEAM() if user.is_superuser else _TEAMS_BY_MEMBER(user=user.pk)
+    return sorted(teams, key=lambda team: team[1])
 
 
 class BadCursor(ValueError):
@@ -228,26 +283,66 @@ def inbox_cursor(ir: InputRequest) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+def _position(cursor: str) -> tuple[datetime, str, uuid.UUID]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        at_text, key, pk = json.loads(text)
+        at = datetime.fromisoformat(at_text)
+        pk = uuid.UUID(pk)
+        if not isinstance(key, str) or safejson.text_problem(key):
+            raise ValueError("bad key")
+        if at.tzinfo is None:
+            raise ValueError("a cursor's time has its zone")
+    except (ValueError, TypeError) as exc:
+        raise BadCursor("cursor is not one the inbox gave") from exc
+    return at, key, pk
+
+
+# An inbox page is one statement per shape: who reads (a superuser, staff, anyone else), whether it starts
+# after a cursor, and its length (at most ELICIT_INBOX_MAX + 1). Each shape is compiled once per process.
+_INBOX_PAGES: dict[tuple[bool, bool, bool, int], PreparedRead[InputRequest]] = {}
+
+
+def _inbox_page_read(superuser: bool, staff: bool, after: bool, size: int) -> PreparedRead[InputRequest]:
+    shape = (superuser, staff, after, size)
+    read = _INBOX_PAGES.get(shape)
+    if read is not None:
+        return read
+    field = InputRequest._meta.get_field
+    fields: dict[str, Any] = {"user": field("assignee")}
+    if not superuser:
+        fields["teams"] = Many(InputRequest.team.field)
+    if after:
+        fields.update(at=field("created_at"), key=field("key"), pk=field("id"))
+
+    def build(user: Any, teams: list[int] | None = None, **position: Any) -> QuerySet[InputRequest]:
+        rows = _inbox_order(answerable_by(user, superuser=superuser, staff=staff, teams=teams))
+        if after:
+            at, key, pk = position["at"], position["key"], position["pk"]
+            rows = rows.filter(
+                Q(created_at__gt=at) | Q(created_at=at, key__gt=key) | Q(created_at=at, key=key, pk__gt=pk)
+            )
+        return rows[:size]
+
+    return _INBOX_PAGES.setdefault(shape, PreparedRead(build, **fields))
+
+
 def inbox_page(
     user: Any, *, limit: int, cursor: str | None = None, team_ids: list[int] | None = None
 ) -> tuple[list[InputRequest], str | None]:
     """Up to `limit` items after `cursor`, and the cursor of the next page (None on the last one).
     ``team_ids``: the user's answering teams, when just read (`inbox_teams`)."""
-    rows = inbox(user, team_ids)
-    if cursor:
-        try:
-            text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-            at_text, key, pk = json.loads(text)
-            at = datetime.fromisoformat(at_text)
-            pk = uuid.UUID(pk)
-            if not isinstance(key, str) or safejson.text_problem(key):
-                raise ValueError("bad key")
-        except (ValueError, TypeError) as exc:
-            raise BadCursor("cursor is not one the inbox gave") from exc
-        rows = rows.filter(
-            Q(created_at__gt=at) | Q(created_at=at, key__gt=key) | Q(created_at=at, key=key, pk__gt=pk)
-        )
-    page = list(rows[: limit + 1])
+    position = _position(cursor) if cursor else None
+    if not user.is_authenticated:
+        return [], None
+    superuser = bool(user.is_superuser)
+    read = _inbox_page_read(superuser, bool(user.is_staff) and not superuser, position is not None, limit + 1)
+    values: dict[str, Any] = {"user": user.pk}
+    if not superuser:
+        values["teams"] = [pk for pk, _ in inbox_teams(user)] if team_ids is None else team_ids
+    if position is not None:
+        values["at"], values["key"], values["pk"] = position
+    page = read(**values)
     if len(page) > limit:
         return page[:limit], inbox_cursor(page[limit - 1])
     return page, None

@@ -1,13 +1,18 @@
 """What one inbox answer reads, on PostgreSQL: the reviewer's teams once (for the queues' version and for
-the page alike), then the page."""
+the page alike), then the page, whose statement is compiled once per shape."""
 
 from __future__ import annotations
 
+from typing import Any
+from unittest import mock
+
 import pytest
 from django.db import connection
+from django.db.models.sql.compiler import SQLCompiler
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from approvals import selectors
 from approvals.services import tokens
 from tests import factories
 
@@ -28,3 +33,48 @@ def test_an_inbox_answer_reads_the_reviewers_teams_once() -> None:
     assert [item["key"] for item in response.json()] == ["environment"]  # ops' request is not hers
     teams = [q["sql"] for q in queries if 'FROM "approvals_team"' in q["sql"]]
     assert len(teams) == 1, teams
+
+
+def test_inbox_pages_are_compiled_once_per_shape_whatever_the_teams() -> None:
+    """The page's statement holds the reviewer's teams as one array: reviewers of one team and of three,
+    staff and a superuser, first pages and pages after a cursor; after each shape's first read, nothing is
+    compiled again, and each page is what the plain queryset gives."""
+    rita, sam, boss = factories.user("rita"), factories.user("sam", is_staff=True), factories.user("boss")
+    boss.is_superuser = True
+    boss.save()
+    release = factories.team("release", (rita, "reviewer"), (sam, "reviewer"))
+    ops = factories.team("ops", (sam, "reviewer"))
+    factories.team("db", (sam, "admin"))
+    server = factories.server("deploy", default_team=release)
+    for tool, team in (("a", release), ("b", ops), ("c", release), ("d", None)):
+        factories.open_round(factories.call(server, tool=tool), keys=(f"k-{tool}",), team_=team)
+
+    def pages(user: Any) -> list[list[str]]:
+        got, cursor = [], None
+        while True:
+            page, cursor = selectors.inbox_page(user, limit=1, cursor=cursor)
+            got.append([ir.key for ir in page])
+            if cursor is None:
+                return got
+
+    def plain(user: Any) -> list[str]:
+        return [ir.key for ir in selectors.inbox(user)]
+
+    first = {user.username: pages(user) for user in (rita, sam, boss)}
+    assert first["rita"] == [["k-a"], ["k-c"]]
+    assert first["sam"] == [["k-a"], ["k-b"], ["k-c"], ["k-d"]]  # staff: the unrouted one too
+    for user in (rita, sam, boss):
+        assert [key for page in first[user.username] for key in page] == plain(user)
+    new = factories.user("nina")
+    factories.team("nina-team", (new, "reviewer"))
+    ops.memberships.create(user=new, role="reviewer")
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert {user.username: pages(user) for user in (rita, sam, boss)} == first
+        assert pages(new) == [["k-b"]]  # another list of teams, the same statement
+
+
+def test_a_cursor_that_is_not_the_inboxs_is_refused() -> None:
+    rita = factories.user("rita")
+    for bad in ("!!", "e30", "WyJ4IiwieSIsInoiXQ", "WyIyMDI2LTAxLTAxVDAwOjAwOjAwIiwiYSIsIjEiXQ"):
+        with pytest.raises(selectors.BadCursor):
+            selectors.inbox_page(rita, limit=5, cursor=bad)

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.models import InputRequest, McpServer, Round, RoutingRule, ToolCall
-from approvals.prepared import PreparedRead
+from approvals.prepared import Many, PreparedRead
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -249,3 +249,83 @@ def test_rows_of_values_and_prefetched_relations_come_as_the_queryset_gives_them
             "region",
         ]
     assert len(queries) == 0  # prefetched with the call
+
+
+def test_the_any_lookup_matches_what_in_matches_with_one_statement_for_every_length() -> None:
+    first, second = _two_rounds()
+    third = factories.open_round(factories.call(first.call.server, tool="restart"), keys=("why",))
+    rounds = [first.pk, second.pk, third.pk]
+    read = PreparedRead(
+        lambda rounds: InputRequest.objects.filter(round__any=rounds).order_by("key"),
+        rounds=Many(InputRequest._meta.get_field("round")),
+    )
+    for chosen in ([], [second.pk], [first.pk, third.pk], rounds, [*rounds, 10**9]):
+        expected = list(
+            InputRequest.objects.filter(round__in=chosen).order_by("key").values_list("key", flat=True)
+        )
+        plain = list(
+            InputRequest.objects.filter(round__any=chosen).order_by("key").values_list("key", flat=True)
+        )
+        assert plain == expected
+        if chosen:
+            continue
+        assert read(rounds=chosen) == []  # the first run compiles
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert [ir.key for ir in read(rounds=[second.pk])] == ["reason"]
+        assert [ir.key for ir in read(rounds=[str(first.pk), third])] == ["environment", "region", "why"]
+        assert [ir.key for ir in read(rounds=[])] == []
+
+
+def test_the_any_lookup_refuses_what_is_not_a_list_of_values() -> None:
+    with pytest.raises(TypeError, match="list"):
+        InputRequest.objects.filter(round__any=7)
+    with pytest.raises(TypeError, match="list"):
+        InputRequest.objects.filter(round__any="7")
+    with pytest.raises(ValueError, match="None"):
+        InputRequest.objects.filter(round__any=[1, None])
+    read = PreparedRead(
+        lambda rounds: InputRequest.objects.filter(round__any=rounds),
+        rounds=Many(InputRequest._meta.get_field("round")),
+    )
+    with pytest.raises(TypeError, match="list"):
+        read(rounds=7)
+    with pytest.raises(ValueError, match="None"):
+        read(rounds=[1, None])
+
+
+def test_a_datetime_is_a_value_a_prepared_read_binds() -> None:
+    _, second = _two_rounds()
+    second.input_requests.update(created_at=timezone.now() + timezone.timedelta(hours=1))
+    read = PreparedRead(
+        lambda at: InputRequest.objects.filter(created_at__gt=at).order_by("key"),
+        at=InputRequest._meta.get_field("created_at"),
+    )
+    middle = timezone.now() + timezone.timedelta(minutes=30)
+    assert [ir.key for ir in read(at=middle)] == ["reason"]
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert len(read(at=middle - timezone.timedelta(hours=2))) == 3
+
+
+def test_an_agents_call_with_its_rounds_is_read_prepared_and_as_the_prefetch_gives_it() -> None:
+    """The agent's read of its own call (every GET and the end of every long-poll): the call, then its gates,
+    rounds and their input requests, each statement compiled once; the body is the prefetched call's."""
+    from approvals.api import endpoints
+
+    first, second = _two_rounds()
+    call = first.call
+    Round.objects.filter(pk=first.pk).update(status="closed", closed_at=timezone.now())
+    factories.open_round(call, number=2, keys=("confirm",))  # a second round of the same call
+    expected = selectors.call_detail(selectors.calls_with_rounds().get(pk=call.pk))
+    assert [len(rnd["input_requests"]) for rnd in expected["rounds"]] == [2, 1]
+    assert selectors.call_detail(endpoints._own_call(call.agent, call.pk, call.kind)) == expected
+    other = second.call
+    expected_other = selectors.call_detail(selectors.calls_with_rounds().get(pk=other.pk))
+    with (
+        CaptureQueriesContext(connection) as queries,
+        mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")),
+    ):
+        got = endpoints._own_call(call.agent, call.pk, call.kind)
+        assert selectors.call_detail(got) == expected
+        assert got.rounds.all()[1].input_requests.all()[0].round.call is got  # no query to walk back up
+        assert selectors.call_detail(endpoints._own_call(other.agent, other.pk, other.kind)) == expected_other
+    assert len(queries) == 8  # four statements a call: the call, its rounds, their requests, its gates

@@ -124,7 +124,7 @@ _OWN_FIELDS: dict[str, Any] = {
     "kind": ToolCall._meta.get_field("kind"),
 }
 _OWN_CALL = PreparedRead(
-    lambda pk, agent, kind: selectors.calls_with_rounds().filter(pk=pk, agent=agent, kind=kind)[:1],
+    lambda pk, agent, kind: selectors.call_alone().filter(pk=pk, agent=agent, kind=kind)[:1],
     **_OWN_FIELDS,
 )
 _OWN_STATUS = PreparedRead(
@@ -137,7 +137,7 @@ def _own_call(agent: Any, call_id: UUID, kind: str) -> ToolCall:
     call = _OWN_CALL.first(pk=call_id, agent=agent, kind=kind)
     if call is None:
         raise Http404
-    return call
+    return selectors.with_rounds(call)
 
 
 def _created(call: ToolCall, base: str) -> Created:
