@@ -201,3 +201,34 @@ class PreparedRead(Generic[T]):
             compiler.connection = None
             self._compiled[db] = _Compiled(queryset, compiler, sql, tuple(params), slots)
             return self._compiled[db]
+
+
+_REFRESHES: dict[tuple[type[models.Model], tuple[str, ...]], PreparedRead[tuple[Any, ...]]] = {}
+
+
+def refresh(instance: models.Model, fields: Iterable[str]) -> None:
+    """``instance.refresh_from_db(fields=fields)`` with one statement per model and field list, compiled once
+    per process: the row's current values of those fields (a JSON field decoded, a foreign key's id, whose
+    cached object is dropped when the id changed), set on the instance. Raises the model's
+    ``DoesNotExist`` when the row is gone."""
+    model = type(instance)
+    names = tuple(fields)
+    concrete = [model._meta.get_field(name) for name in names]
+    attnames = [field.attname for field in concrete]  # type: ignore[union-attr]
+    read = _REFRESHES.get((model, names))
+    if read is None:
+        read = _REFRESHES.setdefault(
+            (model, names),
+            PreparedRead(
+                lambda pk: model._base_manager.filter(pk=pk).values_list(*attnames)[:1],
+                pk=model._meta.pk,
+            ),
+        )
+    row = read.first(pk=instance.pk)
+    if row is None:
+        raise model.DoesNotExist(f"{model.__name__} {instance.pk} is gone")  # type: ignore[attr-defined]
+    for field, value in zip(concrete, row, strict=True):
+        attname = field.attname  # type: ignore[union-attr]
+        if field.is_relation and getattr(instance, attname) != value and field.is_cached(instance):  # type: ignore[union-attr]
+            field.delete_cached_value(instance)  # type: ignore[union-attr]
+        setattr(instance, attname, value)

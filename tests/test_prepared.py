@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from approvals import selectors
 from approvals.models import InputRequest, McpServer, Round, RoutingRule, ToolCall
-from approvals.prepared import Many, PreparedRead
+from approvals.prepared import Many, PreparedRead, refresh
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -329,3 +329,29 @@ def test_an_agents_call_with_its_rounds_is_read_prepared_and_as_the_prefetch_giv
         assert got.rounds.all()[1].input_requests.all()[0].round.call is got  # no query to walk back up
         assert selectors.call_detail(endpoints._own_call(other.agent, other.pk, other.kind)) == expected_other
     assert len(queries) == 8  # four statements a call: the call, its rounds, their requests, its gates
+
+
+def test_refresh_sets_what_refresh_from_db_sets_without_compiling_again() -> None:
+    first, second = _two_rounds()
+    call, other = first.call, second.call
+    fields = ["status", "result", "attempts", "server"]
+    for target in (call, other):
+        ToolCall.objects.filter(pk=target.pk).update(status="completed", result={"n": [1, 2]}, attempts=3)
+    refresh(call, fields)  # the first run compiles
+    assert (call.status, call.result, call.attempts) == ("completed", {"n": [1, 2]}, 3)
+    elsewhere = factories.server("elsewhere")
+    ToolCall.objects.filter(pk=other.pk).update(server=elsewhere)
+    assert other.server.slug == "deploy"  # cached with the instance
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        refresh(other, fields)
+    plain = ToolCall.objects.get(pk=other.pk)
+    assert (other.status, other.result, other.attempts, other.server_id) == (
+        plain.status,
+        plain.result,
+        plain.attempts,
+        plain.server_id,
+    )
+    assert other.server.slug == "elsewhere"  # the changed key's cached server was dropped
+    ToolCall.objects.filter(pk=other.pk).delete()
+    with pytest.raises(ToolCall.DoesNotExist):
+        refresh(other, fields)

@@ -6,9 +6,11 @@ retry), so a read repeated here is paid by every call the hub makes.
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.db import connection
+from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import McpServer, ToolCall
@@ -76,3 +78,30 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
     assert not [
         q for q in first.captured_queries + retry.captured_queries if 'FROM "approvals_team"' in q["sql"]
     ]
+
+
+def test_a_send_compiles_none_of_its_reads_of_the_call_its_rounds_and_gates(
+    mcp_test_server: LiveServer,
+) -> None:
+    """After a first send in this process, the next call's send (its claim, the gate check, the answer's
+    record, the new round's status) compiles no SELECT of a call, round or gate: each is a prepared read."""
+    _, warm = greeting_call(mcp_test_server)
+    sending.call_send(call_id=warm.pk)
+    call = factories.call(warm.server, warm.agent, tool="ask_name", arguments={"greeting": "Hi"})
+    compiled: list[str] = []
+    as_sql = SQLCompiler.as_sql
+
+    def recording(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        sql, params = as_sql(self, *args, **kwargs)
+        compiled.append(sql)
+        return sql, params
+
+    with mock.patch.object(SQLCompiler, "as_sql", recording):
+        sending.call_send(call_id=call.pk)
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.AWAITING_INPUT
+    tables = ("approvals_toolcall", "approvals_round", "approvals_gate")
+    again = [
+        sql for sql in compiled if sql.startswith("SELECT") and any(f'FROM "{t}"' in sql for t in tables)
+    ]
+    assert again == [], "\n".join(again)

@@ -16,7 +16,7 @@ from approvals import broadcast, netguard, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
-from approvals.prepared import PreparedRead
+from approvals.prepared import PreparedRead, refresh
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
@@ -351,7 +351,7 @@ def call_finish(
     if not updated:
         return False
     # What the UPDATE wrote (a full refresh would also drop the server and agent already read with the call).
-    call.refresh_from_db(fields=[*FINISH_FIELDS])
+    refresh(call, FINISH_FIELDS)
     data: dict[str, Any] = {"error": error} if error else {"is_error": bool((result or {}).get("isError"))}
     if truncated:
         data.update(result_truncated=True, result_size=size)

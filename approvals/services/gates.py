@@ -41,7 +41,7 @@ from approvals.services.gate_checks import (  # noqa: F401  (part of this module
     schema_errors,
     validate_decision,
 )
-from approvals.services.rounds import _announce, round_ttl
+from approvals.services.rounds import _announce, last_round_number, round_ttl
 
 SYSTEM = Actor.system()
 SEND_FRESHNESS = 60  # seconds: a send is checked against a tool definition at most this old
@@ -219,7 +219,7 @@ def gate_open(*, call: ToolCall, rule: RoutingRule, explanation: dict[str, Any],
             code="invalid_arguments",
             fields={"arguments": "not representable as canonical JSON"},
         ) from None
-    number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    number = last_round_number(call) + 1
     ttl = policy.ttl if policy and policy.ttl else round_ttl(call)
     rnd = Round.objects.create(
         call=call,
@@ -343,16 +343,23 @@ def _void_reason(call: ToolCall, gate: Gate) -> str:
     return "; ".join(reasons) or "the call is not the one approved"
 
 
+# Every first send reads it (most calls have no gate): compiled once per process.
+_LATEST_GATE_LOCKED = PreparedRead(
+    lambda call: (
+        Gate.objects.filter(call=call)
+        .exclude(status=Gate.Status.VOIDED)
+        .order_by("-created_at", "-pk")
+        .select_for_update(no_key=True)[:1]
+    ),
+    call=Gate._meta.get_field("call"),
+)
+
+
 def gate_at_send(call: ToolCall) -> bool:
     """Just before a gated call's first ``tools/call`` leaves, inside the claiming transaction: True when it
     may go. The approval is used once; a call that differs from what was approved (the tool's definition,
     the rule's or policy's revision, the arguments) voids it and opens a new gate (False)."""
-    gate = (
-        call.gates.exclude(status=Gate.Status.VOIDED)
-        .order_by("-created_at")
-        .select_for_update(no_key=True)
-        .first()
-    )
+    gate = _LATEST_GATE_LOCKED.first(call=call.pk)
     if gate is None or gate.status == Gate.Status.USED:
         return True  # never gated (or let through by a grant); USED: the same send, retried before it left
     if gate.status != Gate.Status.APPROVED:

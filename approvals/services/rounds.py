@@ -134,6 +134,17 @@ def _bounded_raw(raw: dict[str, Any]) -> dict[str, Any]:
     return {"resultType": raw.get("resultType"), "truncated": True, "size": size}
 
 
+_LAST_NUMBER = PreparedRead(
+    lambda call: Round.objects.filter(call=call).order_by("-number").values_list("number", flat=True)[:1],
+    call=Round._meta.get_field("call"),
+)
+
+
+def last_round_number(call: ToolCall) -> int:
+    """The number of the call's latest round (rounds are numbered 1, 2, ... in order), 0 before the first."""
+    return _LAST_NUMBER.first(call=call.pk) or 0
+
+
 def round_open(
     *,
     call: ToolCall,
@@ -149,7 +160,7 @@ def round_open(
 
     `kind` PUSH: the server asked on an open session and waits until `server_deadline` (if known); the answer
     goes back on that session, never by a retry."""
-    number = (call.rounds.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    number = last_round_number(call) + 1
     now = timezone.now()
     refused = too_many_problem(len(input_requests))
     rows = [_describe(key, request, refused) for key, request in input_requests.items()]

@@ -38,10 +38,10 @@ from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
-from approvals.prepared import PreparedRead
+from approvals.prepared import PreparedRead, refresh
 from approvals.services.calls import call_finish
 from approvals.services.gates import gate_at_send, gate_refresh_tools
-from approvals.services.rounds import input_responses, notify_holders, round_open
+from approvals.services.rounds import input_responses, last_round_number, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
 
 logger = logging.getLogger(__name__)
@@ -174,6 +174,10 @@ _CLAIMED_CALL = PreparedRead(
     lambda pk: ToolCall.objects.select_related("server__default_team").filter(pk=pk),
     pk=ToolCall._meta.get_field("id"),
 )
+_A_ROUND_SENT = PreparedRead(
+    lambda call: Round.objects.filter(call=call).exclude(kind=Round.Kind.GATE).values_list("pk")[:1],
+    call=Round._meta.get_field("call"),
+)
 _LAST_OPEN_ROUND = PreparedRead(
     lambda call: Round.objects.filter(call=call).exclude(status=Round.Status.CLOSED).order_by("-number")[:1],
     call=Round._meta.get_field("call"),
@@ -193,7 +197,7 @@ def _claim(call_id: Any) -> Send | None:
         if rnd is not None and rnd.kind in (Round.Kind.PUSH, Round.Kind.GATE):
             return None  # answered on the holder's session, never re-sent; or a gate still waiting
         if rnd is None:
-            if call.rounds.exclude(kind=Round.Kind.GATE).exists():
+            if _A_ROUND_SENT.first(call=call.pk) is not None:
                 return None
             held = call.status == ToolCall.Status.RUNNING and call.attempts > 0
             if not held and not gate_at_send(call):
@@ -209,7 +213,7 @@ def _claim(call_id: Any) -> Send | None:
             if not claimed:
                 return None
             # Only what the UPDATE changed: a full refresh would drop the server read with the call.
-            call.refresh_from_db(fields=["status", "attempts", "updated_at", "started_at"])
+            refresh(call, ["status", "attempts", "updated_at", "started_at"])
             return Send(call, None, redelivered=held)
         held = rnd.status == Round.Status.SENDING
         claimed = Round.objects.filter(
@@ -221,7 +225,7 @@ def _claim(call_id: Any) -> Send | None:
         )
         if not claimed:
             return None
-        rnd.refresh_from_db(fields=["status", "send_attempts", "send_started_at"])
+        refresh(rnd, ["status", "send_attempts", "send_started_at"])
         # A re-send (not one the outcome-unknown rule stops: that ends the call instead).
         if rnd.send_attempts > 1 and (not held or safe_to_resend(call)):
             audit.record(
@@ -506,6 +510,12 @@ def _close(rnd: Round) -> None:
     )
 
 
+_LOCKED_STATUS = PreparedRead(
+    lambda pk: ToolCall.objects.select_for_update(no_key=True).only("id", "status").filter(pk=pk)[:1],
+    pk=ToolCall._meta.get_field("id"),
+)
+
+
 def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool:
     """Record the server's answer. True when the next send is due at once (a state-only round)."""
     call = send.call
@@ -515,9 +525,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
         # row that references the call (a grant, a webhook delivery) commit meanwhile. FOR UPDATE would block
         # that row's foreign-key check, which runs at its COMMIT while it holds the audit chain's lock: a
         # deadlock with this transaction's own audit event (seen under load: a grant made as its call ran).
-        locked = (
-            ToolCall.objects.select_for_update(no_key=True).only("id", "status").filter(pk=call.pk).first()
-        )
+        locked = _LOCKED_STATUS.first(pk=call.pk)
         if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
             audit.record(
                 actor=SYSTEM,
@@ -536,7 +544,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
                 result=outcome.result,
             )
             return False
-        if call.rounds.count() >= MAX_ROUNDS:
+        if last_round_number(call) >= MAX_ROUNDS:
             call_finish(
                 call=call,
                 status=ToolCall.Status.FAILED,
@@ -553,7 +561,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
             request_state=outcome.request_state,
             received_at=received_at,
         )
-        rnd.refresh_from_db()
+        refresh(rnd, ["status"])
         if rnd.status == Round.Status.OPEN:
             ToolCall.objects.filter(pk=call.pk).update(
                 status=ToolCall.Status.AWAITING_INPUT, updated_at=timezone.now()
