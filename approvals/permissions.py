@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-import approvals.prepared  # noqa: F401  (registers the `any` lookup the querysets below use)
+import approvals.prepared  # the `any` lookup the querysets below use is registered by importing it
 from approvals.models import (
     AuditEvent,
     Grant,
@@ -77,10 +77,14 @@ class Scope:
     teams: frozenset[int]
 
 
+_ANSWERING_TEAMS = approvals.prepared.PreparedRead(
+    lambda user: reviewer_teams(user).values_list("pk", flat=True),
+    user=Membership._meta.get_field("user"),
+)
+
+
 def scope_of(user: Any) -> Scope:
-    teams = (
-        frozenset(reviewer_teams(user).values_list("pk", flat=True)) if user.is_authenticated else frozenset()
-    )
+    teams = frozenset(_ANSWERING_TEAMS(user=user.pk)) if user.is_authenticated else frozenset()
     return Scope(user.pk, bool(user.is_superuser), bool(user.is_staff), teams)
 
 

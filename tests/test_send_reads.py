@@ -14,7 +14,7 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import McpServer, ToolCall
-from approvals.services import answers, sending
+from approvals.services import answers, calls, sending
 from tests import factories
 from tests.test_mcp_client import LiveServer
 
@@ -50,10 +50,11 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
         answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
     # The answer reads the request once (with its round, call, server and team) and never again after its
     # UPDATE; no team row is read on its own for the audit events or the queue's notice.
+    # (Besides whether any of the round's requests is still pending: an existence check, the id alone.)
     requests = [
         sql
         for sql in _selects(answer.captured_queries, "approvals_inputrequest")
-        if not sql.startswith("SELECT 1")
+        if not sql.startswith(("SELECT 1", 'SELECT "approvals_inputrequest"."id" AS "pk" FROM'))
     ]
     assert len(requests) == 1, requests
     # The only read of teams on their own: which teams the reviewer belongs to (the permission check).
@@ -105,3 +106,53 @@ def test_a_send_compiles_none_of_its_reads_of_the_call_its_rounds_and_gates(
         sql for sql in compiled if sql.startswith("SELECT") and any(f'FROM "{t}"' in sql for t in tables)
     ]
     assert again == [], "\n".join(again)
+
+
+def _compiled_selects(run: Any) -> list[str]:
+    compiled: list[str] = []
+    as_sql = SQLCompiler.as_sql
+
+    def recording(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        sql, params = as_sql(self, *args, **kwargs)
+        if sql.startswith("SELECT"):
+            compiled.append(sql)
+        return sql, params
+
+    with mock.patch.object(SQLCompiler, "as_sql", recording):
+        run()
+    return compiled
+
+
+def test_a_submit_and_an_answer_compile_no_read_after_the_first(mcp_test_server: LiveServer) -> None:
+    """The agent's submit and the reviewer's answer, each one per call, read only through statements compiled
+    once per process (after a first call has compiled them)."""
+    alice, warm = greeting_call(mcp_test_server)
+
+    def one_call() -> tuple[Any, Any]:
+        call, _ = calls.call_submit(
+            agent=warm.agent, server_slug="greeter", tool="ask_name", arguments={"greeting": "Hi"}
+        )
+        sending.call_send(call_id=call.pk)
+        return call, call.rounds.get().input_requests.get()
+
+    def answer(ir: Any) -> None:
+        answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+
+    _, ir = one_call()
+    answer(ir)
+    submitted: list[Any] = []
+    assert (
+        _compiled_selects(
+            lambda: submitted.append(
+                calls.call_submit(
+                    agent=warm.agent, server_slug="greeter", tool="ask_name", arguments={"greeting": "Hey"}
+                )
+            )
+        )
+        == []
+    )
+    sending.call_send(call_id=submitted[0][0].pk)
+    ir = submitted[0][0].rounds.get().input_requests.get()
+    assert _compiled_selects(lambda: answer(ir)) == []
+    ir.refresh_from_db()
+    assert ir.status == "answered"

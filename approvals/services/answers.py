@@ -103,6 +103,20 @@ _ANSWERED = PreparedRead(
 )
 
 
+_ROUND_LOCKED = PreparedRead(
+    lambda pk: (
+        Round.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("call__server__default_team")
+        .filter(pk=pk)[:1]
+    ),
+    pk=Round._meta.get_field("id"),
+)
+_A_PENDING = PreparedRead(
+    lambda round: InputRequest.objects.filter(round=round).pending().values_list("pk")[:1],
+    round=InputRequest._meta.get_field("round"),
+)
+
+
 def input_respond(
     *, input_request_id: Any, user: Any, action: str, content: Any = None, reason: str = ""
 ) -> InputRequest:
@@ -135,11 +149,9 @@ def input_respond(
     with transaction.atomic():
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
         # With the server's default team: the round's audit events name it.
-        rnd = (
-            Round.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("call__server__default_team")
-            .get(pk=ir.round_id)
-        )
+        rnd = _ROUND_LOCKED.first(pk=ir.round_id)
+        if rnd is None:
+            raise Round.DoesNotExist(f"no round {ir.round_id}")
         needs_more = action == InputRequest.Action.ACCEPT and ir.approvals_required > 1
         if needs_more and not _approval_completes(ir, user, content, reason):
             return ir
@@ -179,7 +191,7 @@ def input_respond(
                 data=_answered_data(ir, action, content, reason),
             )
             transaction.on_commit(lambda: broadcast.queue_changed("input.answered", rnd.call_id, [ir]))
-            if not rnd.input_requests.pending().exists():
+            if _A_PENDING.first(round=rnd.pk) is None:
                 round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     return ir
 
@@ -297,11 +309,9 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
     person = call.on_behalf_of or (agent.owner if agent.owner_id else None)
     with transaction.atomic():
         # With the server's default team: the round's audit events name it.
-        rnd = (
-            Round.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("call__server__default_team")
-            .get(pk=ir.round_id)
-        )
+        rnd = _ROUND_LOCKED.first(pk=ir.round_id)
+        if rnd is None:
+            raise Round.DoesNotExist(f"no round {ir.round_id}")
         now = timezone.now()
         won = InputRequest.objects.filter(pk=ir.pk, status=InputRequest.Status.PENDING).update(
             status=InputRequest.Status.ANSWERED,
@@ -339,6 +349,6 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
                 ),
             )
             transaction.on_commit(lambda: broadcast.call_changed(rnd.call))
-            if not rnd.input_requests.pending().exists():
+            if _A_PENDING.first(round=rnd.pk) is None:
                 round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     return ir

@@ -50,8 +50,17 @@ def check_callback_url(url: str) -> str:
 
 # Read for every call submitted; compiled once per process.
 _SERVER_BY_SLUG = PreparedRead(
-    lambda slug: McpServer.objects.filter(slug=slug).order_by("pk")[:1],
+    # With its default team: the call's audit events name it.
+    lambda slug: McpServer.objects.select_related("default_team").filter(slug=slug).order_by("pk")[:1],
     slug=McpServer._meta.get_field("slug"),
+)
+_AGENT_SERVER = AgentClient.servers.through
+_MAY_CALL = PreparedRead(
+    lambda agent, server: _AGENT_SERVER.objects.filter(agentclient=agent, mcpserver=server).values_list("pk")[
+        :1
+    ],
+    agent=_AGENT_SERVER._meta.get_field("agentclient"),
+    server=_AGENT_SERVER._meta.get_field("mcpserver"),
 )
 
 
@@ -59,7 +68,7 @@ def _server_for(agent: AgentClient, slug: str) -> McpServer:
     server = _SERVER_BY_SLUG.first(slug=slug)
     if server is None:
         raise NotFound(f"No MCP server is registered as {slug!r}.", code="unknown_server")
-    if not agent.servers.filter(pk=server.pk).exists():
+    if _MAY_CALL.first(agent=agent.pk, server=server.pk) is None:
         raise Forbidden(f"This agent may not call the server {slug!r}.", code="server_not_allowed")
     if not server.enabled:
         raise Conflict(f"The server {slug!r} is disabled.", code="server_disabled")
