@@ -580,9 +580,29 @@ class Round(models.Model):
         return send_idempotency_key(self.call_id, self.number)
 
 
+class Written(models.Expression):
+    """A constant written into the statement (``'pending'``), not sent as a parameter.
+
+    With server-side binding every value is a parameter, and a prepared statement's generic plan cannot use
+    a partial index whose condition a parameter stands in for (``inputrequest_pending_idx``: status =
+    'pending'). PostgreSQL then plans the statement anew at every run: the inbox page's ten-table join spent
+    5-6 ms planning and 0.5 ms running. Only a word of lowercase letters and underscores is written (the
+    status values), so nothing from outside can reach the statement's text this way."""
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str) or not value or not all(c.islower() or c == "_" for c in value):
+            raise ValueError(f"not a constant that may be written into a statement: {value!r}")
+        super().__init__(output_field=models.CharField())
+        self.value = str(value)
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        return f"'{self.value}'", []
+
+
 class InputRequestQuerySet(models.QuerySet["InputRequest"]):
     def pending(self) -> InputRequestQuerySet:
-        return self.filter(status=InputRequest.Status.PENDING)
+        # Written, not bound: the pending-requests index applies to the prepared statements that use it.
+        return self.filter(status=Written(InputRequest.Status.PENDING))
 
 
 class InputRequest(models.Model):

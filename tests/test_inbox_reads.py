@@ -11,8 +11,10 @@ from django.db import connection
 from django.db.models.sql.compiler import SQLCompiler
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from approvals import selectors
+from approvals.models import InputRequest, Round
 from approvals.services import tokens
 from tests import factories
 
@@ -78,3 +80,53 @@ def test_a_cursor_that_is_not_the_inboxs_is_refused() -> None:
     for bad in ("!!", "e30", "WyJ4IiwieSIsInoiXQ", "WyIyMDI2LTAxLTAxVDAwOjAwOjAwIiwiYSIsIjEiXQ"):
         with pytest.raises(selectors.BadCursor):
             selectors.inbox_page(rita, limit=5, cursor=bad)
+
+
+def test_the_inbox_page_is_planned_once_by_postgresql_not_at_every_read() -> None:
+    """The page's statement is prepared on the connection (server-side binding) and, once PostgreSQL has
+    compared plans, runs on its generic plan instead of being planned anew each time. With 'pending' sent
+    as a parameter, the generic plan could not use the pending-requests index and was never chosen."""
+    rita = factories.user("rita")
+    release = factories.team("release", (rita, "reviewer"))
+    server = factories.server("deploy", default_team=release)
+    # A history of answered requests, as every running hub has: the pending ones are few among many.
+    old = factories.open_round(factories.call(server, tool="old"), keys=())
+    now = timezone.now()
+    InputRequest.objects.bulk_create(
+        InputRequest(
+            round=old,
+            key=f"k{i}",
+            message="Pick",
+            requested_schema=factories.ENVIRONMENT_SCHEMA,
+            team=release,
+            status="cancelled",
+            action="cancel",
+            answered_at=now,
+        )
+        for i in range(3000)
+    )
+    Round.objects.filter(pk=old.pk).update(status="closed", closed_at=now)
+    factories.open_round(factories.call(server), team_=release)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE approvals_inputrequest")
+        raw = cursor.connection
+        raw.execute("DEALLOCATE ALL")
+        for _ in range(15):
+            page, _ = selectors.inbox_page(rita, limit=50)
+            assert [ir.key for ir in page] == ["environment"]
+        plans = raw.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['%FROM "approvals_inputrequest"%LIMIT 51'],
+        ).fetchall()
+    assert len(plans) == 1, plans
+    generic, _ = plans[0]
+    assert generic >= 1, plans
+
+
+def test_only_a_plain_word_is_written_into_a_statement() -> None:
+    from approvals.models import Written
+
+    assert Written("pending").value == "pending"
+    for hostile in ("", "Pending", "x' OR '1'='1", "a-b", "pend ing", 7):
+        with pytest.raises(ValueError, match="constant"):
+            Written(hostile)  # type: ignore[arg-type]
