@@ -111,7 +111,7 @@ def tree(roots: Iterable[int]) -> set[int]:
 def engine_pids() -> set[int]:
     """The embedded engines' server processes (PostgreSQL's postmaster, Redis), found by their data paths."""
     found = set()
-    var = str(ROOT / "var")
+    var = str((ROOT / "var").resolve())  # as the engines were started with it, were var a link
     for pid in all_pids():
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
