@@ -67,7 +67,8 @@ def with_rounds(call: ToolCall) -> ToolCall:
     rounds = _CALL_ROUNDS(call=call.pk)
     by_round: dict[int, list[InputRequest]] = {rnd.pk: [] for rnd in rounds}
     for ir in _CALL_REQUESTS(call=call.pk):
-        by_round[ir.round_id].append(ir)
+        if ir.round_id in by_round:  # a round opened between the two reads is left for the next read
+            by_round[ir.round_id].append(ir)
     for rnd in rounds:
         rnd.call = call
         for ir in by_round[rnd.pk]:

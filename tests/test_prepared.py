@@ -355,3 +355,22 @@ def test_refresh_sets_what_refresh_from_db_sets_without_compiling_again() -> Non
     ToolCall.objects.filter(pk=other.pk).delete()
     with pytest.raises(ToolCall.DoesNotExist):
         refresh(other, fields)
+
+
+def test_a_round_opened_between_the_reads_of_a_call_waits_for_the_next_read() -> None:
+    """The call's rounds and their requests are two statements: a round opened in between has requests the
+    first did not see. They are left out (the next read shows them), not a failure."""
+    first, _ = _two_rounds()
+    call = first.call
+    Round.objects.filter(pk=first.pk).update(status="closed", closed_at=timezone.now())
+    factories.open_round(call, number=2, keys=("confirm",))
+    rounds_read = selectors._CALL_ROUNDS
+
+    def before_the_second_round(**values: Any) -> list[Round]:
+        return [rnd for rnd in rounds_read(**values) if rnd.number == 1]
+
+    with mock.patch.object(selectors, "_CALL_ROUNDS", before_the_second_round):
+        body = selectors.call_detail(selectors.with_rounds(selectors.call_alone().get(pk=call.pk)))
+    assert [[ir["key"] for ir in rnd["input_requests"]] for rnd in body["rounds"]] == [
+        ["environment", "region"]
+    ]

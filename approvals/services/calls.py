@@ -54,11 +54,15 @@ _SERVER_BY_SLUG = PreparedRead(
     lambda slug: McpServer.objects.select_related("default_team").filter(slug=slug).order_by("pk")[:1],
     slug=McpServer._meta.get_field("slug"),
 )
-_AGENT_SERVER = AgentClient.servers.through
+_AGENT_SERVER = AgentClient.servers.through  # the agents' list of the servers they may call
+
+
+def _agent_server(agent: Any, server: Any) -> Any:
+    return _AGENT_SERVER.objects.filter(agentclient=agent, mcpserver=server).values_list("pk")[:1]
+
+
 _MAY_CALL = PreparedRead(
-    lambda agent, server: _AGENT_SERVER.objects.filter(agentclient=agent, mcpserver=server).values_list("pk")[
-        :1
-    ],
+    _agent_server,
     agent=_AGENT_SERVER._meta.get_field("agentclient"),
     server=_AGENT_SERVER._meta.get_field("mcpserver"),
 )
