@@ -50,7 +50,7 @@ def _revocable(user: Any, found: list[Grant]) -> set[UUID]:
     """The grants on the page this user may revoke (``permissions.can_revoke_grant``, in one query)."""
     if user.is_superuser:
         return {grant.pk for grant in found}
-    teams = set(permissions.reviewer_teams(user).values_list("pk", flat=True))
+    teams = set(permissions.answering_team_ids(user))
     return {grant.pk for grant in found if grant.team_id in teams}
 
 

@@ -203,7 +203,9 @@ class PreparedRead(Generic[T]):
             return self._compiled[db]
 
 
-_REFRESHES: dict[tuple[type[models.Model], tuple[str, ...]], PreparedRead[tuple[Any, ...]]] = {}
+_REFRESHES: dict[
+    tuple[type[models.Model], tuple[str, ...]], tuple[list[Any], PreparedRead[tuple[Any, ...]]]
+] = {}
 
 
 def refresh(instance: models.Model, fields: Iterable[str]) -> None:
@@ -212,23 +214,19 @@ def refresh(instance: models.Model, fields: Iterable[str]) -> None:
     cached object is dropped when the id changed), set on the instance. Raises the model's
     ``DoesNotExist`` when the row is gone."""
     model = type(instance)
-    names = tuple(fields)
-    concrete = [model._meta.get_field(name) for name in names]
-    attnames = [field.attname for field in concrete]  # type: ignore[union-attr]
-    read = _REFRESHES.get((model, names))
-    if read is None:
-        read = _REFRESHES.setdefault(
-            (model, names),
-            PreparedRead(
-                lambda pk: model._base_manager.filter(pk=pk).values_list(*attnames)[:1],
-                pk=model._meta.pk,
-            ),
+    key = (model, tuple(fields))
+    if key not in _REFRESHES:
+        concrete: list[Any] = [model._meta.get_field(name) for name in key[1]]
+        attnames = [field.attname for field in concrete]
+        read = PreparedRead(
+            lambda pk: model._base_manager.filter(pk=pk).values_list(*attnames)[:1], pk=model._meta.pk
         )
+        _REFRESHES.setdefault(key, (concrete, read))
+    concrete, read = _REFRESHES[key]
     row = read.first(pk=instance.pk)
     if row is None:
         raise model.DoesNotExist(f"{model.__name__} {instance.pk} is gone")  # type: ignore[attr-defined]
     for field, value in zip(concrete, row, strict=True):
-        attname = field.attname  # type: ignore[union-attr]
-        if field.is_relation and getattr(instance, attname) != value and field.is_cached(instance):  # type: ignore[union-attr]
-            field.delete_cached_value(instance)  # type: ignore[union-attr]
-        setattr(instance, attname, value)
+        if field.is_relation and getattr(instance, field.attname) != value and field.is_cached(instance):
+            field.delete_cached_value(instance)
+        setattr(instance, field.attname, value)
