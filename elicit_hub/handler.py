@@ -14,6 +14,15 @@ from an :class:`ExecutorPool`, as a threaded WSGI server keeps its threads from 
 request that waits (a long-poll) holds its executor while it waits, as it held its own thread before: the
 pool makes a new one when none is free, so no request ever waits for a thread, and keeps at most
 ``idle_max`` idle ones.
+
+It also runs the middleware chain *and* the view in one hop to that thread, as a WSGI server would. Django's
+handler loads the chain in async mode: with a sync-only middleware in it, the chain runs on the thread, but
+its bottom (``_get_response_async``) is async, so every request went back to the event loop and out to the
+thread again for a sync view, and once more for a template's rendering. Here the chain is loaded in sync
+mode (``BaseHandler.get_response``) and called with one ``sync_to_async``. An async view still works: the
+chain's bottom runs it with ``async_to_sync``, on the event loop, while the request's thread waits. The API's
+long-polls are sync views that hand only their wait to the loop (``approvals.api.endpoints``), so their
+token check, rate limit and reads never block the loop.
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpRequest, HttpResponseBase
 
 IDLE_MAX = 64
 
@@ -69,6 +79,14 @@ class HubASGIHandler(ASGIHandler):
     def __init__(self, pool: ExecutorPool | None = None) -> None:
         super().__init__()
         self.threads = pool or ExecutorPool()
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        # Sync mode whatever the caller asks: the chain, the view and its rendering are one sync call.
+        super().load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        """The whole chain in one hop to the request's thread (``ASGIHandler.run_get_response`` calls it)."""
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

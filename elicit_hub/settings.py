@@ -134,10 +134,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them (it
-    # runs as the chain goes in, before any view or process_view). Last on purpose: a sync-only middleware
-    # makes every one above it run in sync mode, so the whole chain runs in one thread hop under ASGI; below
-    # an async-capable one, each of those would hop to a thread and back for its process_request and
-    # process_response (9 hops per request instead of 6).
+    # runs as the chain goes in, before any view or process_view). The web process's handler
+    # (elicit_hub.handler) runs the whole chain and the view synchronously, in one hop to the request's
+    # thread.
     "approvals.middleware.BodyLimitMiddleware",
 ]
 

@@ -20,9 +20,8 @@ from tests.live import wait_until
 
 
 def _off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Django's test client runs an async view (the inbox, a call's long-poll) through async_to_sync, which
-    refuses a thread with a running event loop (Playwright's sync API keeps one): there, send from another
-    thread."""
+    """A long-poll (the inbox, a call) hands its wait to async_to_sync, which refuses a thread with a running
+    event loop (Playwright's sync API keeps one): there, send from another thread."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -1,7 +1,9 @@
-"""The web process's ASGI handler: each request's sync code runs on one thread, taken from a pool.
+"""The web process's ASGI handler: each request's sync code runs on one thread, taken from a pool, and the
+middleware chain and the view run there in one hop from the event loop.
 
 Django's own handler made a thread per request (and another to shut it down); these tests fail on it: its
-threads are never used twice.
+threads are never used twice. It also ran the view apart from the chain (the chain's bottom was async), so
+a sync view cost two more hops and a trip back to the loop.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from asgiref.sync import AsyncToSync, SyncToAsync
 from channels.testing import HttpCommunicator
 from django.core.signals import request_finished, request_started
 
+from approvals import ratelimit
+from approvals.models import ToolCall
 from elicit_hub.asgi import application, django_asgi_app
 from elicit_hub.handler import ExecutorPool
+from tests import factories
 
 pytestmark = [pytest.mark.usefixtures("live_db"), pytest.mark.timeout(60)]
 
@@ -43,8 +49,11 @@ def threads_seen() -> Iterator[list[tuple[str, str]]]:
         request_finished.disconnect(finished)
 
 
-async def get(path: str = PATH) -> int:
-    request = HttpCommunicator(application, "GET", path, headers=[(b"host", HOST.encode())])
+async def get(path: str = PATH, token: str = "") -> int:
+    headers = [(b"host", HOST.encode())]
+    if token:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    request = HttpCommunicator(application, "GET", path, headers=headers)
     response = await request.get_response(timeout=20)
     await request.wait(timeout=20)  # the handler is done: the response closed, request_finished sent
     return int(response["status"])
@@ -96,6 +105,66 @@ def test_the_pool_keeps_the_threads_it_lent() -> None:
     asyncio.run(main())
     assert pool.made == made  # the next requests made no thread: each took the idle one
     assert pool.idle >= 1
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Every hop a request makes: ``to_thread`` (a sync_to_async run: its thread's name), ``to_loop`` (an
+    async_to_sync: what it awaits), and ``throttle`` (the thread the API's rate limit ran on)."""
+    seen: dict[str, list[str]] = {"to_thread": [], "to_loop": [], "throttle": []}
+    thread_handler = SyncToAsync.thread_handler
+    to_loop = AsyncToSync.__call__
+    allow_request = ratelimit.SlidingWindowMixin.allow_request
+
+    def counted_thread_handler(self: SyncToAsync, *args: object, **kwargs: object) -> object:
+        seen["to_thread"].append(threading.current_thread().name)
+        return thread_handler(self, *args, **kwargs)
+
+    def counted_to_loop(self: AsyncToSync, *args: object, **kwargs: object) -> object:
+        seen["to_loop"].append(getattr(self.awaitable, "__name__", repr(self.awaitable)))
+        return to_loop(self, *args, **kwargs)
+
+    def seen_allow_request(self: ratelimit.SlidingWindowMixin, request: object) -> bool:
+        seen["throttle"].append(threading.current_thread().name)
+        return allow_request(self, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SyncToAsync, "thread_handler", counted_thread_handler)
+    monkeypatch.setattr(AsyncToSync, "__call__", counted_to_loop)
+    monkeypatch.setattr(ratelimit.SlidingWindowMixin, "allow_request", seen_allow_request)
+    return seen
+
+
+def test_a_page_runs_its_chain_and_view_in_one_hop(hops: dict[str, list[str]]) -> None:
+    assert asyncio.run(get()) == 200
+    # request_started; the chain with the view and its template; the response's close (request_finished).
+    # Django's handler: the chain, then the view, then the template's render, each a hop of its own, and
+    # the chain's bottom a trip back to the event loop.
+    assert len(hops["to_thread"]) == 3, hops
+    assert hops["to_loop"] == []
+
+
+def _agent_call(status: str, **extra: object) -> tuple[str, str]:
+    server = factories.server("hops")
+    agent, token = factories.agent("hops-bot", servers=[server])
+    call = factories.call(server, agent, status=status, **extra)
+    return token, str(call.pk)
+
+
+def test_an_agents_call_read_never_runs_on_the_event_loop(hops: dict[str, list[str]]) -> None:
+    token, call_id = _agent_call(ToolCall.Status.COMPLETED, result={"content": [], "isError": False})
+    assert asyncio.run(get(f"/api/v1/calls/{call_id}?wait=30", token)) == 200
+    # The API view (its token check, its rate limit in Redis, its reads) ran on the request's thread. As an
+    # async view it ran on the event loop, its rate limit blocking the loop for a Redis round trip.
+    assert hops["to_loop"] == []
+    assert hops["throttle"] and all(name.startswith("request-") for name in hops["throttle"]), hops
+    assert len(hops["to_thread"]) == 3, hops
+
+
+def test_only_a_long_polls_wait_runs_on_the_event_loop(hops: dict[str, list[str]]) -> None:
+    token, call_id = _agent_call(ToolCall.Status.RUNNING)
+    assert asyncio.run(get(f"/api/v1/calls/{call_id}?wait=1", token)) == 200
+    assert hops["to_loop"] == ["wait_until_final"]
+    assert all(name.startswith("request-") for name in hops["throttle"]), hops
 
 
 # --- the pool alone -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
@@ -187,20 +187,21 @@ def _own_status_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
     return call if call is not None else ToolCall(pk=call_id, status=ToolCall.Status.CANCELLED)
 
 
-async def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
+def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
+    """The call, once it is final or after ``wait`` seconds. Only the wait runs on the event loop; the reads
+    run here, on the request's thread, like any sync view's."""
     wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
-    if wait:
-        # The whole call (rounds, requests, gates) is read once, for the answer; waiting reads its status.
+    # The whole call (rounds, requests, gates) is read once, for the answer; waiting reads its status.
+    if wait and not _own_status_released(agent, call_id, kind).is_final:
         status = sync_to_async(_own_status_released)
-        if not (await status(agent, call_id, kind)).is_final:
-            await broadcast.wait_until_final(call_id, wait, lambda: status(agent, call_id, kind))
-    return await sync_to_async(_own_call_released)(agent, call_id, kind)
+        async_to_sync(broadcast.wait_until_final)(call_id, wait, lambda: status(agent, call_id, kind))
+    return _own_call_released(agent, call_id, kind)
 
 
 @api.get("/calls/{call_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-async def call_get(request: AgentRequest, call_id: UUID, wait: int = 0) -> dict:
+def call_get(request: AgentRequest, call_id: UUID, wait: int = 0) -> dict:
     """The call. With ``wait`` (seconds, at most 60) it answers once the call is final, or after ``wait``."""
-    call = await _long_poll(request.auth, call_id, ToolCall.Kind.CALL, wait)
+    call = _long_poll(request.auth, call_id, ToolCall.Kind.CALL, wait)
     return selectors.call_detail(call)
 
 
@@ -229,9 +230,9 @@ def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
 
 
 @api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-async def relay_get(request: AgentRequest, relay_id: UUID, wait: int = 0) -> dict:
+def relay_get(request: AgentRequest, relay_id: UUID, wait: int = 0) -> dict:
     """The relay; ``input_responses`` is null until every request is answered (or the relay expired)."""
-    call = await _long_poll(request.auth, relay_id, ToolCall.Kind.RELAY, wait)
+    call = _long_poll(request.auth, relay_id, ToolCall.Kind.RELAY, wait)
     return selectors.relay_detail(call)
 
 
@@ -275,7 +276,7 @@ def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None)
 
 
 @api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])
-async def inbox(
+def inbox(
     request: HttpRequest,
     response: HttpResponse,
     limit: int | None = Query(None, ge=1, description="At most this many items (capped by the hub)."),
@@ -294,16 +295,17 @@ async def inbox(
     version differs (at once if it already does), or after ``wait`` seconds with the inbox as it is."""
     size = min(limit or settings.ELICIT_INBOX_MAX, settings.ELICIT_INBOX_MAX)
     wait = min(wait, settings.ELICIT_LONG_POLL_MAX)  # at least 0: the query checks it
-    read_page = sync_to_async(_inbox_read)
-    read = await read_page(request.user, size, cursor, version if wait else None)
+    read = _inbox_read(request.user, size, cursor, version if wait else None)
     if read.items is None:
         groups, unchanged = read.groups, read.version
 
         async def changed() -> bool:
             return await broadcast.aqueue_version(groups) != unchanged
 
-        await broadcast.wait_until(groups, wait, changed)
-        read = await read_page(request.user, size, cursor, None)
+        # Only the wait runs on the event loop (the request's thread waits for it, as it would for an async
+        # view); the reads run on the request's thread.
+        async_to_sync(broadcast.wait_until)(groups, wait, changed)
+        read = _inbox_read(request.user, size, cursor, None)
     if read.version is not None:
         response["Inbox-Version"] = read.version
     response["Inbox-More"] = "true" if read.next_cursor else "false"

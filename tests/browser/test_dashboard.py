@@ -47,7 +47,7 @@ SEEN_CARDS = """() => {
 
 
 def finished(call_id: str) -> ToolCall:
-    # Not hub.agent.wait(): the long-poll view is async, and Playwright's loop already runs in this thread.
+    # Not hub.agent.wait(): the long-poll waits through async_to_sync; Playwright's loop runs in this thread.
     return wait_until(  # type: ignore[return-value]
         lambda: ToolCall.objects.filter(pk=call_id, status="completed").first(), 30, what=f"call {call_id}"
     )
