@@ -15,11 +15,13 @@ followed here.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,6 +249,30 @@ class OutboundRefused(httpx.TransportError):
         self.transient = transient
 
 
+_RESOLVERS: tuple[int, ThreadPoolExecutor] | None = None
+RESOLVER_THREADS = 8
+
+
+def _resolver_threads() -> ThreadPoolExecutor:
+    """This process's threads for the guard's checks (made again in a forked child: threads do not fork)."""
+    global _RESOLVERS
+    if _RESOLVERS is None or _RESOLVERS[0] != os.getpid():
+        _RESOLVERS = (os.getpid(), ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="netguard"))
+    return _RESOLVERS[1]
+
+
+async def acheck_url(url: str, *, allow: Allow | None = None) -> Checked:
+    """`check_url` off the event loop (its DNS lookup blocks), on this process's resolver threads.
+
+    Not ``anyio.to_thread``: its worker threads belong to one event loop, and a Celery task runs each send
+    in an event loop of its own, so every send started (and at its end stopped) a thread, twice: once for
+    the server URL's check and once for the request's. These threads outlive the loops. A cancelled wait
+    leaves the lookup to finish on its thread; its answer is dropped.
+    """
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_resolver_threads(), functools.partial(check_url, url, allow=allow))
+
+
 class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
     """The same guard for the MCP client's ``httpx2.AsyncClient``: one check per request, pinned."""
 
@@ -255,12 +281,10 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
         self._inner = httpx2.AsyncHTTPTransport(trust_env=False, **options)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        import anyio.to_thread
-
         url = str(request.url)
         allow = self._allow if self._allow is not None else configured()
         try:
-            checked = await anyio.to_thread.run_sync(functools.partial(check_url, url, allow=allow))
+            checked = await acheck_url(url, allow=allow)
             pinned = _pinned(checked, request)
         except Refused as exc:
             raise AsyncOutboundRefused(exc.message, request=request) from None

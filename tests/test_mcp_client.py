@@ -13,6 +13,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -838,3 +839,21 @@ def test_wire_gives_each_request_a_fresh_id_and_maps_answers_back() -> None:
     assert back.message.id == 1
     assert back.message.result == {"content": [], "resultType": "complete"}  # missing resultType = complete
     assert first.last_result == {"content": []}  # kept verbatim
+
+
+def test_sends_after_the_first_start_no_thread(srv: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each send runs in an event loop of its own (a Celery task's). The outbound guard's DNS checks ran on
+    # anyio's worker threads, which belong to one loop: every send started a thread and stopped it again.
+    run(call_tool(srv.config(), "echo", {"text": "first"}))
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for i in range(3):
+        outcome = run(call_tool(srv.config(), "echo", {"text": f"again {i}"}))
+        assert isinstance(outcome, Completed)
+    assert started == []

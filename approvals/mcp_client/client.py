@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 import httpx2
 import mcp_types
 from mcp import Client
@@ -195,9 +194,7 @@ def _tls_context() -> ssl.SSLContext:
 async def _check_url(url: str) -> None:
     """The outbound guard's verdict on a server URL, before any connection is opened."""
     try:
-        await anyio.to_thread.run_sync(
-            functools.partial(netguard.check_url, url, allow=netguard.configured())
-        )
+        await netguard.acheck_url(url, allow=netguard.configured())
     except netguard.Refused as exc:
         if exc.transient:
             raise TransientError(
