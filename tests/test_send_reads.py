@@ -67,6 +67,10 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
     assert call.status == ToolCall.Status.COMPLETED
     assert call.result["content"][0]["text"].startswith("Hello, Ada!")
 
+    # The round's number: the last one is read once, for the limit on rounds and the new round's number.
+    numbers = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."number"')]
+    assert len(numbers) == 1, numbers
+
     for queries in (first.captured_queries, retry.captured_queries):
         # The server (and its default team, which the audit events name) come with the call, in its join:
         # never read again on their own after a refresh, per audit event.
@@ -156,3 +160,23 @@ def test_a_submit_and_an_answer_compile_no_read_after_the_first(mcp_test_server:
     assert _compiled_selects(lambda: answer(ir)) == []
     ir.refresh_from_db()
     assert ir.status == "answered"
+
+
+def test_past_the_limit_on_rounds_the_call_fails_and_opens_no_round(
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, call = greeting_call(mcp_test_server)
+    ToolCall.objects.filter(pk=call.pk).update(tool="two_rounds", arguments={})
+    monkeypatch.setattr(sending, "MAX_ROUNDS", 1)
+
+    sending.call_send(call_id=call.pk)  # the server's first question: round 1, within the limit
+    first = call.rounds.get()
+    assert first.number == 1
+    ir = first.input_requests.get()
+    answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+
+    sending.call_send(call_id=call.pk)  # the retry: the server asks again, past the limit
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.FAILED
+    assert call.error["code"] == "too_many_rounds"
+    assert list(call.rounds.values_list("number", flat=True)) == [1]

@@ -155,12 +155,15 @@ def round_open(
     ttl: int | None = None,
     kind: str = Round.Kind.RETRY,
     server_deadline: datetime | None = None,
+    number: int | None = None,
 ) -> Round:
     """Park one round. Must run inside the caller's transaction, with the call already claimed.
 
     `kind` PUSH: the server asked on an open session and waits until `server_deadline` (if known); the answer
-    goes back on that session, never by a retry."""
-    number = last_round_number(call) + 1
+    goes back on that session, never by a retry. `number`: the round's number, when the caller has just read
+    the last one under the call's lock (else it is read here)."""
+    if number is None:
+        number = last_round_number(call) + 1
     now = timezone.now()
     refused = too_many_problem(len(input_requests))
     rows = [_describe(key, request, refused) for key, request in input_requests.items()]

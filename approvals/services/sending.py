@@ -544,7 +544,8 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
                 result=outcome.result,
             )
             return False
-        if last_round_number(call) >= MAX_ROUNDS:
+        last = last_round_number(call)
+        if last >= MAX_ROUNDS:
             call_finish(
                 call=call,
                 status=ToolCall.Status.FAILED,
@@ -560,6 +561,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
             raw=outcome.raw,
             request_state=outcome.request_state,
             received_at=received_at,
+            number=last + 1,
         )
         refresh(rnd, ["status"])
         if rnd.status == Round.Status.OPEN:
