@@ -60,6 +60,8 @@ class LimitedRequest(http_protocol.WebRequest):
     def gotLength(self, length: int | None) -> None:
         if self.limit and length is not None and length > self.limit:
             self._refuse()
+            # Twisted answers "100 Continue" to an Expect header right after this: not to a refused body.
+            self.requestHeaders.removeHeader(b"expect")
         super().gotLength(0 if self._refused else length)
 
     def handleContentChunk(self, data: bytes) -> None:

@@ -73,6 +73,18 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(web
     assert ToolCall.objects.count() == calls
 
 
+def test_a_client_that_asks_before_sending_is_told_no_and_never_to_continue(web: Daphne) -> None:
+    with _connect(web) as sock:
+        sock.sendall(
+            _head("POST", "/api/v1/calls", f"Content-Length: {50 * 1024 * 1024}\r\nExpect: 100-continue\r\n")
+        )
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 413 ")
+    assert b"100 Continue" not in data
+
+
 def test_a_chunked_body_is_refused_once_it_passes_the_limit(web: Daphne) -> None:
     chunk = b"x" * 65536
     with _connect(web) as sock:
