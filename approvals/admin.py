@@ -29,7 +29,7 @@ from approvals.models import (
 from approvals.services import stdio as stdio_rules
 from approvals.services.sending import check_call_timeout, check_tool_timeouts
 from approvals.services.servers import parse_header_lines, probe_summary, server_probe
-from approvals.throttling import ThrottledAdminAuthenticationForm
+from approvals.throttling import ThrottledAdminAuthenticationForm, answer_throttled_with_429
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -474,3 +474,4 @@ class AuditEventAdmin(ReadOnlyAdmin):
 
 
 admin.site.login_form = ThrottledAdminAuthenticationForm
+admin.site.login = answer_throttled_with_429(admin.site.login)  # type: ignore[method-assign]

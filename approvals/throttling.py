@@ -9,9 +9,11 @@ Anonymous API requests are limited in approvals.api.auth with the same limiter.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +22,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.dispatch import receiver
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.translation import ngettext
 from ninja.throttling import SimpleRateThrottle
 
@@ -98,6 +100,22 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
             if wait:
                 raise ValidationError(too_many_attempts(wait), code="throttled") from None
             raise
+
+
+def answer_throttled_with_429(login: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap the admin's sign-in view: a throttled sign-in is answered 429 with ``Retry-After``, as the site's
+    own sign-in page is (the form says why; Django's view answered 200)."""
+
+    @functools.wraps(login)
+    def view(request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response = login(request, extra_context)
+        wait = getattr(request, RETRY_AFTER, None)
+        if wait and request.method == "POST" and response.status_code == 200:
+            response.status_code = 429
+            response["Retry-After"] = str(math.ceil(wait))
+        return response
+
+    return view
 
 
 class ThrottledModelBackend(ModelBackend):

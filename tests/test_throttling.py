@@ -62,10 +62,20 @@ def test_after_too_many_wrong_passwords_even_the_right_one_is_refused(settings, 
     assert f"Too many attempts, try again in {minutes} minutes." in response.content.decode()
     assert SESSION_KEY not in client.session  # not signed in
 
-    # The admin's sign-in is the same backend: refused there too.
+    # The admin's sign-in is the same backend: refused there too, with the same status and wait.
     admin = client.post("/admin/login/", {"username": name, "password": f"pw-{name}"}, REMOTE_ADDR=address)
-    assert SESSION_KEY not in client.session and admin.status_code == 200
+    assert SESSION_KEY not in client.session and admin.status_code == 429
+    assert 0 < int(admin["Retry-After"]) <= 15 * 60
     assert "Too many attempts, try again in" in admin.content.decode()
+    # A wrong password that is not throttled is still the plain form again.
+    other = f"olga-{uuid.uuid4().hex[:8]}"
+    factories.user(other)
+    wrong = Client().post(
+        "/admin/login/",
+        {"username": other, "password": "wrong"},
+        REMOTE_ADDR=f"192.0.2.{uuid.uuid4().int % 250 + 1}",
+    )
+    assert wrong.status_code == 200
 
 
 def test_the_count_is_per_user_name_and_successes_do_not_count(settings, address) -> None:
