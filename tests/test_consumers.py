@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 from django.test import Client
@@ -48,6 +48,14 @@ def socket(session: str | None = None, origin: str = f"http://{HOST}") -> Websoc
 def unique(prefix: str) -> str:
     # Group names live in the shared Redis: unique slugs keep parallel test runs out of each other's way.
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def own_channel_layer() -> None:
+    """Each test runs in an event loop of its own (`run`), and channels-redis's layer serves its receives on
+    one loop: a receive an earlier test's loop left behind (a long-poll's, a socket's) holds the layer's
+    receive lock in a loop that is gone. A web process has one loop; here each test gets its own layer."""
+    channel_layers.backends.clear()
 
 
 @pytest.fixture(autouse=True)
