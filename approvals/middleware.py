@@ -17,11 +17,16 @@ from django.shortcuts import render
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
+def too_large_error(limit: int) -> dict[str, dict[str, str]]:
+    """The API's 413 body (also the web server's own, `elicit_hub.serve`, which refuses as bodies arrive)."""
+    message = f"The request body is larger than {limit} bytes, the most the hub accepts."
+    return {"error": {"code": "body_too_large", "message": message}}
+
+
 def too_large(request: HttpRequest) -> HttpResponse:
     limit = settings.ELICIT_MAX_BODY
     if request.path.startswith("/api/"):
-        message = f"The request body is larger than {limit} bytes, the most the hub accepts."
-        return JsonResponse({"error": {"code": "body_too_large", "message": message}}, status=413)
+        return JsonResponse(too_large_error(limit), status=413)
     return render(request, "413.html", {"limit": limit}, status=413)
 
 

@@ -102,6 +102,13 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
             raise
 
 
+def refused(response: HttpResponse, wait: float) -> HttpResponse:
+    """Mark a sign-in page's answer as throttled: 429, and when to try again."""
+    response.status_code = 429
+    response["Retry-After"] = str(math.ceil(wait))
+    return response
+
+
 def answer_throttled_with_429(login: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Wrap the admin's sign-in view: a throttled sign-in is answered 429 with ``Retry-After``, as the site's
     own sign-in page is (the form says why; Django's view answered 200)."""
@@ -111,8 +118,7 @@ def answer_throttled_with_429(login: Callable[..., HttpResponse]) -> Callable[..
         response = login(request, extra_context)
         wait = getattr(request, RETRY_AFTER, None)
         if wait and request.method == "POST" and response.status_code == 200:
-            response.status_code = 429
-            response["Retry-After"] = str(math.ceil(wait))
+            refused(response, wait)
         return response
 
     return view

@@ -7,7 +7,6 @@ see, the request page with the problem beside the field or at the top for a refu
 from __future__ import annotations
 
 import json
-import math
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -440,6 +439,4 @@ class SignInView(LoginView):
         if not wait:
             return super().form_invalid(form)
         context = self.get_context_data(form=form, retry_message=throttling.too_many_attempts(wait))
-        response = self.render_to_response(context, status=429)
-        response["Retry-After"] = str(math.ceil(wait))
-        return response
+        return throttling.refused(self.render_to_response(context), wait)

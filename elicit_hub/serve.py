@@ -28,9 +28,10 @@ _build_protocol = http_protocol.HTTPFactory.buildProtocol
 
 def refusal(path: bytes, limit: int) -> bytes:
     """The whole 413 answer (status line, headers, body) for a request to `path`."""
+    from approvals.middleware import too_large_error
+
     if path.startswith(b"/api/"):
-        message = f"The request body is larger than {limit} bytes, the most the hub accepts."
-        body = json.dumps({"error": {"code": "body_too_large", "message": message}}).encode()
+        body = json.dumps(too_large_error(limit)).encode()
         kind = b"application/json"
     else:
         text = html.escape(
