@@ -19,7 +19,7 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -27,6 +27,7 @@ from django.core.cache import cache
 from redis import asyncio as aioredis
 
 from approvals.models import InputRequest, ToolCall
+from approvals.redis_cache import RedisCache
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +73,10 @@ def _seq_key(group: str) -> str:
 
 
 def next_seq(group: str) -> int | None:
-    """The next number of `group`'s sequence; None when the counter is unreachable."""
-    key = _seq_key(group)
+    """The next number of `group`'s sequence (one INCR; a counter Redis lost starts again at 1); None when
+    the counter is unreachable."""
     try:
-        cache.add(key, 0, timeout=None)
-        return int(cache.incr(key))
-    except ValueError:  # the key vanished between add and incr (a flush): start again
-        cache.set(key, 1, timeout=None)
-        return 1
+        return cast(RedisCache, cache).count(_seq_key(group))
     except Exception:
         logger.exception("sequence counter for %s unavailable", group)
         return None

@@ -29,6 +29,7 @@ CORE = (
     "approvals.permissions",
     "approvals.prepared",
     "approvals.queueing",
+    "approvals.redis_cache",
     "approvals.rules",
     "approvals.safejson",
     "approvals.schema_forms",
