@@ -70,6 +70,9 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
     # The round's number: the last one is read once, for the limit on rounds and the new round's number.
     numbers = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."number"')]
     assert len(numbers) == 1, numbers
+    # The round just opened is not read back: the send knows whether a person must answer it.
+    statuses = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."status"')]
+    assert statuses == [], statuses
 
     for queries in (first.captured_queries, retry.captured_queries):
         # The server (and its default team, which the audit events name) come with the call, in its join:

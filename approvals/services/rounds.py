@@ -259,6 +259,7 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
         status=Round.Status.READY, answered_at=now, outcome=outcome
     ):
         return False
+    rnd.status, rnd.answered_at, rnd.outcome = Round.Status.READY, now, outcome  # the caller reads no row
     call = rnd.call
     audit.record(
         actor=SYSTEM, verb="round.answered", call=call, data={"round": rnd.number, "outcome": outcome}
@@ -310,6 +311,7 @@ def _relay_deliver(*, call: ToolCall, rnd: Round, expired: bool) -> None:
         status=status, input_responses=responses, finished_at=now, updated_at=now
     )
     Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED, closed_at=now)
+    rnd.status, rnd.closed_at = Round.Status.CLOSED, now
     if not updated:
         return
     call.refresh_from_db()

@@ -563,7 +563,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
             received_at=received_at,
             number=last + 1,
         )
-        refresh(rnd, ["status"])
+        # round_open marked it ready itself (on the row and on `rnd`) when no request waits for a person.
         if rnd.status == Round.Status.OPEN:
             ToolCall.objects.filter(pk=call.pk).update(
                 status=ToolCall.Status.AWAITING_INPUT, updated_at=timezone.now()
