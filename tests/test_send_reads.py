@@ -57,6 +57,17 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
         if not sql.startswith(("SELECT 1", 'SELECT "approvals_inputrequest"."id" AS "pk" FROM'))
     ]
     assert len(requests) == 1, requests
+    # Nor does it read the stored JSON it never uses: the server's answer and secret state, the server's
+    # credentials and tool list, the call's result.
+    reads = [q["sql"] for q in answer.captured_queries if q["sql"].startswith("SELECT")]
+    for column in (
+        '"approvals_round"."raw"',
+        '"approvals_round"."request_state"',
+        '"approvals_mcpserver"."headers"',
+        '"approvals_mcpserver"."tools"',
+        '"approvals_toolcall"."result"',
+    ):
+        assert not [sql for sql in reads if column in sql], column
     # The only read of teams on their own: which teams the reviewer belongs to (the permission check).
     teams = _selects(answer.captured_queries, "approvals_team")
     assert [sql.split(" FROM ")[0] for sql in teams] == ['SELECT "approvals_team"."id" AS "pk"'], teams

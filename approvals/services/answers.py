@@ -103,10 +103,25 @@ _ANSWERED = PreparedRead(
 )
 
 
+# The round under its lock, with what the answer's audit events name (the call, its server's default team);
+# none of the stored JSON an answer never reads is decoded (the server's answer, the call's result, the
+# server's configuration and tool list).
 _ROUND_LOCKED = PreparedRead(
     lambda pk: (
         Round.objects.select_for_update(of=("self",), no_key=True)
         .select_related("call__server__default_team")
+        .defer(
+            "raw",
+            "request_state",
+            "call__result",
+            "call__error",
+            "call__progress",
+            "call__input_responses",
+            *(
+                f"call__server__{name}"
+                for name in ("args", "env", "headers", "probe", "tool_timeouts", "discover", "tools")
+            ),
+        )
         .filter(pk=pk)[:1]
     ),
     pk=Round._meta.get_field("id"),
