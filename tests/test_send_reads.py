@@ -78,6 +78,14 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
     assert call.status == ToolCall.Status.COMPLETED
     assert call.result["content"][0]["text"].startswith("Hello, Ada!")
 
+    # The finish sets on the call what it wrote: the result is not read back (nor decoded again).
+    finished = [
+        sql
+        for sql in _selects(retry.captured_queries, "approvals_toolcall")
+        if sql.startswith('SELECT "approvals_toolcall"."status"') and '"approvals_toolcall"."result"' in sql
+    ]
+    assert finished == [], finished
+
     # The round's number: the last one is read once, for the limit on rounds and the new round's number.
     numbers = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."number"')]
     assert len(numbers) == 1, numbers

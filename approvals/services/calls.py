@@ -16,7 +16,7 @@ from approvals import broadcast, netguard, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
-from approvals.prepared import PreparedRead, refresh
+from approvals.prepared import PreparedRead
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
@@ -333,9 +333,6 @@ def bounded_result(result: Any) -> tuple[Any, int | None, bool]:
     return {"content": [{"type": "text", "text": start}], "isError": is_error}, size, True
 
 
-FINISH_FIELDS = ("status", "result", "result_size", "result_truncated", "error", "finished_at", "updated_at")
-
-
 def call_finish(
     *,
     call: ToolCall,
@@ -363,8 +360,10 @@ def call_finish(
     )
     if not updated:
         return False
-    # What the UPDATE wrote (a full refresh would also drop the server and agent already read with the call).
-    refresh(call, FINISH_FIELDS)
+    # What the UPDATE wrote, set on the call as written: reading it back would decode the result again (and a
+    # full refresh would also drop the server and agent already read with the call).
+    call.status, call.result, call.result_size, call.result_truncated = status, result, size, truncated
+    call.error, call.finished_at, call.updated_at = error, now, now
     data: dict[str, Any] = {"error": error} if error else {"is_error": bool((result or {}).get("isError"))}
     if truncated:
         data.update(result_truncated=True, result_size=size)
