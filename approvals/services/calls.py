@@ -17,7 +17,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
 from approvals.prepared import PreparedRead
-from approvals.queueing import RUN_CALL, enqueue_on_commit
+from approvals.queueing import NEW_WORK, RUN_CALL, enqueue_on_commit
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import round_open
@@ -160,7 +160,7 @@ def call_submit(
                 },
             )
             if not gates.gate_on_submit(call):
-                enqueue_on_commit(RUN_CALL, str(call.pk))
+                enqueue_on_commit(RUN_CALL, str(call.pk), priority=NEW_WORK)
     except IntegrityError:
         existing = _existing(agent, idempotency_key)
         if existing is None:
