@@ -14,7 +14,8 @@ answer before it gives up (default 60 s).
 - ``count_steps(steps)``: reports progress, then returns.
 - ``grow()``: adds a destructive tool ``wipe`` and sends ``notifications/tools/list_changed``.
 - ``echo(text)``, ``slow(seconds)``.
-- ``GET /_counts``: how many times each tool ran (``tools/call`` received).
+- ``GET /_counts``: how many times each tool ran (``tools/call`` received); ``slow.cancelled``: how many
+  ``slow`` runs were stopped before their end.
 """
 
 from __future__ import annotations
@@ -121,7 +122,11 @@ def echo(text: str) -> str:
 async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     COUNTS["slow"] += 1
-    await anyio.sleep(seconds)
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        COUNTS["slow.cancelled"] += 1  # the client sent notifications/cancelled (or the session ended)
+        raise
     return f"slept {seconds}"
 
 

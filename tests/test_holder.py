@@ -303,6 +303,36 @@ def test_an_agent_cancelling_a_held_call_answers_the_server_cancel(hub: Hub, hol
     assert call.result is None
 
 
+def test_an_agent_cancelling_a_held_call_while_its_tool_runs_stops_the_tool_on_the_server(
+    hub: Hub, holder: HolderRunner, push: PushServer
+) -> None:
+    before = push.counts()
+    call_id = hub.agent.call("slow", {"seconds": 120}, server="pushy")
+    wait_until(
+        lambda: push.counts().get("slow", 0) > before.get("slow", 0), 30, 0.1, what="the tool to start"
+    )
+    assert hub.agent.post(f"/calls/{call_id}/cancel", {}).status_code == 200
+
+    # The holder stops waiting for the result and the SDK tells the server: the tool stops now, not in 2 min.
+    wait_until(
+        lambda: push.counts().get("slow.cancelled", 0) > before.get("slow.cancelled", 0),
+        20,
+        0.1,
+        what="the server to stop the tool",
+    )
+    stops = AuditEvent.objects.filter(call_id=call_id, verb="call.stop_sent")
+    wait_until(stops.exists, 10, 0.1, what="the stop in the audit log")
+    stop = stops.get().data
+    assert (stop["status"], stop["sent"]) == ("cancelled", "notifications/cancelled")
+    assert stop["holder"]
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.status == ToolCall.Status.CANCELLED
+    assert call.result is None
+    # The holder's task is over: the call is no longer held, and the holder takes new calls.
+    echo = hub.agent.call("echo", {"text": "still here"}, server="pushy")
+    assert _text(_finished(hub, echo)) == "echo: still here"
+
+
 def test_a_gated_call_runs_on_the_holder_with_the_arguments_a_reviewer_edited(
     hub: Hub, holder: HolderRunner, push: PushServer
 ) -> None:

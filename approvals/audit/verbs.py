@@ -15,6 +15,7 @@ VERBS: tuple[str, ...] = (
     "call.expired",
     "call.cancelled",
     "call.outcome_discarded",
+    "call.stop_sent",
     "call.held",
     "call.moved_to_session",
     "relay.submitted",

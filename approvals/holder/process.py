@@ -112,6 +112,9 @@ class HolderProcess:
         self.listening = False
         self.stdio = importlib.util.find_spec(STDIO_MODULE) is not None
         self._supervisors: dict[int, Any] = {}  # stdio servers this holder runs, by server id
+        self.asking: set[str] = set()  # calls waiting for a person's answer to the server's question
+        self.ending: set[str] = set()  # calls whose task this holder cancelled: the call ended meanwhile
+        self._checks: set[asyncio.Task[None]] = set()
 
     # ---- the process -------------------------------------------------------------------------------
 
@@ -208,11 +211,32 @@ class HolderProcess:
 
     def _notice(self, payload: str) -> None:
         if payload.startswith("call:"):
-            waiter = self.waiters.get(payload.removeprefix("call:"))
+            call_id = payload.removeprefix("call:")
+            waiter = self.waiters.get(call_id)
             if waiter is not None:
                 waiter.set()
+            if call_id in self.tasks and call_id not in self.asking:
+                # Not waiting for a person: the call may have ended meanwhile (the agent cancelled it).
+                check = asyncio.create_task(self._stop_if_ended(call_id))
+                self._checks.add(check)  # held: a task is weakly referenced
+                check.add_done_callback(self._checks.discard)
         else:
             self.wake.set()
+
+    async def _stop_if_ended(self, call_id: str) -> None:
+        """The call ended while its tools/call runs (the agent cancelled it): stop waiting for the result.
+        Cancelling the request makes the SDK send the server ``notifications/cancelled`` for it, so the tool
+        stops now rather than at its end. A call waiting for a person needs nothing here: the cancelled
+        round answers the server ``cancel`` on the same session (`_wait_answer`)."""
+        try:
+            ended = await db(holding.held_ended)(call_id=call_id)
+        except Exception:
+            logger.warning("call %s: could not read whether it ended", call_id, exc_info=True)
+            return
+        task = self.tasks.get(call_id)
+        if ended and task is not None and call_id not in self.asking:
+            self.ending.add(call_id)
+            task.cancel()
 
     # ---- one call ----------------------------------------------------------------------------------
 
@@ -245,6 +269,11 @@ class HolderProcess:
                 await shielded(holding.held_finish, call_id=call_id, error=exc, sent=run.sent)
                 return
             except asyncio.CancelledError:
+                if call_id in self.ending:  # cancelled by `_stop_if_ended`: the call is over
+                    self.ending.discard(call_id)
+                    if run.sent:
+                        await shielded(holding.held_stopped, call_id=call_id, holder=self.name)
+                    return
                 if not run.sent:
                     await shielded(
                         holding.held_release,
@@ -373,19 +402,23 @@ class HolderProcess:
     ) -> dict[str, Any] | None:
         """Wait for the round's answer (a NOTICE, or the poll); None when `deadline` passes first."""
         event = self.waiters.setdefault(call_id, asyncio.Event())
-        while True:
-            event.clear()
-            answer = await db(holding.push_answer)(round_id=round_id)
-            if answer is not None:
-                return answer
-            wait = RECHECK_LISTENING * random.uniform(0.8, 1.0) if self.listening else float(self.poll)
-            if deadline is not None:
-                remaining = deadline - anyio.current_time()
-                if remaining <= 0:
-                    return None
-                wait = min(wait, remaining)
-            with anyio.move_on_after(wait):
-                await event.wait()
+        self.asking.add(call_id)
+        try:
+            while True:
+                event.clear()
+                answer = await db(holding.push_answer)(round_id=round_id)
+                if answer is not None:
+                    return answer
+                wait = RECHECK_LISTENING * random.uniform(0.8, 1.0) if self.listening else float(self.poll)
+                if deadline is not None:
+                    remaining = deadline - anyio.current_time()
+                    if remaining <= 0:
+                        return None
+                    wait = min(wait, remaining)
+                with anyio.move_on_after(wait):
+                    await event.wait()
+        finally:
+            self.asking.discard(call_id)
 
     async def _tools_changed(self, run: _Run) -> None:
         run.tools_changed = True  # listed again on this session once the call has its outcome

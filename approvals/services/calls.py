@@ -20,7 +20,7 @@ from approvals.prepared import PreparedRead
 from approvals.queueing import NEW_WORK, RUN_CALL, enqueue_on_commit
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
-from approvals.services.rounds import round_open
+from approvals.services.rounds import notify_holders, round_open
 
 MAX_KEY = 500  # InputRequest.key's length
 
@@ -397,5 +397,9 @@ def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
         )
         call_id_ = call.pk
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id_, cancelled))
+        if call.holder_id is not None:
+            # A holder runs it on a session: it answers the server's question ``cancel`` at once, or stops
+            # the tools/call (the server gets notifications/cancelled).
+            notify_holders(f"call:{call_id_}")
     call.refresh_from_db()
     return call

@@ -175,6 +175,25 @@ def held_release(*, call_id: Any, holder_id: int, reason: str) -> bool:
     return bool(released)
 
 
+def held_ended(*, call_id: Any) -> bool:
+    """The held call has ended while its tools/call runs (the agent cancelled it, say)."""
+    return ToolCall.objects.filter(pk=call_id, status__in=ToolCall.Status.finals()).exists()
+
+
+def held_stopped(*, call_id: Any, holder: str) -> None:
+    """The holder stopped waiting for an ended call's result and told the server to stop the tool."""
+    call = ToolCall.objects.filter(pk=call_id).first()
+    if call is None:
+        return
+    with transaction.atomic():
+        audit.record(
+            actor=SYSTEM,
+            verb="call.stop_sent",
+            call=call,
+            data={"status": call.status, "holder": holder, "sent": "notifications/cancelled"},
+        )
+
+
 def _locked_open_call(call_id: Any) -> ToolCall | None:
     return (
         ToolCall.objects.select_for_update(of=("self",), no_key=True)

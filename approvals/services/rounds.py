@@ -286,7 +286,8 @@ def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
 
 
 def notify_holders(payload: str = "work") -> None:
-    """Wake the holder processes: ``work`` (a call to claim) or ``call:<id>`` (its round has an answer).
+    """Wake the holder processes: ``work`` (a call to claim) or ``call:<id>`` (its round has an answer, or
+    the call ended: the agent cancelled it).
     PostgreSQL delivers it when the surrounding transaction commits, never on rollback."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [HOLDER_CHANNEL, payload])
