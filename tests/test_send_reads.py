@@ -78,6 +78,15 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
     assert call.status == ToolCall.Status.COMPLETED
     assert call.result["content"][0]["text"].startswith("Hello, Ada!")
 
+    # The audit chain's appends join the step's transaction: no savepoint of their own (the test's own
+    # transaction turns every transaction of the code into a savepoint; the audit's would come just before
+    # the chain lock).
+    for queries in (first.captured_queries, answer.captured_queries, retry.captured_queries):
+        sqls = [q["sql"] for q in queries]
+        locks = [i for i, sql in enumerate(sqls) if sql.startswith("SELECT pg_advisory_xact_lock")]
+        assert locks, sqls
+        assert not [i for i in locks if sqls[i - 1].startswith("SAVEPOINT")], sqls
+
     # The finish sets on the call what it wrote: the result is not read back (nor decoded again).
     finished = [
         sql

@@ -139,8 +139,11 @@ def batched() -> Iterator[None]:
 
 
 def _chain(events: list[AuditEvent]) -> None:
-    """Give `events` their ids, time and hashes under the chain lock and insert them, in this order."""
-    with transaction.atomic():
+    """Give `events` their ids, time and hashes under the chain lock and insert them, in this order.
+
+    Inside the caller's transaction without a savepoint of its own (two round trips per append): the events
+    belong to the step that records them, and an append that fails fails that step."""
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
             # A statement of its own after the lock: its snapshot sees every append committed before the lock
