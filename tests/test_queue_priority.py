@@ -55,8 +55,8 @@ def queue_name() -> Iterator[str]:
     name = f"test-priority-{uuid.uuid4().hex}"
     yield name
     with current_app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        client.delete(*[conn.default_channel._q_for_pri(name, step) for step in (0, 3, 6, 9)])
+        channel = conn.default_channel
+        channel.client.delete(*[channel._q_for_pri(name, step) for step in channel.priority_steps])
 
 
 def test_the_broker_hands_out_work_under_way_before_new_work_queued_earlier(queue_name: str) -> None:

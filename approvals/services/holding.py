@@ -183,10 +183,8 @@ def held_ended(*, call_id: Any) -> bool:
 def held_stopped(*, call_id: Any, holder: str) -> None:
     """The holder stopped waiting for an ended call's result and told the server to stop the tool."""
     call = ToolCall.objects.filter(pk=call_id).first()
-    if call is None:
-        return
-    with transaction.atomic():
-        audit.record(
+    if call is not None:
+        audit.record(  # its own transaction: the chain's append begins one outside any
             actor=SYSTEM,
             verb="call.stop_sent",
             call=call,
