@@ -30,6 +30,10 @@ for _ in $(seq 1 30); do curl -fsS "http://127.0.0.1:8001/healthz" >/dev/null 2>
 curl -fsS "http://127.0.0.1:8001/healthz" >/dev/null
 [ "$(curl -sS -o /dev/null -w '%{http_code}' -X POST http://127.0.0.1:8001/mcp -d '{}')" = 401 ]
 echo "make run: the MCP gateway answers"
+# The API server (uvicorn) beside Daphne: the same API, JSON errors included.
+for _ in $(seq 1 30); do curl -fsS "http://127.0.0.1:8002/accounts/login/" >/dev/null 2>&1 && break; sleep 1; done
+curl -sS "http://127.0.0.1:8002/api/v1/inbox" | grep -q '"code"'
+echo "make run: the API server answers"
 grep -q "Demo login" "$log" || echo "(demo admin existed already)"
 echo "make run: login page and demo MCP server answer"
 kill -INT -- -$pid

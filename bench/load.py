@@ -1,11 +1,13 @@
 """The load benchmark (issue 15): the whole loop through the API, under load, with CPU per call.
 
-Starts the hub the way `make run` does (elicit_hub.launch's processes but the demo: web, gateway, holder,
-worker; ``--web-processes N --workers M --holders K`` for more of a kind), on the engines the settings
-name (the embedded ones unless DATABASE_URL / REDIS_URL are set), or uses a hub
-already running (``--web URL``, repeatable: agents and reviewers are spread across them). The MCP server is
-always a separate process (bench/load_server.py: the demo server, whose ``create_deployment`` asks once
-and completes on the retry, and which notes when each retry arrived).
+Starts the hub the way `make run` does (elicit_hub.launch's processes but the demo: web, gateway, API
+server, holder, worker; ``--web-processes N --api-processes A --workers M --holders K`` for more of a kind),
+on the engines the settings name (the embedded ones unless DATABASE_URL / REDIS_URL are set), or uses a hub
+already running (``--web URL``, repeatable: agents and reviewers are spread across them; ``--api URL`` for
+the API servers, if any). The API's requests go to the API servers (uvicorn) as the reverse proxy sends
+them; the sockets to the web processes (Daphne). ``--api-processes 0``: Daphne serves both, as before. The
+MCP server is always a separate process (bench/load_server.py: the demo server, whose ``create_deployment``
+asks once and completes on the retry, and which notes when each retry arrived).
 
 Load: ``--agents`` agents (8) each submit one-round calls and long-poll each for its result;
 ``--reviewers`` bot reviewers (2) long-poll ``GET /api/v1/inbox`` (or poll it every ``--poll`` ms) and
@@ -59,10 +61,12 @@ from elicit_hub.launch import Layout, commands
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
-KINDS = ("web", "gateway", "holder", "worker")
+KINDS = ("web", "api", "gateway", "holder", "worker")
 FINAL = {"completed", "failed", "cancelled", "expired", "outcome_unknown"}
-# How a hub process is told apart when discovered (--web without --pid): a marker in its command line.
+# How a hub process is told apart when discovered (--web without --pid): a marker in its command line, the
+# first kind that matches ("elicit_hub.serve_api" before "elicit_hub.serve").
 MARKERS = {
+    "api": ("elicit_hub.serve_api",),
     "web": ("elicit_hub.serve", "daphne", "elicit_hub.asgi"),
     "gateway": ("run_gateway",),
     "holder": ("run_holder",),
@@ -209,6 +213,14 @@ def hub_commands(layout: Layout, stamp: int) -> dict[str, list[str]]:
 # --- the load -----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Hub:
+    """Where the load goes: sockets to the web processes (Daphne), API requests to the API servers."""
+
+    webs: list[str]
+    apis: list[str]
+
+
 @dataclass
 class Record:
     branch: str
@@ -251,9 +263,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--web", action="append", default=[], help="a running hub (repeat for more)")
         parser.add_argument(
+            "--api", action="append", default=[], help="a running hub's API server (with --web; repeatable)"
+        )
+        parser.add_argument(
             "--pid", action="append", default=[], help="KIND:PID of a hub process to measure (with --web)"
         )
         parser.add_argument("--web-processes", type=int, default=1, help="web processes to start (no --web)")
+        parser.add_argument(
+            "--api-processes",
+            type=int,
+            default=1,
+            help="API servers to start (no --web); 0: Daphne serves /api/",
+        )
         parser.add_argument("--workers", type=int, default=1, help="Celery workers to start (no --web)")
         parser.add_argument("--holders", type=int, default=1, help="holders to start (no --web)")
         parser.add_argument("--agents", type=int, default=8)
@@ -293,15 +314,17 @@ class Command(BaseCommand):
             server.wait_for(lambda: answers(mcp_base + "/retries"), "the MCP server")
             if o["web"]:
                 webs = [url.rstrip("/") for url in o["web"]]
+                apis = [url.rstrip("/") for url in o["api"]]
                 roots = self._given_pids(o["pid"])
             else:
-                webs, roots = self._start_hub(o, env, stamp, procs)
+                webs, apis, roots = self._start_hub(o, env, stamp, procs)
             if settings.USING_EMBEDDED_ENGINES:
                 # PostgreSQL's backends are the postmaster's children: the tree counts them.
                 roots["engines"] = engine_pids()
             shown = ", ".join(f"{kind} {sorted(pids)}" for kind, pids in roots.items())
-            self.stdout.write(f"hub: {', '.join(webs)}; processes measured: {shown}")
-            self._measure(o, stamp, webs, mcp_base, roots)
+            api = f"; API: {', '.join(apis)}" if apis else ""
+            self.stdout.write(f"hub: {', '.join(webs)}{api}; processes measured: {shown}")
+            self._measure(o, stamp, Hub(webs, apis or webs), mcp_base, roots)
         finally:
             for proc in reversed(procs):
                 proc.stop()
@@ -319,10 +342,11 @@ class Command(BaseCommand):
 
     def _start_hub(
         self, o: dict[str, Any], env: dict[str, str], stamp: int, procs: list[Proc]
-    ) -> tuple[list[str], dict[str, set[int]]]:
-        base = free_ports(o["web_processes"] + 1)
+    ) -> tuple[list[str], list[str], dict[str, set[int]]]:
+        base = free_ports(o["web_processes"] + 1 + o["api_processes"])
         layout = Layout(
             web=o["web_processes"],
+            api=o["api_processes"],
             workers=o["workers"],
             holders=o["holders"],
             port=base,
@@ -336,16 +360,21 @@ class Command(BaseCommand):
         for name, proc in started.items():
             if name.startswith("worker"):
                 proc.wait_for(functools.partial(_logged, proc, "ready."), f"the Celery worker {name}")
+        apis = [f"http://127.0.0.1:{port}" for port in layout.api_ports]
         for hub, name in zip(hubs, [n for n in started if n.startswith("web")], strict=True):
             started[name].wait_for(
                 functools.partial(answers, hub + "/accounts/login/"), f"the web server {name}"
+            )
+        for api, name in zip(apis, [n for n in started if n.startswith("api")], strict=True):
+            started[name].wait_for(
+                functools.partial(answers, api + "/accounts/login/"), f"the API server {name}"
             )
         gateway = f"http://127.0.0.1:{layout.gateway_ports[0]}/"
         started["gateway"].wait_for(lambda: answers(gateway), "the gateway")
         roots: dict[str, set[int]] = {}
         for name, proc in started.items():
             roots.setdefault(name.rstrip("0123456789"), set()).add(proc.proc.pid)
-        return hubs, roots
+        return hubs, apis, roots
 
     # --- set-up ---------------------------------------------------------------------------------------------
 
@@ -385,13 +414,13 @@ class Command(BaseCommand):
     # --- the run --------------------------------------------------------------------------------------------
 
     def _measure(
-        self, o: dict[str, Any], stamp: int, webs: list[str], mcp_base: str, roots: dict[str, set[int]]
+        self, o: dict[str, Any], stamp: int, hub: Hub, mcp_base: str, roots: dict[str, set[int]]
     ) -> None:
         slug, agent_tokens, reviewers = self._setup(o, stamp, mcp_base)
         load_before = os.getloadavg()
         cpu = CpuSample(roots)
         run = Run(server=slug)
-        wall = asyncio.run(self._drive(o, stamp, webs, agent_tokens, reviewers, run, cpu))
+        wall = asyncio.run(self._drive(o, stamp, hub, agent_tokens, reviewers, run, cpu))
         used, cpu_wall = cpu.end()
         load_after = os.getloadavg()
         retries = httpx.get(mcp_base + "/retries", timeout=10).json()
@@ -411,7 +440,7 @@ class Command(BaseCommand):
         self,
         o: dict[str, Any],
         stamp: int,
-        webs: list[str],
+        hub: Hub,
         agent_tokens: list[str],
         reviewers: list[tuple[str, str]],
         run: Run,
@@ -420,7 +449,7 @@ class Command(BaseCommand):
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
         agents = [
             httpx.AsyncClient(
-                base_url=webs[i % len(webs)],
+                base_url=hub.apis[i % len(hub.apis)],
                 headers={"Authorization": f"Bearer {t}"},
                 timeout=90,
                 limits=limits,
@@ -429,14 +458,14 @@ class Command(BaseCommand):
         ]
         bots = [
             httpx.AsyncClient(
-                base_url=webs[i % len(webs)], headers={"Authorization": f"Bearer {t}"}, timeout=30
+                base_url=hub.apis[i % len(hub.apis)], headers={"Authorization": f"Bearer {t}"}, timeout=30
             )
             for i, (t, _) in enumerate(reviewers)
         ]
         done = asyncio.Event()
         ready = [asyncio.Event() for _ in reviewers]
         sockets = [
-            asyncio.create_task(self._socket(webs[i % len(webs)], cookie, run, ready[i], done))
+            asyncio.create_task(self._socket(hub.webs[i % len(hub.webs)], cookie, run, ready[i], done))
             for i, (_, cookie) in enumerate(reviewers)
         ]
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in ready)), 30)

@@ -1,8 +1,9 @@
 """The web process's CPU per API request, endpoint by endpoint (issue 15: where a call's web time goes).
 
-Starts one web process as `make run` does (Daphne; DEBUG off unless ``--debug``) and nothing else, then
-sends each request ``--count`` times, one at a time, and prints the process's CPU time (utime + stime from
-/proc) per request, and the engines' (the embedded PostgreSQL and Redis, when they are used) per request:
+Starts the process that serves /api/ as `make run` does (the API server, uvicorn; ``--via web`` for Daphne;
+DEBUG off unless ``--debug``) and nothing else, then sends each request ``--count`` times, one at a time,
+and prints the process's CPU time (utime + stime from /proc) per request, and the engines' (the embedded
+PostgreSQL and Redis, when they are used) per request:
 
 - ``GET /api/v1/inbox`` as a reviewer with one pending item;
 - ``GET /api/v1/calls/<id>`` as an agent, for a completed call (``wait=0`` and ``wait=30``: a final call
@@ -66,6 +67,9 @@ class Command(BaseCommand):
         parser.add_argument("--count", type=int, default=300, help="requests of each kind")
         parser.add_argument("--only", default="", help="only the kinds whose name holds this text")
         parser.add_argument("--debug", action="store_true", help="run the web process with DEBUG on")
+        parser.add_argument(
+            "--via", choices=("api", "web"), default="api", help="the API server (uvicorn) or Daphne (web)"
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
         self.submitted = set()
@@ -73,12 +77,12 @@ class Command(BaseCommand):
             engines.start()
         call_command("migrate", verbosity=0)
         env = hub_env(debug=o["debug"], ELICIT_API_RATE=os.environ.get("ELICIT_API_RATE", "10000000/m"))
-        port = free_port()
-        # The web process exactly as `make run` starts it (elicit_hub.launch), and nothing else.
-        cmd = commands(Layout(port=port, gateway_port=free_port(), demo_port=None))["web"]
-        web = Proc("web", cmd, env)
+        ports = {"web": free_port(), "api": free_port()}
+        # The process exactly as `make run` starts it (elicit_hub.launch), and nothing else.
+        layout = Layout(port=ports["web"], gateway_port=free_port(), api_port=ports["api"], demo_port=None)
+        web = Proc(o["via"], commands(layout)[o["via"]], env)
         try:
-            base = f"http://127.0.0.1:{port}"
+            base = f"http://127.0.0.1:{ports[o['via']]}"
             web.wait_for(lambda: answers(base + "/accounts/login/"), "the web server")
             self._run(base, web.proc.pid, o["count"], o["only"])
         finally:

@@ -1,11 +1,13 @@
-"""Scale-out: the load benchmark against 2 web processes, 2 workers and 2 holders, then against one of each.
+"""Scale-out: the load benchmark against 2 web processes, 2 API servers, 2 workers and 2 holders, then against
+one of each.
 
 Both hubs run on the same PostgreSQL and Redis (the engines the settings name), started from the launcher's
-process list (``python -m elicit_hub.launch --web 2 --workers 2 --holders 2``), with the load of
-``bench/load.py``: agents spread across the web processes, reviewer bots and sockets too. After each run it
-checks that nothing was lost or done twice: every submitted call completed, each exactly once in the audit
-log, its one round answered once; and that the audit chain verifies. Then it prints the ratio of the two
-runs' throughput and CPU per call. On a 2-core machine this shows correctness and overhead, not gains.
+process list (``python -m elicit_hub.launch --web 2 --api 2 --workers 2 --holders 2``), with the load of
+``bench/load.py``: agents and reviewer bots spread across the API servers, sockets across the web
+processes. After each run it checks that nothing was lost or done twice: every submitted call completed,
+each exactly once in the audit log, its one round answered once; and that the audit chain verifies. Then it
+prints the ratio of the two runs' throughput and CPU per call. On a 2-core machine this shows correctness
+and overhead, not gains.
 
     make bench-scale
     make bench BENCH="scale --duration 60 --agents 16"
@@ -31,6 +33,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--web-processes", type=int, default=2)
+        parser.add_argument("--api-processes", type=int, default=2)
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--holders", type=int, default=2)
         parser.add_argument("--agents", type=int, default=8)
@@ -41,17 +44,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         layouts = (
-            ("scaled", o["web_processes"], o["workers"], o["holders"]),
-            ("single", 1, 1, 1),
+            ("scaled", o["web_processes"], o["api_processes"], o["workers"], o["holders"]),
+            ("single", 1, 1, 1, 1),
         )
         results: dict[str, dict[str, Any]] = {}
         failed = False
-        for label, web, workers, holders in layouts:
-            self.stdout.write(f"\n== {label}: {web} web, {workers} workers, {holders} holders ==")
+        for label, web, api, workers, holders in layouts:
+            self.stdout.write(f"\n== {label}: {web} web, {api} API, {workers} workers, {holders} holders ==")
             load = Load(stdout=sys.stdout, stderr=sys.stderr)
             call_command(
                 load,
                 web_processes=web,
+                api_processes=api,
                 workers=workers,
                 holders=holders,
                 agents=o["agents"],

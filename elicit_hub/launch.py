@@ -1,15 +1,17 @@
 """`make run`: engines, migrations, the demo set-up, then the hub's processes under honcho: Daphne (web), the
-MCP gateway (uvicorn), Celery workers (the first also runs beat), holders (the processes that keep
-handshake-era sessions open) and the demo MCP server. One Ctrl-C stops them all, then the embedded engines.
+MCP gateway (uvicorn), the API server (uvicorn: the same HTTP application, for /api/), Celery workers (the
+first also runs beat), holders (the processes that keep handshake-era sessions open) and the demo MCP
+server. One Ctrl-C stops them all, then the embedded engines.
 
 One of each by default. More of a kind, on one machine and one PostgreSQL + Redis:
 
-    python -m elicit_hub.launch --web 2 --workers 2 --holders 2      # or ELICIT_WEB=2 ELICIT_WORKERS=2 ...
-    python -m elicit_hub.launch --web 2 --procfile                   # print the process list, start nothing
+    python -m elicit_hub.launch --web 2 --api 2 --workers 2 --holders 2   # or ELICIT_WEB=2 ELICIT_API=2 ...
+    python -m elicit_hub.launch --web 2 --procfile    # print the process list, start nothing
 
 Web processes listen on consecutive ports from PORT (8000), then the gateways on the ports after them
-(unless ELICIT_GATEWAY_PORT says where the first one goes). A reverse proxy spreads clients across them
-(README: "Running more than one process").
+(unless ELICIT_GATEWAY_PORT says where the first one goes), then the API servers (unless ELICIT_API_PORT
+says). `--api 0` starts none: Daphne serves /api/ as well, as it always does. A reverse proxy spreads
+clients across them (README: "Running more than one process").
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ class Layout:
     workers: int = 1
     holders: int = 1
     gateways: int = 1
+    api: int = 1
     port: int = 8000
     gateway_port: int | None = None
+    api_port: int | None = None
     worker_concurrency: int = 4
     demo_port: int | None = 8765
 
@@ -49,14 +53,18 @@ class Layout:
         for kind in ("web", "workers", "gateways"):
             if not 1 <= getattr(self, kind) <= MAX_PER_KIND:
                 raise ValueError(f"--{kind} must be between 1 and {MAX_PER_KIND}")
-        if not 0 <= self.holders <= MAX_PER_KIND:
-            raise ValueError(f"--holders must be between 0 and {MAX_PER_KIND}")
+        for kind in ("holders", "api"):
+            if not 0 <= getattr(self, kind) <= MAX_PER_KIND:
+                raise ValueError(f"--{kind} must be between 0 and {MAX_PER_KIND}")
         if self.worker_concurrency < 1:
             raise ValueError("--worker-concurrency must be at least 1")
         taken = set(self.web_ports) & set(self.gateway_ports)
         if taken:
             raise ValueError(f"the gateway ports overlap the web ports: {sorted(taken)}")
-        if not all(0 < port < 65536 for port in [*self.web_ports, *self.gateway_ports]):
+        taken = set(self.api_ports) & {*self.web_ports, *self.gateway_ports}
+        if taken:
+            raise ValueError(f"the API ports overlap the web or gateway ports: {sorted(taken)}")
+        if not all(0 < port < 65536 for port in [*self.web_ports, *self.gateway_ports, *self.api_ports]):
             raise ValueError("ports must lie between 1 and 65535")
 
     @property
@@ -67,6 +75,11 @@ class Layout:
     def gateway_ports(self) -> list[int]:
         first = self.gateway_port if self.gateway_port is not None else self.port + self.web
         return [first + i for i in range(self.gateways)]
+
+    @property
+    def api_ports(self) -> list[int]:
+        first = self.api_port if self.api_port is not None else self.gateway_ports[-1] + 1
+        return [first + i for i in range(self.api)]
 
 
 def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str]]:
@@ -82,6 +95,8 @@ def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str
         procs[name].append("elicit_hub.asgi:application")
     for name, port in zip(named("gateway", layout.gateways), layout.gateway_ports, strict=True):
         procs[name] = [python, "manage.py", "run_gateway", "--host", "127.0.0.1", "--port", str(port)]
+    for name, port in zip(named("api", layout.api), layout.api_ports, strict=True):
+        procs[name] = [python, "-m", "elicit_hub.serve_api", "--host", "127.0.0.1", "--port", str(port)]
     for name in named("holder", layout.holders):
         procs[name] = [python, "manage.py", "run_holder"]
     for i, name in enumerate(named("worker", layout.workers)):
@@ -142,7 +157,8 @@ def _count(value: str) -> int:
 
 def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) -> tuple[Layout, bool]:
     """The layout from the command line, else the environment (ELICIT_WEB, ELICIT_WORKERS, ELICIT_HOLDERS,
-    ELICIT_GATEWAYS, PORT, ELICIT_GATEWAY_PORT), else one of each; and whether only to print it."""
+    ELICIT_GATEWAYS, ELICIT_API, PORT, ELICIT_GATEWAY_PORT, ELICIT_API_PORT), else one of each; and whether
+    only to print it."""
     parser = argparse.ArgumentParser(prog="python -m elicit_hub.launch", description=__doc__.split("\n")[0])
 
     def option(flag: str, variable: str, default: int, what: str) -> None:
@@ -158,11 +174,13 @@ def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) ->
     option("--workers", "ELICIT_WORKERS", 1, "Celery worker processes; the first also runs beat")
     option("--holders", "ELICIT_HOLDERS", 1, "holder processes")
     option("--gateways", "ELICIT_GATEWAYS", 1, "MCP gateway processes")
+    option("--api", "ELICIT_API", 1, "API server (uvicorn) processes; 0: Daphne serves /api/ too")
     option("--worker-concurrency", "ELICIT_WORKER_CONCURRENCY", 4, "Celery pool size of each worker")
     option("--port", "PORT", 8000, "the first web process's port")
     parser.add_argument("--procfile", action="store_true", help="print the processes as a Procfile and exit")
     args = parser.parse_args(argv)
     gateway_port = environ.get("ELICIT_GATEWAY_PORT")
+    api_port = environ.get("ELICIT_API_PORT")
     demo_url = environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
     try:
         layout = Layout(
@@ -170,9 +188,11 @@ def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) ->
             workers=args.workers,
             holders=args.holders,
             gateways=args.gateways,
+            api=args.api,
             worker_concurrency=args.worker_concurrency,
             port=args.port,
             gateway_port=_count(gateway_port) if gateway_port else None,
+            api_port=_count(api_port) if api_port else None,
             demo_port=urlsplit(demo_url).port or 8765,
         )
     except (ValueError, argparse.ArgumentTypeError) as exc:
@@ -208,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         if up and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
             gateways = ", ".join(f"http://127.0.0.1:{port}/mcp" for port in layout.gateway_ports)
             web = ", ".join(f"{hub}/" for hub in hubs)
+            api = "".join(f", also http://127.0.0.1:{port}/api/" for port in layout.api_ports)
             print(
-                f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs; MCP: {gateways})\n",
+                f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs{api}; MCP: {gateways})\n",
                 flush=True,
             )
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":

@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import html
-import json
 import os
 import sys
 from typing import Any
@@ -23,27 +21,14 @@ from typing import Any
 from daphne import http_protocol
 from daphne.cli import CommandLineInterface
 
+from elicit_hub import door
+
 _build_protocol = http_protocol.HTTPFactory.buildProtocol
 
 
 def refusal(path: bytes, limit: int) -> bytes:
     """The whole 413 answer (status line, headers, body) for a request to `path`."""
-    from approvals.middleware import too_large_error
-
-    if path.startswith(b"/api/"):
-        body = json.dumps(too_large_error(limit)).encode()
-        kind = b"application/json"
-    else:
-        text = html.escape(
-            f"What you sent is larger than {limit} bytes, the most the hub accepts in one request. "
-            "Nothing was recorded."
-        )
-        body = (
-            '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Too much to send</title>'
-            f'</head><body><h1>Too much to send</h1><p>{text} <a href="/">Back to the queue</a></p>'
-            "</body></html>"
-        ).encode()
-        kind = b"text/html; charset=utf-8"
+    kind, body = door.refusal(path.decode("latin-1"), limit)
     head = (
         b"HTTP/1.1 413 Content Too Large\r\nContent-Type: " + kind + b"\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"

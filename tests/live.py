@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 from urllib.parse import quote
 
 import httpx
@@ -138,29 +139,18 @@ class CeleryWorker(Process):
         return self.proc is not None and self.proc.poll() is not None
 
 
-class Daphne(Process):
-    def __init__(self, env: dict[str, str], port: int | None = None) -> None:
-        self.port = port or free_port()
-        super().__init__(
-            "daphne",
-            [
-                sys.executable,
-                "-m",
-                "elicit_hub.serve",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "elicit_hub.asgi:application",
-            ],
-            env,
-        )
+class WebServer(Process):
+    """A process serving the hub's HTTP application on ``port``; started once its sign-in page answers."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], port: int) -> None:
+        self.port = port
+        super().__init__(name, args, env)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Daphne:
+    def start(self) -> Self:
         super().start()
 
         def up() -> bool:
@@ -169,8 +159,26 @@ class Daphne(Process):
             except httpx.HTTPError:
                 return False
 
-        wait_until(up, 60, what="Daphne")
+        wait_until(up, 60, what=self.name)
         return self
+
+
+class Daphne(WebServer):
+    """``python -m elicit_hub.serve``: Daphne, HTTP and the websockets."""
+
+    def __init__(self, env: dict[str, str], port: int | None = None) -> None:
+        port = port or free_port()
+        args = ["-m", "elicit_hub.serve", "-b", "127.0.0.1", "-p", str(port), "elicit_hub.asgi:application"]
+        super().__init__("daphne", [sys.executable, *args], env, port)
+
+
+class ApiServer(WebServer):
+    """``python -m elicit_hub.serve_api``: the same HTTP application under uvicorn (no websockets)."""
+
+    def __init__(self, env: dict[str, str], port: int | None = None) -> None:
+        port = port or free_port()
+        args = ["-m", "elicit_hub.serve_api", "--host", "127.0.0.1", "--port", str(port)]
+        super().__init__("api", [sys.executable, *args], env, port)
 
 
 class HolderRunner(Process):

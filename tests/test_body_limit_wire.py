@@ -1,8 +1,10 @@
 """A body over ELICIT_MAX_BODY is refused by the web server as it arrives, not after it was all stored.
 
-Against the real web process (``elicit_hub.serve``, Daphne), over a raw socket so the test controls what is
-sent and when. Daphne alone collects a whole body before the application sees the request: these tests fail
-there, since the server waits for bytes the client never sends and answers nothing.
+Against both real servers of the hub's HTTP application, Daphne (``elicit_hub.serve``) and the API server
+(uvicorn, ``elicit_hub.serve_api``), over a raw socket so the test controls what is sent and when. Daphne
+alone collects a whole body before the application sees the request, and Django's handler reads one whole
+(spooling it to disk) before its middleware runs: without the door's checks these tests fail, since the
+server waits for bytes the client never sends and answers nothing.
 """
 
 from __future__ import annotations
@@ -10,19 +12,38 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
 
 from approvals.models import ToolCall
-from tests.live import Daphne
+from elicit_hub.serve_api import MAX_HEAD
+from tests.live import ApiServer, WebServer, child_env
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("live_db")]
+
+
+@pytest.fixture(scope="module")
+def api_process(django_db_setup: None) -> Iterator[ApiServer]:
+    api = ApiServer(child_env()).start()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture(params=["daphne", "api"])
+def web(request: pytest.FixtureRequest, live_db: None) -> WebServer:
+    """Each test runs against Daphne (the suite's web process) and against the API server."""
+    server: WebServer = request.getfixturevalue("web_process" if request.param == "daphne" else "api_process")
+    return server
+
 
 WAIT = 10.0  # seconds the test waits for an answer: far longer than a refusal takes
 
 
-def _connect(web: Daphne) -> socket.socket:
+def _connect(web: WebServer) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", web.port), timeout=WAIT)
     sock.settimeout(WAIT)
     return sock
@@ -57,7 +78,7 @@ def _head(method: str, path: str, extra: str) -> bytes:
     ).encode()
 
 
-def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(web: Daphne) -> None:
+def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(web: WebServer) -> None:
     calls = ToolCall.objects.count()
     with _connect(web) as sock:
         # 50 MB announced, 1 KB sent: the answer comes at once, from the headers alone.
@@ -73,7 +94,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_sent(web
     assert ToolCall.objects.count() == calls
 
 
-def test_a_client_that_asks_before_sending_is_told_no_and_never_to_continue(web: Daphne) -> None:
+def test_a_client_that_asks_before_sending_is_told_no_and_never_to_continue(web: WebServer) -> None:
     with _connect(web) as sock:
         sock.sendall(
             _head("POST", "/api/v1/calls", f"Content-Length: {50 * 1024 * 1024}\r\nExpect: 100-continue\r\n")
@@ -85,7 +106,7 @@ def test_a_client_that_asks_before_sending_is_told_no_and_never_to_continue(web:
     assert b"100 Continue" not in data
 
 
-def test_a_chunked_body_is_refused_once_it_passes_the_limit(web: Daphne) -> None:
+def test_a_chunked_body_is_refused_once_it_passes_the_limit(web: WebServer) -> None:
     chunk = b"x" * 65536
     with _connect(web) as sock:
         sock.sendall(_head("POST", "/api/v1/calls", "Transfer-Encoding: chunked\r\n"))
@@ -103,7 +124,7 @@ def test_a_chunked_body_is_refused_once_it_passes_the_limit(web: Daphne) -> None
     assert json.loads(body)["error"]["code"] == "body_too_large"
 
 
-def test_a_page_gets_a_readable_refusal(web: Daphne) -> None:
+def test_a_page_gets_a_readable_refusal(web: WebServer) -> None:
     with _connect(web) as sock:
         sock.sendall(
             b"POST /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -115,7 +136,7 @@ def test_a_page_gets_a_readable_refusal(web: Daphne) -> None:
     assert b"Too much to send" in body
 
 
-def test_a_body_within_the_limit_still_reaches_the_application(web: Daphne) -> None:
+def test_a_body_within_the_limit_still_reaches_the_application(web: WebServer) -> None:
     body = json.dumps({"server": "x", "tool": "t", "arguments": {"pad": "y" * 4096}}).encode()
     with _connect(web) as sock:
         sock.sendall(
@@ -124,3 +145,32 @@ def test_a_body_within_the_limit_still_reaches_the_application(web: Daphne) -> N
         status, _, answer = _answer(sock)
     assert status == 401  # the application answered: the token is unknown
     assert json.loads(answer)["error"]["code"]
+
+
+def test_an_endless_request_head_is_refused_by_the_api_server(api_process: ApiServer) -> None:
+    """httptools sets no limit on a header: the API server stops reading once the head passes MAX_HEAD."""
+    with _connect(api_process) as sock:
+        sock.sendall(b"GET /api/v1/inbox HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ")
+        sent = 0
+        try:
+            while sent <= 4 * MAX_HEAD:
+                sock.sendall(b"a" * 8192)
+                sent += 8192
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        status, headers, body = _answer(sock)
+    assert status == 431
+    assert headers["connection"] == "close"
+    assert str(MAX_HEAD).encode() in body
+
+
+def test_a_large_head_within_the_limit_is_served_by_the_api_server(api_process: ApiServer) -> None:
+    padding = "a" * (MAX_HEAD // 2)
+    with _connect(api_process) as sock:
+        sock.sendall(
+            f"GET /api/v1/inbox HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: {padding}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        status, _, body = _answer(sock)
+    assert status == 401  # the application answered: no token
+    assert json.loads(body)["error"]["code"]

@@ -11,9 +11,10 @@ def test_one_of_each_by_default_on_the_usual_ports() -> None:
     layout, only_print = parse_layout([], {})
     assert not only_print
     procs = commands(layout, "py")
-    assert sorted(procs) == ["demo", "gateway", "holder", "web", "worker"]
+    assert sorted(procs) == ["api", "demo", "gateway", "holder", "web", "worker"]
     assert procs["web"][-3:] == ["-p", "8000", "elicit_hub.asgi:application"]
     assert procs["gateway"][-1] == "8001"
+    assert procs["api"] == ["py", "-m", "elicit_hub.serve_api", "--host", "127.0.0.1", "--port", "8002"]
     assert "--beat" in procs["worker"]
 
 
@@ -26,6 +27,7 @@ def test_more_processes_listen_on_consecutive_ports_and_beat_runs_once() -> None
         "9002",
     ]
     assert procs["gateway"][-1] == "9003"  # after the last web process
+    assert procs["api"][-1] == "9004"  # after the last gateway
     assert [name for name in procs if name.startswith("holder")] == ["holder1", "holder2"]
     workers = [procs["worker1"], procs["worker2"]]
     assert ["--beat" in w for w in workers] == [True, False]
@@ -38,6 +40,16 @@ def test_the_environment_sets_the_counts_and_the_command_line_wins() -> None:
     assert (layout.web, layout.workers, layout.holders) == (2, 1, 0)
     assert layout.gateway_ports == [7000]
     assert not any(name.startswith("holder") for name in commands(layout, "py"))
+
+
+def test_api_servers_take_the_ports_after_the_gateways_or_their_own_and_none_is_allowed() -> None:
+    layout, _ = parse_layout(["--api", "2"], {"ELICIT_GATEWAYS": "2"})
+    procs = commands(layout, "py")
+    assert [procs[name][-1] for name in ("api1", "api2")] == ["8003", "8004"]
+    layout, _ = parse_layout([], {"ELICIT_API": "2", "ELICIT_API_PORT": "9100"})
+    assert layout.api_ports == [9100, 9101]
+    layout, _ = parse_layout(["--api", "0"], {})
+    assert not any(name.startswith("api") for name in commands(layout, "py"))
 
 
 def test_a_procfile_line_per_process() -> None:
@@ -56,6 +68,8 @@ def test_a_procfile_line_per_process() -> None:
         (["--workers", "two"], {}, "not a whole number"),
         ([], {"ELICIT_HOLDERS": "many"}, "not a whole number: 'many'"),
         ([], {"ELICIT_GATEWAY_PORT": "8001"}, "overlap the web ports"),
+        ([], {"ELICIT_API_PORT": "8001"}, "API ports overlap the web or gateway ports"),
+        (["--api", "33"], {}, "--api must be between 0 and 32"),
         (["--web", "2", "--port", "65535"], {}, "ports must lie between"),
     ],
 )

@@ -1,9 +1,11 @@
-"""Two web processes and two Celery workers on one PostgreSQL and Redis, as `launch --web 2 --workers 2` runs.
+"""Two web processes, two API servers and two Celery workers on one PostgreSQL and Redis, as
+`launch --web 2 --api 2 --workers 2` runs.
 
-Real processes (Daphne, Celery), the real engines, the demo MCP server, driven over HTTP and websockets the
-way agents and reviewers use the hub: a reviewer's socket on one web process sees rounds opened for calls
-submitted on the other and sent by either worker; a long-poll on one web process is woken by a finish that
-came from an answer posted on the other; across many calls nothing is lost or done twice.
+Real processes (Daphne, uvicorn, Celery), the real engines, the demo MCP server, driven over HTTP and
+websockets the way agents and reviewers use the hub behind the reverse proxy: /api/ on the API servers, the
+sockets on the web processes. A reviewer's socket on either web process sees rounds opened for calls
+submitted on either API server and sent by either worker; a long-poll on one API server is woken by a
+finish that came from an answer posted on the other; across many calls nothing is lost or done twice.
 
 The cluster has its own namespace (Celery queue, channel-layer and cache prefixes): the suite's shared
 worker takes none of its tasks, so what these processes do is all these tests see.
@@ -32,7 +34,7 @@ from approvals.models import AuditEvent, McpServer, Membership, ToolCall
 from approvals.services import tokens
 from tests import demo_support, factories
 from tests.conftest import WORKER_ENV
-from tests.live import CeleryWorker, Daphne, child_env
+from tests.live import ApiServer, CeleryWorker, Daphne, child_env
 
 pytestmark = [pytest.mark.usefixtures("live_db"), pytest.mark.timeout(300)]
 
@@ -42,6 +44,7 @@ CALLS = 12
 @dataclass
 class Cluster:
     webs: list[Daphne]
+    apis: list[ApiServer]
     workers: list[CeleryWorker]
 
 
@@ -53,13 +56,14 @@ def cluster(django_db_setup: None, demo_server: Any) -> Iterator[Cluster]:
         ELICIT_API_RATE="1000000/m",  # the bots poll the inbox
     )
     webs = [Daphne(env), Daphne(env)]
+    apis = [ApiServer(env), ApiServer(env)]
     workers = [CeleryWorker(env, name="scaleout-worker-a"), CeleryWorker(env, name="scaleout-worker-b")]
     try:
-        for process in [*webs, *workers]:
+        for process in [*webs, *apis, *workers]:
             process.start()
-        yield Cluster(webs, workers)
+        yield Cluster(webs, apis, workers)
     finally:
-        for process in [*workers, *webs]:
+        for process in [*workers, *apis, *webs]:
             process.stop()
 
 
@@ -138,7 +142,7 @@ class Outcome:
 async def _one_call(
     i: int, cluster: Cluster, agents: list[httpx.AsyncClient], reviewers: list[httpx.AsyncClient]
 ) -> Outcome:
-    """Submit on one web process; long-poll and find the request on the other; answer on the first."""
+    """Submit on one API server; long-poll and find the request on the other; answer on the first."""
     submit, other = i % 2, (i + 1) % 2
     response = await agents[submit].post(
         "/api/v1/calls",
@@ -167,8 +171,8 @@ async def _run_calls(cluster: Cluster, people: People, count: int) -> tuple[list
     def client(web: Daphne, token: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
 
-    agents = [client(web, people.agent_token) for web in cluster.webs]
-    reviewers = [client(web, people.reviewer_token) for web in cluster.webs]
+    agents = [client(api, people.agent_token) for api in cluster.apis]
+    reviewers = [client(api, people.reviewer_token) for api in cluster.apis]
     try:
         outcomes = await asyncio.gather(*(_one_call(i, cluster, agents, reviewers) for i in range(count)))
         # The last cards may still be on their way to the other socket.
@@ -198,7 +202,7 @@ def test_two_web_processes_and_two_workers_lose_nothing_and_do_nothing_twice(
     # Every long-poll, on the process that did not take the call nor the answer, got the finished call.
     assert [o.body["status"] for o in outcomes] == ["completed"] * CALLS
     assert all("staging" in o.body["result"]["content"][0]["text"] for o in outcomes)
-    # Each socket saw every new round: half of them opened for calls submitted on the other process.
+    # Each socket (on Daphne) saw every new round of the calls submitted through the API servers.
     for socket in sockets:
         assert set(ids) <= set(socket.opened), f"{socket.web.url} missed {set(ids) - set(socket.opened)}"
     # Both workers sent calls (each call is run once by one of them, then resumed by one of them).
@@ -223,7 +227,7 @@ def test_two_web_processes_and_two_workers_lose_nothing_and_do_nothing_twice(
     assert report.ok, report
 
 
-def test_a_long_poll_on_one_process_is_woken_by_a_finish_on_the_other(
+def test_a_long_poll_on_one_api_server_is_woken_by_a_finish_on_the_other(
     cluster: Cluster, people: People
 ) -> None:
     """The long-poll re-reads the call every 5 s even without a notice; woken by the notice it returns

@@ -1,0 +1,93 @@
+"""What every web server of the hub checks at the door, before Django sees a request.
+
+- **A body over ELICIT_MAX_BODY is refused before it is stored.** :class:`BodyLimit` (ASGI) answers 413 from
+  the ``Content-Length`` header alone, or as soon as a body sent in chunks passes the limit, and closes the
+  connection; the application never sees the request. Below the limit it hands the application the whole
+  body at once. Django's handler would otherwise spool any body, however large, to a temporary file before
+  the hub's ``BodyLimitMiddleware`` could look at it. Daphne needs the same check inside Twisted, which
+  collects a body before the application runs (``elicit_hub.serve``); both answer with :func:`refusal`.
+- The refusal has the middleware's shapes: JSON ``body_too_large`` under /api/, a short page elsewhere.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]  # (scope, receive, send); Django's handler types them its own way
+
+
+def refusal(path: str, limit: int) -> tuple[bytes, bytes]:
+    """The content type and body of the 413 answer to a request for `path`."""
+    from approvals.middleware import too_large_error
+
+    if path.startswith("/api/"):
+        return b"application/json", json.dumps(too_large_error(limit)).encode()
+    text = html.escape(
+        f"What you sent is larger than {limit} bytes, the most the hub accepts in one request. "
+        "Nothing was recorded."
+    )
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Too much to send</title>'
+        f'</head><body><h1>Too much to send</h1><p>{text} <a href="/">Back to the queue</a></p>'
+        "</body></html>"
+    )
+    return b"text/html; charset=utf-8", page.encode()
+
+
+class BodyLimit:
+    """ASGI middleware: HTTP request bodies over `limit` bytes are answered 413 and never reach `app`."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.limit:
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, send)  # before anything is read: no "100 Continue" is sent
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before its body was in: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(scope, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        given = False
+
+        async def replay() -> Message:
+            nonlocal given
+            if given:
+                return await receive()  # what comes after the body: the disconnect
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        kind, body = refusal(scope["path"], self.limit)
+        headers = [
+            (b"content-type", kind),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),  # the rest of the body is not wanted
+        ]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
