@@ -6,7 +6,8 @@
   body at once. Django's handler would otherwise spool any body, however large, to a temporary file before
   the hub's ``BodyLimitMiddleware`` could look at it. Daphne needs the same check inside Twisted, which
   collects a body before the application runs (``elicit_hub.serve``); both answer with :func:`refusal`.
-- The refusal has the middleware's shapes: JSON ``body_too_large`` under /api/, a short page elsewhere.
+- A refusal has the API's shape under /api/ (JSON with a code and a message) and is a short page elsewhere
+  (:func:`answer`).
 """
 
 from __future__ import annotations
@@ -23,22 +24,39 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]  # (scope, receive, send); Django's handler types them its own way
 
 
+def answer(path: str, code: str, title: str, message: str) -> tuple[bytes, bytes]:
+    """The content type and body of a refusal at the door: the API's JSON error (``code``, ``message``)
+    under /api/, a short readable page elsewhere."""
+    if path.startswith("/api/"):
+        return b"application/json", json.dumps({"error": {"code": code, "message": message}}).encode()
+    page = (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"</head><body><h1>{html.escape(title)}</h1><p>{html.escape(message)} "
+        '<a href="/">Back to the queue</a></p></body></html>'
+    )
+    return b"text/html; charset=utf-8", page.encode()
+
+
 def refusal(path: str, limit: int) -> tuple[bytes, bytes]:
     """The content type and body of the 413 answer to a request for `path`."""
     from approvals.middleware import too_large_error
 
     if path.startswith("/api/"):
         return b"application/json", json.dumps(too_large_error(limit)).encode()
-    text = html.escape(
+    return answer(
+        path,
+        "body_too_large",
+        "Too much to send",
         f"What you sent is larger than {limit} bytes, the most the hub accepts in one request. "
-        "Nothing was recorded."
+        "Nothing was recorded.",
     )
-    page = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Too much to send</title>'
-        f'</head><body><h1>Too much to send</h1><p>{text} <a href="/">Back to the queue</a></p>'
-        "</body></html>"
-    )
-    return b"text/html; charset=utf-8", page.encode()
+
+
+def raw_response(status_line: bytes, kind: bytes, body: bytes) -> bytes:
+    """A whole HTTP/1.1 response that closes the connection, for a server to write before any application
+    runs (``status_line`` ends with CRLF)."""
+    head = b"Content-Type: " + kind + b"\r\nContent-Length: " + str(len(body)).encode()
+    return status_line + head + b"\r\nConnection: close\r\n\r\n" + body
 
 
 class BodyLimit:

@@ -29,11 +29,7 @@ _build_protocol = http_protocol.HTTPFactory.buildProtocol
 def refusal(path: bytes, limit: int) -> bytes:
     """The whole 413 answer (status line, headers, body) for a request to `path`."""
     kind, body = door.refusal(path.decode("latin-1"), limit)
-    head = (
-        b"HTTP/1.1 413 Content Too Large\r\nContent-Type: " + kind + b"\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
-    )
-    return head + body
+    return door.raw_response(b"HTTP/1.1 413 Content Too Large\r\n", kind, body)
 
 
 class LimitedRequest(http_protocol.WebRequest):

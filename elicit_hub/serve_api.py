@@ -10,6 +10,8 @@ At the door, as ``elicit_hub.serve`` does for Daphne:
 - a body over ELICIT_MAX_BODY is refused before it is stored (``elicit_hub.door.BodyLimit``);
 - a request head (request line and headers) over ``MAX_HEAD`` bytes is answered 431 and the connection
   closed. httptools sets no limit of its own: it would collect an endless header in memory;
+- these refusals, and the 400 for a request that is not HTTP, have the API's JSON shape under /api/ and are
+  a short page elsewhere, like the application's own errors;
 - Nagle's algorithm is off on every connection (uvloop and asyncio set TCP_NODELAY on TCP transports).
 """
 
@@ -22,6 +24,8 @@ from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from elicit_hub.door import answer, raw_response
 
 MAX_HEAD = 64 * 1024  # bytes of request line and headers; nginx's default allows 32 KB, Twisted 16 KB a line
 
@@ -54,14 +58,19 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     def _refuse_head(self) -> None:
         self._head_open = False
-        message = f"The request's line and headers are larger than {MAX_HEAD} bytes.".encode()
-        self.transport.write(
-            STATUS_LINE[431]
-            + b"content-type: text/plain; charset=utf-8\r\ncontent-length: "
-            + str(len(message)).encode()
-            + b"\r\nconnection: close\r\n\r\n"
-            + message
-        )
+        message = f"The request's line and headers are larger than {MAX_HEAD} bytes, the most the hub reads."
+        self._refuse(431, answer(self._path(), "head_too_large", "Too much to send", message))
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request it cannot parse, in the hub's shapes (JSON under /api/)."""
+        message = "The request is not valid HTTP/1.1."
+        self._refuse(400, answer(self._path(), "bad_request", "Not understood", message))
+
+    def _path(self) -> str:
+        return (getattr(self, "url", b"") or b"").decode("latin-1")
+
+    def _refuse(self, status: int, content: tuple[bytes, bytes]) -> None:
+        self.transport.write(raw_response(STATUS_LINE[status], *content))
         self.transport.close()
 
 

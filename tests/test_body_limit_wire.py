@@ -147,10 +147,15 @@ def test_a_body_within_the_limit_still_reaches_the_application(web: WebServer) -
     assert json.loads(answer)["error"]["code"]
 
 
-def test_an_endless_request_head_is_refused_by_the_api_server(api_process: ApiServer) -> None:
+@pytest.mark.parametrize(
+    ("path", "kind"), [("/api/v1/inbox", "application/json"), ("/accounts/login/", "text/html")]
+)
+def test_an_endless_request_head_is_refused_by_the_api_server(
+    api_process: ApiServer, path: str, kind: str
+) -> None:
     """httptools sets no limit on a header: the API server stops reading once the head passes MAX_HEAD."""
     with _connect(api_process) as sock:
-        sock.sendall(b"GET /api/v1/inbox HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ")
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ".encode())
         sent = 0
         try:
             while sent <= 4 * MAX_HEAD:
@@ -161,7 +166,21 @@ def test_an_endless_request_head_is_refused_by_the_api_server(api_process: ApiSe
         status, headers, body = _answer(sock)
     assert status == 431
     assert headers["connection"] == "close"
+    assert headers["content-type"].startswith(kind)
     assert str(MAX_HEAD).encode() in body
+    if kind == "application/json":
+        assert json.loads(body)["error"]["code"] == "head_too_large"
+
+
+def test_a_request_that_is_not_http_gets_the_api_s_json_error_from_the_api_server(
+    api_process: ApiServer,
+) -> None:
+    with _connect(api_process) as sock:
+        sock.sendall(b"GET /api/v1/inbox HTTP/1.1\r\nHost: 127.0.0.1\r\nBroken header line\r\n\r\n")
+        status, headers, body = _answer(sock)
+    assert status == 400
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body)["error"]["code"] == "bad_request"
 
 
 def test_a_large_head_within_the_limit_is_served_by_the_api_server(api_process: ApiServer) -> None:
