@@ -224,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         hubs = [f"http://127.0.0.1:{port}" for port in layout.web_ports]
         # The demo's health route, not /mcp: a GET there opens a stream that never ends.
-        up = all(wait_for(f"{hub}/accounts/login/") for hub in hubs)
+        apis = [f"http://127.0.0.1:{port}" for port in layout.api_ports]
+        up = all(wait_for(f"{hub}/accounts/login/") for hub in [*hubs, *apis])
         if up and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
             gateways = ", ".join(f"http://127.0.0.1:{port}/mcp" for port in layout.gateway_ports)
             web = ", ".join(f"{hub}/" for hub in hubs)
-            api = "".join(f", also http://127.0.0.1:{port}/api/" for port in layout.api_ports)
+            api = "".join(f", also {url}/api/" for url in apis)
             print(
                 f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs{api}; MCP: {gateways})\n",
                 flush=True,
