@@ -356,19 +356,13 @@ class Command(BaseCommand):
         for name, command in hub_commands(layout, stamp).items():
             started[name] = Proc(name, command, env)
             procs.append(started[name])
-        hubs = [f"http://127.0.0.1:{port}" for port in layout.web_ports]
+        hubs, apis = layout.web_urls, layout.api_urls
         for name, proc in started.items():
             if name.startswith("worker"):
                 proc.wait_for(functools.partial(_logged, proc, "ready."), f"the Celery worker {name}")
-        apis = [f"http://127.0.0.1:{port}" for port in layout.api_ports]
-        for hub, name in zip(hubs, [n for n in started if n.startswith("web")], strict=True):
-            started[name].wait_for(
-                functools.partial(answers, hub + "/accounts/login/"), f"the web server {name}"
-            )
-        for api, name in zip(apis, [n for n in started if n.startswith("api")], strict=True):
-            started[name].wait_for(
-                functools.partial(answers, api + "/accounts/login/"), f"the API server {name}"
-            )
+        servers = [n for n in started if n.startswith("web")] + [n for n in started if n.startswith("api")]
+        for url, name in zip([*hubs, *apis], servers, strict=True):
+            started[name].wait_for(functools.partial(answers, url + "/accounts/login/"), f"the server {name}")
         gateway = f"http://127.0.0.1:{layout.gateway_ports[0]}/"
         started["gateway"].wait_for(lambda: answers(gateway), "the gateway")
         roots: dict[str, set[int]] = {}

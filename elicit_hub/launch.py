@@ -81,6 +81,14 @@ class Layout:
         first = self.api_port if self.api_port is not None else self.gateway_ports[-1] + 1
         return [first + i for i in range(self.api)]
 
+    @property
+    def web_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.web_ports]
+
+    @property
+    def api_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.api_ports]
+
 
 def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str]]:
     """Each process's name and command line: `kind` when there is one of a kind, else `kindN` (honcho
@@ -222,9 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, "-m", "honcho", "start", "-d", str(ROOT), "-f", str(generated)], cwd=ROOT
     )
     try:
-        hubs = [f"http://127.0.0.1:{port}" for port in layout.web_ports]
+        hubs, apis = layout.web_urls, layout.api_urls
         # The demo's health route, not /mcp: a GET there opens a stream that never ends.
-        apis = [f"http://127.0.0.1:{port}" for port in layout.api_ports]
         up = all(wait_for(f"{hub}/accounts/login/") for hub in [*hubs, *apis])
         if up and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
             gateways = ", ".join(f"http://127.0.0.1:{port}/mcp" for port in layout.gateway_ports)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -67,14 +66,14 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         self._refuse(400, answer(self._path(), "bad_request", "Not understood", message))
 
     def _path(self) -> str:
-        return (getattr(self, "url", b"") or b"").decode("latin-1")
+        return getattr(self, "url", b"").decode("latin-1")  # set at a message's first byte
 
     def _refuse(self, status: int, content: tuple[bytes, bytes]) -> None:
         self.transport.write(raw_response(STATUS_LINE[status], *content))
         self.transport.close()
 
 
-def config(host: str, port: int, **extra: Any) -> uvicorn.Config:
+def config(host: str, port: int) -> uvicorn.Config:
     from django.conf import settings
 
     from elicit_hub.asgi import django_asgi_app
@@ -93,7 +92,6 @@ def config(host: str, port: int, **extra: Any) -> uvicorn.Config:
         access_log=False,  # the proxy's log is the place for paths
         timeout_graceful_shutdown=5,
         backlog=2048,
-        **extra,
     )
 
 
