@@ -95,6 +95,26 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
     ]
     assert finished == [], finished
 
+    # A claim sets on the call (the round) what its UPDATE wrote: nothing claimed is read back.
+    for queries, claim, table in (
+        (
+            first.captured_queries,
+            'UPDATE "approvals_toolcall" SET "status" = \'running\'',
+            "approvals_toolcall",
+        ),
+        (retry.captured_queries, 'UPDATE "approvals_round" SET "status" = \'sending\'', "approvals_round"),
+    ):
+        sqls = [q["sql"] for q in queries]
+        at = next(i for i, sql in enumerate(sqls) if sql.startswith(claim))
+        assert not sqls[at + 1].startswith("SELECT") or f'FROM "{table}"' not in sqls[at + 1], sqls[at + 1]
+
+    # After letting go of the call's lock, a send looks once for a round answered meanwhile; not once the
+    # call has ended.
+    for queries, looks in ((first.captured_queries, 1), (retry.captured_queries, 0)):
+        sqls = [q["sql"] for q in queries]
+        unlock = next(i for i, sql in enumerate(sqls) if sql.startswith("SELECT pg_advisory_unlock"))
+        assert len(sqls[unlock + 1 :]) == looks, sqls[unlock + 1 :]
+
     # The round's number: the last one is read once, for the limit on rounds and the new round's number.
     numbers = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."number"')]
     assert len(numbers) == 1, numbers

@@ -31,14 +31,14 @@ import anyio
 import anyio.to_thread
 from django.conf import settings
 from django.db import connection, connections, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
-from approvals.prepared import PreparedRead, refresh
+from approvals.prepared import PreparedRead
 from approvals.services.calls import call_finish
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, last_round_number, notify_holders, round_open
@@ -202,30 +202,39 @@ def _claim(call_id: Any) -> Send | None:
             held = call.status == ToolCall.Status.RUNNING and call.attempts > 0
             if not held and not gate_at_send(call):
                 return None  # the approval no longer matches the call: a new gate is open
+            # The values the UPDATE writes are set on the call as they are, not read back. Only a send
+            # changes `attempts`, under the lock this task holds: the count read above is the row's.
+            claim = {
+                "status": ToolCall.Status.RUNNING,
+                "attempts": call.attempts + 1,
+                "updated_at": now,
+                "started_at": call.started_at or now,
+            }
             claimed = ToolCall.objects.filter(
-                pk=call.pk, status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING]
-            ).update(
-                status=ToolCall.Status.RUNNING,
-                attempts=F("attempts") + 1,
-                updated_at=now,
-                started_at=call.started_at or now,
-            )
+                pk=call.pk,
+                status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING],
+                attempts=call.attempts,
+            ).update(**claim)
             if not claimed:
                 return None
-            # Only what the UPDATE changed: a full refresh would drop the server read with the call.
-            refresh(call, ["status", "attempts", "updated_at", "started_at"])
+            for field, value in claim.items():
+                setattr(call, field, value)
             return Send(call, None, redelivered=held)
         held = rnd.status == Round.Status.SENDING
+        claim = {
+            "status": Round.Status.SENDING,
+            "send_attempts": rnd.send_attempts + 1,
+            "send_started_at": rnd.send_started_at or now,
+        }
         claimed = Round.objects.filter(
-            pk=rnd.pk, status__in=[Round.Status.READY, Round.Status.SENDING]
-        ).update(
-            status=Round.Status.SENDING,
-            send_attempts=F("send_attempts") + 1,
-            send_started_at=rnd.send_started_at or now,
-        )
+            pk=rnd.pk,
+            status__in=[Round.Status.READY, Round.Status.SENDING],
+            send_attempts=rnd.send_attempts,
+        ).update(**claim)
         if not claimed:
             return None
-        refresh(rnd, ["status", "send_attempts", "send_started_at"])
+        for field, value in claim.items():
+            setattr(rnd, field, value)
         # A re-send (not one the outcome-unknown rule stops: that ends the call instead).
         if rnd.send_attempts > 1 and (not held or safe_to_resend(call)):
             audit.record(
@@ -282,8 +291,8 @@ def call_send(*, call_id: Any) -> float | None:
             if not acquired:
                 # Another task is sending this call; when it lets go it looks for an answer that came since.
                 return None
-            countdown = _send_claimed(call_id)
-        if countdown is not None or not _answered_meanwhile(call_id):
+            countdown, ended = _send_claimed(call_id)
+        if countdown is not None or ended or not _answered_meanwhile(call_id):
             return countdown
     return None
 
@@ -302,18 +311,19 @@ _READY_RETRY = PreparedRead(
 )
 
 
-def _send_claimed(call_id: Any) -> float | None:
+def _send_claimed(call_id: Any) -> tuple[float | None, bool]:
     """`call_send`'s work under the call's lock: claim, send, apply; again while the server answers with
-    state only."""
+    state only. Returns a countdown when the send should be retried later, and whether the call ended here
+    (then no answer can have come for it meanwhile)."""
     while True:
         send = _claim(call_id)
         if send is None:
-            return None
+            return None, False
         # _claim only yields hub-driven calls, and the database refuses one of those without a server.
         assert send.call.server is not None
         if send.redelivered and not safe_to_resend(send.call):
             _fail_unknown(send, "the hub stopped while sending this call")
-            return None
+            return None, True
         try:
             outcome = mcp_client.run(
                 mcp_client.call_tool(
@@ -332,18 +342,21 @@ def _send_claimed(call_id: Any) -> float | None:
         except mcp_client.TransientError as exc:
             if exc.may_have_run and not safe_to_resend(send.call):
                 _fail_unknown(send, exc.message)
-                return None
-            return _transient(send, exc)
+                return None, True
+            countdown = _transient(send, exc)
+            return countdown, countdown is None
         except mcp_client.PermanentError as exc:
             # What the failure says about the server first: a refused stateless request re-probes it.
             server_after_send(send.call.server, send.call.tool, error=exc)
-            if not _moved_to_session(send, exc):
-                _fail(send, exc)
-            return None
+            if _moved_to_session(send, exc):
+                return None, False
+            _fail(send, exc)
+            return None, True
         # Before the answer is applied: a round routes on the tool's annotations in the stored list.
         server_after_send(send.call.server, send.call.tool, outcome=outcome)
         if not _apply(send, outcome, received_at=timezone.now()):
-            return None
+            # call_finish sets the final status on the call it was given.
+            return None, send.call.is_final
 
 
 def _moved_to_session(send: Send, exc: mcp_client.McpError) -> bool:
