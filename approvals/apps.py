@@ -6,9 +6,6 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Elicit Hub approvals"
 
     def ready(self) -> None:
-        from elicit_hub import dbpool
-
-        dbpool.install()
         from approvals import (
             checks,  # noqa: F401  (registers the system checks)
             throttling,  # noqa: F401  (counts failed sign-ins)

@@ -185,9 +185,6 @@ if ELICIT_DB_POOL_MAX:
         "max_size": ELICIT_DB_POOL_MAX,
         "timeout": ELICIT_DB_POOL_TIMEOUT,
     }
-# The pool checks a connection as it hands it out, unless it passed that check less than this many ms ago
-# (elicit_hub.dbpool); 0 checks it every time.
-ELICIT_DB_RECHECK_AFTER_MS = env_int("ELICIT_DB_RECHECK_AFTER_MS", 500)
 # Server-side parameter binding: a statement's text no longer holds its values, so psycopg prepares the
 # statements a pooled connection runs again and again (after ELICIT_DB_PREPARE_THRESHOLD runs) and
 # PostgreSQL stops planning them anew (the inbox's joins took longer to plan than to run). Off (0) behind a
