@@ -417,6 +417,17 @@ class ToolCall(models.Model):
     on_behalf_of = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The remembered grant that let the call through its gate rule at submit; checked again before the first
+    # send (gates.gate_at_send). No constraint: a grant deleted since must stop the call, not clear the link.
+    grant = models.ForeignKey(
+        "Grant",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (NULL: none given)
     callback_url = models.URLField(max_length=500, blank=True)

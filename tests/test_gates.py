@@ -16,6 +16,7 @@ from django.utils import timezone
 from approvals.models import (
     AuditEvent,
     Gate,
+    Grant,
     InputRequest,
     Membership,
     Policy,
@@ -24,7 +25,7 @@ from approvals.models import (
     Team,
     ToolCall,
 )
-from approvals.services import calls, gate_decisions, gates, sending, servers, tokens
+from approvals.services import calls, gate_decisions, gates, grants, sending, servers, tokens
 from tests import demo_support, factories
 from tests.hub import Hub, Reviewer, set_up_hub
 from tests.live import wait_until
@@ -278,6 +279,96 @@ def test_an_approval_matching_the_call_is_used_once(gated: dict[str, Any]) -> No
     other = submit(gated)
     assert other.status == ToolCall.Status.AWAITING_INPUT
     assert Gate.objects.get(call=other).status == Gate.Status.OPEN
+
+
+SAME_AGAIN = {"for": "8h", "arguments": "exact"}
+
+
+def granted_call(gated: dict[str, Any]) -> ToolCall:
+    """A call a remembered grant let through: the first call is approved with "allow the same again", and the
+    second, with the same arguments, passes its gate rule without a person."""
+    first = submit(gated)
+    gate_decisions.gate_decide(
+        input_request_id=gate_request(first).pk, user=gated["alice"], decision="approve", grant=SAME_AGAIN
+    )
+    call = submit(gated)
+    assert call.status == ToolCall.Status.QUEUED
+    assert not Gate.objects.filter(call=call).exists()
+    assert call.grant_id == Grant.objects.get().pk
+    return call
+
+
+def test_a_granted_call_whose_grant_still_covers_it_is_sent(gated: dict[str, Any]) -> None:
+    call = granted_call(gated)
+    send = sending._claim(call.pk)
+    assert send is not None and send.round is None  # the first tools/call may go
+    assert not Gate.objects.filter(call=call).exists()
+    assert not AuditEvent.objects.filter(call_id=call.pk, verb="gate.grant_lapsed").exists()
+
+
+def test_a_grant_revoked_before_the_send_stops_the_call_at_a_gate(gated: dict[str, Any]) -> None:
+    call = granted_call(gated)
+    grants.revoke(grant=Grant.objects.get(), by=gated["alice"])
+
+    assert sending._claim(call.pk) is None  # what the worker does next: nothing is sent
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.AWAITING_INPUT and call.attempts == 0
+    gate = Gate.objects.get(call=call)
+    assert gate.status == Gate.Status.OPEN
+    lapsed = AuditEvent.objects.get(call_id=call.pk, verb="gate.grant_lapsed")
+    assert lapsed.data["reason"].startswith("the grant that let it through was revoked by alice")
+    opened = AuditEvent.objects.get(call_id=call.pk, verb="gate.opened")
+    assert opened.data["reopened_because"] == lapsed.data["reason"]
+
+    # A person approves it: it goes, once, on that approval.
+    gate_decisions.gate_decide(input_request_id=gate_request(call).pk, user=gated["bob"], decision="approve")
+    send = sending._claim(call.pk)
+    assert send is not None and send.round is None
+    assert Gate.objects.get(call=call).status == Gate.Status.USED
+
+
+def test_a_grant_expired_or_deleted_before_the_send_stops_the_call(gated: dict[str, Any]) -> None:
+    expired = granted_call(gated)
+    grant = Grant.objects.get()
+    Grant.objects.filter(pk=grant.pk).update(
+        created_at=timezone.now() - timedelta(hours=9), expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert sending._claim(expired.pk) is None
+    assert (
+        "was expired at"
+        in AuditEvent.objects.get(call_id=expired.pk, verb="gate.grant_lapsed").data["reason"]
+    )
+
+    Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() + timedelta(hours=1))
+    deleted = submit(gated)
+    assert deleted.grant_id == grant.pk
+    grant.delete()
+    assert sending._claim(deleted.pk) is None
+    reason = AuditEvent.objects.get(call_id=deleted.pk, verb="gate.grant_lapsed").data["reason"]
+    assert reason == "the grant that let it through was deleted"
+    assert Gate.objects.get(call=deleted).status == Gate.Status.OPEN
+
+
+def test_a_tool_changed_since_the_grant_stops_the_call(gated: dict[str, Any]) -> None:
+    call = granted_call(gated)
+    server = gated["server"]
+    tools = [{**server.tools[0], "description": "Delete a bucket and its backups."}]
+    type(server).objects.filter(pk=server.pk).update(tools=tools)
+
+    assert sending._claim(call.pk) is None
+    reason = AuditEvent.objects.get(call_id=call.pk, verb="gate.grant_lapsed").data["reason"]
+    assert reason == "the tool's definition changed on the server since the grant let it through"
+    assert Gate.objects.get(call=call).status == Gate.Status.OPEN
+
+
+def test_a_lapsed_grant_with_no_gate_rule_left_lets_the_call_go(gated: dict[str, Any]) -> None:
+    call = granted_call(gated)
+    grants.revoke(grant=Grant.objects.get(), by=gated["alice"])
+    gated["rule"].delete()
+    send = sending._claim(call.pk)
+    assert send is not None and send.round is None
+    assert AuditEvent.objects.filter(call_id=call.pk, verb="gate.grant_lapsed").exists()
+    assert not Gate.objects.filter(call=call).exists()
 
 
 def test_no_self_approval_and_two_of_two(gated: dict[str, Any]) -> None:

@@ -375,6 +375,30 @@ def test_find_inside_a_transaction_locks_the_grant_against_a_racing_revoke(world
             assert cursor.fetchone()[0] == 1
 
 
+def test_lapsed_locks_the_grant_against_a_racing_revoke_and_says_why_it_lapsed(world) -> None:
+    grant = grant_for(world, EXACT)
+    call = a_call(world)
+    grants.use(grant, call)
+    assert call.grant_id == grant.pk
+    with transaction.atomic():
+        assert grants.lapsed(call=call, tool_digest=TOOL_DIGEST) is None
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE c.relname = 'approvals_grant' AND l.mode = 'RowShareLock' AND l.pid = pg_backend_pid()"
+            )
+            assert cursor.fetchone()[0] == 1
+    assert grants.lapsed(call=call, tool_digest="b" * 64) == (
+        "the tool's definition changed on the server since the grant let it through"
+    )
+    grants.revoke(grant=grant, by=world.bob)
+    assert grants.lapsed(call=call, tool_digest=TOOL_DIGEST).startswith(
+        "the grant that let it through was revoked by bob"
+    )
+
+
 def test_a_reviewer_of_the_team_revokes_and_it_is_audited(world) -> None:
     grant = grant_for(world, ON_PRODUCTION)
     grants.revoke(grant=grant, by=world.bob)

@@ -45,6 +45,7 @@ VERBS: tuple[str, ...] = (
     "gate.used",
     # Remembered grants, and the gated calls they let through
     "gate.granted",
+    "gate.grant_lapsed",
     "grant.created",
     "grant.revoked",
     # Holder processes (handshake-era and stdio sessions)

@@ -12,7 +12,9 @@ tool definition the hub holds (listed again first when older than `SEND_FRESHNES
 approval is used, once. Different: the approval is voided (``gate.voided``, with the reason) and a new gate
 opens for the call as it now is.
 
-Remembered grants (``approvals.services.grants``, when installed) let a call through without a person.
+Remembered grants (``approvals.services.grants``, when installed) let a call through without a person. Before
+such a call's first send the grant is checked again: revoked, expired or deleted since, or the tool's
+definition changed, and a gate opens for the call (``gate.grant_lapsed``).
 """
 
 from __future__ import annotations
@@ -355,13 +357,40 @@ _LATEST_GATE_LOCKED = PreparedRead(
 )
 
 
+def _grant_at_send(call: ToolCall) -> bool:
+    """`gate_at_send` for a call a remembered grant let through at submit: True while the grant still covers
+    it. Else (``gate.grant_lapsed``, with the reason) a gate opens for it, as when an approval is voided."""
+    grants = _grants()
+    digest = canonical.digest(tool_definition(call.server, call.tool))
+    reason = (
+        "remembered grants are no longer installed"
+        if grants is None
+        else grants.lapsed(call=call, tool_digest=digest)
+    )
+    if reason is None:
+        return True
+    audit.record(
+        actor=SYSTEM,
+        verb="gate.grant_lapsed",
+        call=call,
+        data={"grant": str(call.grant_id), "server": call.server_slug, "tool": call.tool, "reason": reason},
+    )
+    rule, explanation = gate_rule(call)
+    if rule is None:
+        return True  # no gate rule asks for this call any more: it goes as it is
+    gate_open(call=call, rule=rule, explanation=explanation, why=reason)
+    return False
+
+
 def gate_at_send(call: ToolCall) -> bool:
     """Just before a gated call's first ``tools/call`` leaves, inside the claiming transaction: True when it
     may go. The approval is used once; a call that differs from what was approved (the tool's definition,
     the rule's or policy's revision, the arguments) voids it and opens a new gate (False)."""
     gate = _LATEST_GATE_LOCKED.first(call=call.pk)
+    if gate is None and call.grant_id is not None:
+        return _grant_at_send(call)
     if gate is None or gate.status == Gate.Status.USED:
-        return True  # never gated (or let through by a grant); USED: the same send, retried before it left
+        return True  # never gated; USED: the same send, retried before it left
     if gate.status != Gate.Status.APPROVED:
         return False
     now = timezone.now()

@@ -84,8 +84,34 @@ def find(*, call: ToolCall, tool_digest: str) -> Grant | None:
     return next((grant for grant in candidates if covers(grant, arguments)), None)
 
 
+def lapsed(*, call: ToolCall, tool_digest: str) -> str | None:
+    """Just before the first send of a call a grant let through (inside the claiming transaction): None while
+    that grant still covers it, else why not (revoked, expired or deleted since; the tool's definition, as the
+    hub holds it now, is not the one granted).
+
+    The grant is locked until the send is claimed, so a revoke racing the send waits for it: a call that went
+    was sent before the grant was revoked, and one claimed after stops at a gate."""
+    if call.grant_id is None:
+        return "no grant let it through"
+    grant = (
+        Grant.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("revoked_by")
+        .filter(pk=call.grant_id)
+        .first()
+    )
+    if grant is None:
+        return "the grant that let it through was deleted"
+    if grant.state() != "active":
+        return f"the grant that let it through was {describe_end(grant)}"
+    if grant.tool_digest != tool_digest:
+        return "the tool's definition changed on the server since the grant let it through"
+    if not covers(grant, call.arguments if isinstance(call.arguments, dict) else {}):
+        return "the grant that let it through no longer covers its arguments"
+    return None
+
+
 def use(grant: Grant, call: ToolCall) -> None:
-    """Record that ``grant`` let ``call`` through: its use count, and ``gate.granted`` on the call.
+    """Record that ``grant`` let ``call`` through: its use count, the grant on the call, and ``gate.granted``.
 
     Raises Conflict when the grant was revoked or expired since ``find`` (outside a transaction only)."""
     now = timezone.now()
@@ -95,6 +121,9 @@ def use(grant: Grant, call: ToolCall) -> None:
             raise Conflict(
                 "This grant was revoked or expired; the call needs a person.", code="grant_inactive"
             )
+        # The call remembers its grant: the first send checks it again (`lapsed`).
+        ToolCall.objects.filter(pk=call.pk).update(grant=grant)
+        call.grant = grant
         audit.record(
             actor=Actor.system(),
             verb="gate.granted",
