@@ -307,7 +307,7 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
             decision=decision,
             arguments=arguments,
             reason=request.POST.get("reason", ""),
-            # The grant fields are in the approve form only: a form without a chosen grant carries none.
+            # The approve and edit forms carry the grant fields; one without a chosen grant carries none.
             grant=request.POST if gates.grants_installed() and request.POST.get(grants.FIELD_FOR) else None,
         )
     except Conflict as exc:
@@ -326,6 +326,12 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
             status=422,
         )
     except ServiceError as exc:
+        # Refused before anything was decided (a grant that cannot be made, say): the edit is kept.
+        if decision == "edit" and editor == "form":
+            form = answer_form(schema, tz=tz, data=request.POST)
+            return _gate_page(request, ir, form=form, error=exc.message, status=exc.status)
+        if decision == "edit":
+            return _gate_page(request, ir, json_text=json_text or "", error=exc.message, status=exc.status)
         return _gate_page(request, ir, error=exc.message, status=exc.status)
     ir.refresh_from_db()
     values = {"server": ir.round.call.server_name, "tool": ir.round.call.tool}

@@ -387,3 +387,66 @@ def test_conditions_that_miss_the_edited_arguments_make_no_grant_and_say_so(gate
         )
     assert raised.value.message.startswith("No grant was made")
     assert not Grant.objects.exists()
+    # Checked before deciding: nothing was approved, and the call keeps its arguments.
+    ir.refresh_from_db()
+    assert ir.status == "pending"
+    assert ir.round.call.arguments == {"bucket": "logs"}
+
+
+def test_editing_in_the_browser_with_a_grant_grants_the_edited_arguments(gated) -> None:
+    from approvals.models import ToolCall
+
+    call = submit_wipe(gated, "logs")
+    ir = pending_gate(call)
+    client = signed_in(gated.alice)
+    page = client.get(f"/requests/{ir.pk}/").content.decode()
+    edit_form = page[page.index('id="gate-edit-form"') :]
+    edit_form = edit_form[: edit_form.index("</form>")]
+    assert 'name="grant_for"' in edit_form and 'id="edit-grant-for-8h"' in edit_form
+    assert page.count('id="grant-for-8h"') == 1  # the approve form's, apart from the edit form's
+    response = client.post(
+        f"/requests/{ir.pk}/decide/",
+        {
+            "decision": "edit",
+            "editor": "form",
+            "f-bucket": "tmp",
+            "grant_for": "8h",
+            "grant_arguments": "exact",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    call.refresh_from_db()
+    assert call.arguments == {"bucket": "tmp"}
+    made = Grant.objects.get()
+    assert made.arguments == {"bucket": "tmp"} and made.granted_by == gated.alice
+
+    again = submit_wipe(gated, "tmp")  # what was sent, edited, goes through next time
+    assert pending_gate(again) is None and again.status == ToolCall.Status.QUEUED
+    asked = submit_wipe(gated, "logs")  # what was asked, and not approved, still stops
+    assert pending_gate(asked) is not None
+
+
+def test_a_grant_that_misses_the_edit_is_a_readable_page_that_keeps_the_edit_and_decides_nothing(
+    gated,
+) -> None:
+    call = submit_wipe(gated, "logs")
+    ir = pending_gate(call)
+    response = signed_in(gated.alice).post(
+        f"/requests/{ir.pk}/decide/",
+        {
+            "decision": "edit",
+            "editor": "form",
+            "f-bucket": "tmp",
+            "grant_for": "1h",
+            "grant_arguments": "conditions",
+            "grant_condition": '{"argument": "bucket", "op": "==", "value": "logs"}',
+        },
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "its conditions do not hold for the approved arguments" in html
+    assert 'value="tmp"' in html  # the reviewer's edit, kept
+    ir.refresh_from_db()
+    call.refresh_from_db()
+    assert ir.status == "pending" and call.arguments == {"bucket": "logs"}
+    assert not Grant.objects.exists()

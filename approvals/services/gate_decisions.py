@@ -66,6 +66,10 @@ def gate_decide(
             raise Invalid(
                 "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
             )
+        if choice is not None:
+            # Before deciding: a grant that could not be made for the arguments approved decides nothing.
+            approved = arguments if decision == "edit" else (ir.params or {}).get("arguments")
+            choice = grants.check_choice(choice, approved)
     action = InputRequest.Action.DECLINE if decision == "decline" else InputRequest.Action.ACCEPT
     # Not one transaction with the grant: a refused answer is audited in its own (answers._refuse).
     ir = answers.input_respond(

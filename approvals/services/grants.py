@@ -235,6 +235,31 @@ def _clean_conditions(conditions: Any) -> list[dict[str, Any]]:
     return cleaned
 
 
+def check_choice(choice: Any, arguments: Any) -> dict[str, Any]:
+    """``choice`` (as `parse_choice` reads it) checked against the arguments it would be made for: an exact
+    grant needs their canonical digest, and a grant on conditions must admit them. Returns the parsed choice;
+    raises Invalid saying why not. Gate decisions call it before deciding, so a refused grant decides
+    nothing."""
+    checked = parse_choice(choice)
+    if checked is None:
+        raise Invalid("No grant was chosen.", code="invalid_grant")
+    approved = arguments if isinstance(arguments, dict) else {}
+    if checked["arguments"] == Grant.Arguments.EXACT:
+        try:
+            canonical.digest(approved)
+        except canonical.CanonicalError as exc:
+            raise Invalid(f"These arguments cannot be granted exactly: {exc}", code="invalid_grant") from None
+    elif not covers(
+        Grant(arguments_mode=Grant.Arguments.CONDITIONS, conditions=checked["conditions"]), approved
+    ):
+        raise Invalid(
+            "No grant was made: its conditions do not hold for the approved arguments.",
+            code="invalid_grant",
+            fields={"grant.conditions": "must hold for the approved arguments"},
+        )
+    return checked
+
+
 def create_from_approval(
     *,
     approver: Any,
@@ -249,9 +274,7 @@ def create_from_approval(
     ``arguments`` are the approved ones (after any edit; the call's own by default): an exact grant covers
     them, and a grant on conditions must admit them. ``team`` is the team whose gate was approved (by default
     the team the call's latest request was routed to, else the server's default team)."""
-    checked = parse_choice(choice)
-    if checked is None:
-        raise Invalid("No grant was chosen.", code="invalid_grant")
+    checked = check_choice(choice, call.arguments if arguments is None else arguments)
     if call.agent_id is None or call.server_id is None:
         raise Invalid("Only a hub-driven call of a known agent can be granted again.", code="invalid_grant")
     approved = call.arguments if arguments is None else arguments
@@ -276,19 +299,10 @@ def create_from_approval(
         expires_at=now + duration if duration else None,
     )
     if checked["arguments"] == Grant.Arguments.EXACT:
-        try:
-            grant.arguments_digest = canonical.digest(approved)
-        except canonical.CanonicalError as exc:
-            raise Invalid(f"These arguments cannot be granted exactly: {exc}", code="invalid_grant") from None
+        grant.arguments_digest = canonical.digest(approved)
         grant.arguments = approved
     else:
         grant.conditions = checked["conditions"]
-        if not covers(grant, approved):
-            raise Invalid(
-                "No grant was made: its conditions do not hold for the approved arguments.",
-                code="invalid_grant",
-                fields={"grant.conditions": "must hold for the approved arguments"},
-            )
     with transaction.atomic():
         grant.save(force_insert=True)
         audit.record(

@@ -7,12 +7,13 @@ Redis; the agent is a REST client over real HTTP."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from approvals.models import AuditEvent, Grant
-from tests.browser.test_gates_browser import EDITED, TOOL, RestAgent, gated_hub, sent
+from tests.browser.test_gates_browser import ASKED, EDITED, TOOL, RestAgent, gated_hub, sent
 from tests.hub import Hub
 
 __all__ = ["gated_hub"]  # a fixture, used by name
@@ -30,10 +31,11 @@ def test_a_grant_made_in_the_browser_lets_the_same_call_through_until_it_is_revo
     item = gated_hub.reviewer.wait_for_request(first, "gate")
     page = new_page("alice")
     page.goto(f"/requests/{item['id']}/")
-    page.get_by_text("Also allow the same again…").click()
-    page.get_by_label("For 8 hours").check()
-    assert page.get_by_label("Exactly these arguments").is_checked()
-    page.get_by_role("button", name="Approve and send as asked").click()
+    approve = page.locator("#gate-approve")
+    approve.get_by_text("Also allow the same again…").click()
+    approve.get_by_label("For 8 hours").check()
+    assert approve.get_by_label("Exactly these arguments").is_checked()
+    approve.get_by_role("button", name="Approve and send as asked").click()
     page.wait_for_url("**/")
     assert agent.wait(first)["status"] == "completed"
     grant = Grant.objects.get()
@@ -58,3 +60,34 @@ def test_a_grant_made_in_the_browser_lets_the_same_call_through_until_it_is_revo
     after = agent.call(TOOL, STAGING)
     assert gated_hub.reviewer.wait_for_request(after, "gate")["gate"]["arguments"] == STAGING
     assert len(sent(demo_server.url)) == 2
+
+
+def test_a_grant_made_with_an_edit_in_the_browser_covers_the_edited_arguments(
+    gated_hub: Hub, demo_server: Any, web: Any, new_page: Any
+) -> None:
+    agent = RestAgent(web, gated_hub)
+    first = agent.call(TOOL, ASKED)
+    item = gated_hub.reviewer.wait_for_request(first, "gate")
+    page = new_page("alice")
+    page.goto(f"/requests/{item['id']}/")
+    page.get_by_text("Edit the arguments…").click()
+    edit = page.locator("#gate-edit-form")
+    editor = edit.locator("#arguments-json")
+    if editor.count():
+        editor.fill(json.dumps(EDITED, indent=2))
+    else:
+        edit.get_by_label("Environment").fill("staging")
+    edit.get_by_text("Also allow the same again…").click()
+    edit.get_by_label("For 1 hour").check()
+    assert edit.get_by_label("Exactly these arguments").is_checked()
+    edit.get_by_role("button", name="Approve and send these arguments").click()
+    page.wait_for_url("**/")
+    assert agent.wait(first)["status"] == "completed"
+    assert Grant.objects.get().arguments == EDITED
+
+    again = agent.call(TOOL, EDITED)  # what was approved, as edited: through without anyone
+    done = agent.wait(again)
+    assert done["status"] == "completed" and done["gate"] is None
+    assert sent(demo_server.url) == [EDITED, EDITED]
+    asked = agent.call(TOOL, ASKED)  # what was asked and not approved: stops for a person
+    assert gated_hub.reviewer.wait_for_request(asked, "gate")["gate"]["arguments"] == ASKED
