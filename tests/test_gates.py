@@ -369,6 +369,10 @@ def test_a_lapsed_grant_with_no_gate_rule_left_lets_the_call_go(gated: dict[str,
     assert send is not None and send.round is None
     assert AuditEvent.objects.filter(call_id=call.pk, verb="gate.grant_lapsed").exists()
     assert not Gate.objects.filter(call=call).exists()
+    # A transient fault releases the claim; the retry of the send does not check (or audit) the grant again.
+    ToolCall.objects.filter(pk=call.pk).update(status=ToolCall.Status.QUEUED)
+    assert sending._claim(call.pk) is not None
+    assert AuditEvent.objects.filter(call_id=call.pk, verb="gate.grant_lapsed").count() == 1
 
 
 def test_no_self_approval_and_two_of_two(gated: dict[str, Any]) -> None:

@@ -377,7 +377,11 @@ def _grant_at_send(call: ToolCall) -> bool:
     )
     rule, explanation = gate_rule(call)
     if rule is None:
-        return True  # no gate rule asks for this call any more: it goes as it is
+        # No gate rule asks for this call any more: it goes as it is, and a later retry of this send (a
+        # transient fault) does not check the lapsed grant, nor audit it, again.
+        ToolCall.objects.filter(pk=call.pk).update(grant=None)
+        call.grant = None
+        return True
     gate_open(call=call, rule=rule, explanation=explanation, why=reason)
     return False
 
