@@ -596,6 +596,24 @@ def test_the_holder_checks_the_approval_before_its_first_send(gated: dict[str, A
     ]
 
 
+def test_the_holder_checks_a_grant_before_its_first_send(gated: dict[str, Any]) -> None:
+    from approvals.models import McpServer
+    from approvals.services import holding
+
+    McpServer.objects.filter(pk=gated["server"].pk).update(era=McpServer.Era.HANDSHAKE)
+    holder = holding.holder_start(name="test-holder")
+    call = granted_call(gated)
+    grants.revoke(grant=Grant.objects.get(), by=gated["alice"])
+    assert str(call.pk) in holding.holder_claim(holder_id=holder, limit=5)  # with the approved first call
+
+    assert not holding.held_sending(call_id=call.pk, holder_id=holder)  # the grant lapsed: not sent
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.AWAITING_INPUT and call.holder_id is None
+    assert call.started_at is None  # nothing left the hub
+    assert Gate.objects.get(call=call).status == Gate.Status.OPEN
+    assert AuditEvent.objects.filter(call_id=call.pk, verb="gate.grant_lapsed").count() == 1
+
+
 def test_the_gateway_reads_a_decline_to_the_agent() -> None:
     from approvals.gateway import catalog
     from approvals.gateway.server import final_result
