@@ -266,6 +266,28 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     return redirect("approvals:queue")
 
 
+def _gate_edit_again(
+    request: HttpRequest,
+    ir: InputRequest,
+    editor: str,
+    json_text: str | None,
+    error: str,
+    status: int,
+    *,
+    fields: dict[str, str] | None = None,
+) -> HttpResponse:
+    """The gate page again after a refused decision, with the reviewer's edit as they sent it (the form's
+    values, or their JSON) and what was wrong with it (`fields`)."""
+    if editor == "form":
+        form = answer_form(
+            ir.form_schema, tz=request.POST.get(TZ_FIELD, ""), data=request.POST, errors=fields
+        )
+        return _gate_page(request, ir, form=form, error=error, status=status)
+    return _gate_page(
+        request, ir, json_text=json_text or "", edit_errors=fields or {}, error=error, status=status
+    )
+
+
 @login_required
 @require_POST
 def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
@@ -314,24 +336,11 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
         ir.refresh_from_db()
         return _gate_page(request, ir, notice=exc.message, status=409)
     except AnswerInvalid as exc:
-        if editor == "form":
-            form = answer_form(schema, tz=tz, data=request.POST, errors=exc.fields)
-            return _gate_page(request, ir, form=form, error=exc.message, status=422)
-        return _gate_page(
-            request,
-            ir,
-            json_text=json_text or "",
-            edit_errors=exc.fields or {},
-            error=exc.message,
-            status=422,
-        )
+        return _gate_edit_again(request, ir, editor, json_text, exc.message, 422, fields=exc.fields)
     except ServiceError as exc:
         # Refused before anything was decided (a grant that cannot be made, say): the edit is kept.
-        if decision == "edit" and editor == "form":
-            form = answer_form(schema, tz=tz, data=request.POST)
-            return _gate_page(request, ir, form=form, error=exc.message, status=exc.status)
         if decision == "edit":
-            return _gate_page(request, ir, json_text=json_text or "", error=exc.message, status=exc.status)
+            return _gate_edit_again(request, ir, editor, json_text, exc.message, exc.status)
         return _gate_page(request, ir, error=exc.message, status=exc.status)
     ir.refresh_from_db()
     values = {"server": ir.round.call.server_name, "tool": ir.round.call.tool}

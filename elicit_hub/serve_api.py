@@ -1,10 +1,11 @@
 """Serve the hub's HTTP requests under uvicorn: `python -m elicit_hub.serve_api [--host H] [--port P]`.
 
 The same Django application Daphne serves (``elicit_hub.asgi``), HTTP only, with uvicorn's C parser
-(httptools) and event loop (uvloop). Measured against Daphne per request, it spends a quarter to a third
-less CPU (``docs/performance.md``, ninth pass): Twisted parses HTTP in Python and Daphne adds a hand-off
-per request. Behind the reverse proxy, /api/ goes here and the websockets (/ws/) stay on Daphne, the
-Channels project's server (README, "Running more than one process"); `make run` starts one of each.
+(httptools) and event loop (uvloop). Measured against Daphne per request, it spends 10-20 % less CPU, a
+quarter to a third on a quieter machine (``docs/performance.md``, ninth pass): Twisted parses HTTP in
+Python and Daphne adds a hand-off per request. Behind the reverse proxy, /api/ goes here and the
+websockets (/ws/) stay on Daphne, the Channels project's server (README, "Running more than one
+process"); `make run` starts one of each.
 
 At the door, as ``elicit_hub.serve`` does for Daphne:
 - a body over ELICIT_MAX_BODY is refused before it is stored (``elicit_hub.door.BodyLimit``);

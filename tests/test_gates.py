@@ -284,6 +284,12 @@ def test_an_approval_matching_the_call_is_used_once(gated: dict[str, Any]) -> No
 SAME_AGAIN = {"for": "8h", "arguments": "exact"}
 
 
+def lapsed_reason(call: ToolCall) -> str:
+    """Claim the call's first send, which its lapsed grant stops: the reason audited."""
+    assert sending._claim(call.pk) is None  # what the worker does next: nothing is sent
+    return str(AuditEvent.objects.get(call_id=call.pk, verb="gate.grant_lapsed").data["reason"])
+
+
 def granted_call(gated: dict[str, Any]) -> ToolCall:
     """A call a remembered grant let through: the first call is approved with "allow the same again", and the
     second, with the same arguments, passes its gate rule without a person."""
@@ -333,19 +339,13 @@ def test_a_grant_expired_or_deleted_before_the_send_stops_the_call(gated: dict[s
     Grant.objects.filter(pk=grant.pk).update(
         created_at=timezone.now() - timedelta(hours=9), expires_at=timezone.now() - timedelta(seconds=1)
     )
-    assert sending._claim(expired.pk) is None
-    assert (
-        "was expired at"
-        in AuditEvent.objects.get(call_id=expired.pk, verb="gate.grant_lapsed").data["reason"]
-    )
+    assert "was expired at" in lapsed_reason(expired)
 
     Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() + timedelta(hours=1))
     deleted = submit(gated)
     assert deleted.grant_id == grant.pk
     grant.delete()
-    assert sending._claim(deleted.pk) is None
-    reason = AuditEvent.objects.get(call_id=deleted.pk, verb="gate.grant_lapsed").data["reason"]
-    assert reason == "the grant that let it through was deleted"
+    assert lapsed_reason(deleted) == "the grant that let it through was deleted"
     assert Gate.objects.get(call=deleted).status == Gate.Status.OPEN
 
 
@@ -355,9 +355,7 @@ def test_a_tool_changed_since_the_grant_stops_the_call(gated: dict[str, Any]) ->
     tools = [{**server.tools[0], "description": "Delete a bucket and its backups."}]
     type(server).objects.filter(pk=server.pk).update(tools=tools)
 
-    assert sending._claim(call.pk) is None
-    reason = AuditEvent.objects.get(call_id=call.pk, verb="gate.grant_lapsed").data["reason"]
-    assert reason == "the tool's definition changed on the server since the grant let it through"
+    assert lapsed_reason(call) == "the tool's definition changed on the server since the grant let it through"
     assert Gate.objects.get(call=call).status == Gate.Status.OPEN
 
 

@@ -52,7 +52,11 @@ def covers(grant: Grant, arguments: dict[str, Any]) -> bool:
             return canonical.digest(arguments) == grant.arguments_digest
         except canonical.CanonicalError:
             return False
-    conditions = grant.conditions or []
+    return _conditions_hold(grant.conditions or [], arguments)
+
+
+def _conditions_hold(conditions: list[dict[str, Any]], arguments: dict[str, Any]) -> bool:
+    """Every condition is well formed and holds for the arguments (none: nothing is admitted)."""
     if not conditions:
         return False
     for condition in conditions:
@@ -249,9 +253,7 @@ def check_choice(choice: Any, arguments: Any) -> dict[str, Any]:
             canonical.digest(approved)
         except canonical.CanonicalError as exc:
             raise Invalid(f"These arguments cannot be granted exactly: {exc}", code="invalid_grant") from None
-    elif not covers(
-        Grant(arguments_mode=Grant.Arguments.CONDITIONS, conditions=checked["conditions"]), approved
-    ):
+    elif not _conditions_hold(checked["conditions"], approved):
         raise Invalid(
             "No grant was made: its conditions do not hold for the approved arguments.",
             code="invalid_grant",
@@ -274,12 +276,12 @@ def create_from_approval(
     ``arguments`` are the approved ones (after any edit; the call's own by default): an exact grant covers
     them, and a grant on conditions must admit them. ``team`` is the team whose gate was approved (by default
     the team the call's latest request was routed to, else the server's default team)."""
-    checked = check_choice(choice, call.arguments if arguments is None else arguments)
-    if call.agent_id is None or call.server_id is None:
-        raise Invalid("Only a hub-driven call of a known agent can be granted again.", code="invalid_grant")
     approved = call.arguments if arguments is None else arguments
     if not isinstance(approved, dict):
         approved = {}
+    checked = check_choice(choice, approved)
+    if call.agent_id is None or call.server_id is None:
+        raise Invalid("Only a hub-driven call of a known agent can be granted again.", code="invalid_grant")
     team = team or _team_of(call)
     if team is None:
         raise Invalid("This call is routed to no team, so no team could own a grant.", code="invalid_grant")

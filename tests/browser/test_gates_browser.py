@@ -87,6 +87,15 @@ def gated_call() -> ToolCall:
     return call
 
 
+def edit_to_staging(edit: Any) -> None:
+    """In the open edit form: the arguments become EDITED, in the JSON editor or the schema's form."""
+    editor = edit.locator("#arguments-json")
+    if editor.count():
+        editor.fill(json.dumps(EDITED, indent=2))
+    else:
+        edit.get_by_label("Environment").fill("staging")
+
+
 def edit_and_approve_in_the_browser(new_page: Any, hub: Hub, call: ToolCall) -> None:
     item = hub.reviewer.wait_for_request(str(call.pk), "gate")
     page = new_page("alice")
@@ -97,11 +106,7 @@ def edit_and_approve_in_the_browser(new_page: Any, hub: Hub, call: ToolCall) -> 
     assert "may make destructive changes" in page.locator("[data-tool-claims]").inner_text()
     assert page.locator("[data-digest]").inner_text() == item["gate"]["digest"]
     page.get_by_text("Edit the arguments…").click()
-    editor = page.locator("#arguments-json")
-    if editor.count():
-        editor.fill(json.dumps(EDITED, indent=2))
-    else:
-        page.get_by_label("Environment").fill("staging")
+    edit_to_staging(page.locator("#gate-edit-form"))
     page.get_by_role("button", name="Approve and send these arguments").click()
     page.wait_for_url("**/")
     assert "Approved" in page.content()

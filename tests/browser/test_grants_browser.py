@@ -7,13 +7,20 @@ Redis; the agent is a REST client over real HTTP."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from approvals.models import AuditEvent, Grant
-from tests.browser.test_gates_browser import ASKED, EDITED, TOOL, RestAgent, gated_hub, sent
+from tests.browser.test_gates_browser import (
+    ASKED,
+    EDITED,
+    TOOL,
+    RestAgent,
+    edit_to_staging,
+    gated_hub,
+    sent,
+)
 from tests.hub import Hub
 
 __all__ = ["gated_hub"]  # a fixture, used by name
@@ -72,11 +79,7 @@ def test_a_grant_made_with_an_edit_in_the_browser_covers_the_edited_arguments(
     page.goto(f"/requests/{item['id']}/")
     page.get_by_text("Edit the arguments…").click()
     edit = page.locator("#gate-edit-form")
-    editor = edit.locator("#arguments-json")
-    if editor.count():
-        editor.fill(json.dumps(EDITED, indent=2))
-    else:
-        edit.get_by_label("Environment").fill("staging")
+    edit_to_staging(edit)
     edit.get_by_text("Also allow the same again…").click()
     edit.get_by_label("For 1 hour").check()
     assert edit.get_by_label("Exactly these arguments").is_checked()
