@@ -5,7 +5,8 @@ DEBUG off unless ``--debug``) and nothing else, then sends each request ``--coun
 and prints the process's CPU time (utime + stime from /proc) per request, and the engines' (the embedded
 PostgreSQL and Redis, when they are used) per request:
 
-- ``GET /api/v1/inbox`` as a reviewer with one pending item;
+- ``GET /api/v1/inbox?limit=1`` as a reviewer whose queue holds a backlog: the ``--count`` + 1 pending
+  requests the answer case below answers (so the inbox's cost with a backlog shows with ``--count``);
 - ``GET /api/v1/calls/<id>`` as an agent, for a completed call (``wait=0`` and ``wait=30``: a final call
   answers at once either way);
 - ``POST /api/v1/calls`` as an agent (the call is queued for a worker; none runs here, so it stays queued);

@@ -3,6 +3,7 @@ the page alike), then the page, whose statement is compiled once per shape."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
@@ -14,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import selectors
-from approvals.models import InputRequest, Round
+from approvals.models import InputRequest, Round, ToolCall
 from approvals.services import tokens
 from tests import factories
 
@@ -114,13 +115,67 @@ def test_the_inbox_page_is_planned_once_by_postgresql_not_at_every_read() -> Non
         for _ in range(15):
             page, _ = selectors.inbox_page(rita, limit=50)
             assert [ir.key for ir in page] == ["environment"]
+        # The page's rows with what an item shows (the ten-table join, 3-6 ms to plan); the statement that
+        # chooses the page reads one table and plans in a fraction of a millisecond.
         plans = raw.execute(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-            ['%FROM "approvals_inputrequest"%LIMIT 51'],
+            ['%FROM "approvals_inputrequest"%JOIN "approvals_round"%'],
         ).fetchall()
     assert len(plans) == 1, plans
     generic, _ = plans[0]
     assert generic >= 1, plans
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(node for child in plan.get("Plans", []) for node in _plan_nodes(child))]
+
+
+def test_a_backlog_is_sorted_on_the_requests_alone_and_only_the_page_is_joined() -> None:
+    """A queue with hundreds of pending requests: the page is chosen on the requests' own table, and only its
+    rows are joined with the round, the call, its server, agent and teams. (One statement joined every
+    pending request the reviewer may answer before sorting them and keeping the page: an inbox read cost
+    in proportion to the backlog, 13 ms of PostgreSQL per read at 1,500 pending.)"""
+    rita = factories.user("rita")
+    release, ops = factories.team("release", (rita, "reviewer")), factories.team("ops")
+    server = factories.server("deploy", default_team=release)
+    agent, _ = factories.agent("ci-bot", servers=[server])
+    calls = ToolCall.objects.bulk_create(
+        ToolCall(agent=agent, server=server, tool="deploy", arguments={}, status="awaiting_input")
+        for _ in range(400)
+    )
+    start = timezone.now() - timedelta(hours=1)
+    deadline = timezone.now() + timedelta(hours=1)
+    rounds = Round.objects.bulk_create(Round(call=call, number=1, deadline=deadline) for call in calls)
+    InputRequest.objects.bulk_create(
+        InputRequest(
+            round=rnd,
+            key="environment",
+            message="Pick",
+            requested_schema=factories.ENVIRONMENT_SCHEMA,
+            team=release if i % 2 else ops,
+            created_at=start + timedelta(seconds=i),
+        )
+        for i, rnd in enumerate(rounds)
+    )
+    hers = list(InputRequest.objects.filter(team=release).order_by("created_at").values_list("pk", flat=True))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as queries:
+        page, cursor_ = selectors.inbox_page(rita, limit=20)
+    assert [ir.pk for ir in page] == hers[:20]
+    assert [ir.pk for ir in selectors.inbox_page(rita, limit=20, cursor=cursor_)[0]] == hers[20:40]
+
+    joined = [q["sql"] for q in queries if 'JOIN "approvals_round"' in q["sql"]]
+    assert len(joined) == 1, joined
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + joined[0])
+        plan = cursor.fetchone()[0][0]["Plan"]
+    read = [
+        node["Actual Rows"] * node["Actual Loops"]
+        for node in _plan_nodes(plan)
+        if node.get("Relation Name") == "approvals_inputrequest"
+    ]
+    assert read and sum(read) <= 20, read  # the page's rows, not the 200 pending ones that are hers
 
 
 def test_only_a_plain_word_is_written_into_a_statement() -> None:
