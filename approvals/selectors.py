@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Count, Min, Prefetch, Q, QuerySet
 
 from approvals import safejson
 from approvals.models import AuditEvent, Gate, Grant, InputRequest, Membership, Round, Team, ToolCall
@@ -416,8 +416,25 @@ def _cards(requests: list[InputRequest]) -> list[RoundCard]:
     return list(cards.values())
 
 
-def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "") -> list[RoundCard]:
-    """Rounds with a request this user may answer, oldest first, filtered by server slug, tool and mode."""
+@dataclass
+class Queue:
+    """The queue page: the oldest rounds waiting (at most ELICIT_QUEUE_MAX), and how many wait in all."""
+
+    cards: list[RoundCard]
+    rounds: int  # rounds with a pending request, shown or not
+    pending: int  # pending requests, shown or not
+
+    @property
+    def hidden_pending(self) -> int:
+        return self.pending - sum(len(card.pending) for card in self.cards)
+
+
+def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "", limit: int) -> Queue:
+    """The `limit` rounds with a request this user may answer that have waited longest, oldest first,
+    filtered by server slug, tool and mode; and how many rounds and requests wait in all.
+
+    The rounds are chosen on the requests' own table; only theirs are read with everything a card shows, so
+    a backlog of hundreds costs a count and a sort of narrow rows, not a page of hundreds of cards."""
     pending = answerable_input_requests(user).pending()
     if server:
         pending = pending.filter(round__call__server__slug=server)
@@ -425,11 +442,20 @@ def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "") 
         pending = pending.filter(round__call__tool=tool)
     if mode:
         pending = pending.filter(mode=mode)
-    rounds = pending.values("round_id")
-    requests = _dashboard_requests(user).filter(round_id__in=rounds)
+    totals = pending.aggregate(pending=Count("pk"), rounds=Count("round_id", distinct=True))
+    if not totals["pending"]:
+        return Queue([], 0, 0)
+    oldest = (
+        pending.values("round_id")
+        .annotate(first=Min("created_at"))
+        .order_by("first", "round_id")
+        .values_list("round_id", flat=True)[:limit]
+    )
+    requests = _dashboard_requests(user).filter(round_id__in=list(oldest))
     if mode:
         requests = requests.filter(mode=mode)
-    return sorted(_cards(list(requests)), key=lambda card: (card.items[0].created_at, card.round_id))
+    cards = sorted(_cards(list(requests)), key=lambda card: (card.items[0].created_at, card.round_id))
+    return Queue(cards, totals["rounds"], totals["pending"])
 
 
 def round_card_for_everyone(input_request_ids: Any, *, round_id: int | None = None) -> RoundCard | None:

@@ -74,13 +74,15 @@ def _filters(request: HttpRequest) -> dict[str, str]:
 
 def _queue_context(request: HttpRequest) -> dict[str, Any]:
     filters = _filters(request)
-    cards = selectors.queue_cards(request.user, **filters)
-    ids = [ir.pk for card in cards for ir in card.items]
+    queue = selectors.queue_cards(request.user, **filters, limit=settings.ELICIT_QUEUE_MAX)
+    ids = [ir.pk for card in queue.cards for ir in card.items]
     return {
-        "cards": cards,
+        "cards": queue.cards,
         "filters": filters,
         "viewers": presence.viewers(ids),
-        "pending_count": sum(len(card.pending) for card in cards),
+        "pending_count": queue.pending,
+        "hidden_pending": queue.hidden_pending,
+        "hidden_rounds": queue.rounds - len(queue.cards),
         "me": request.user.get_username(),
     }
 

@@ -483,6 +483,8 @@ ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
 ELICIT_MAX_MCP_RESPONSE = env_int("ELICIT_MAX_MCP_RESPONSE", 16 * 1024 * 1024, minimum=64 * 1024)
 # GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
 ELICIT_INBOX_MAX = env_int("ELICIT_INBOX_MAX", 200, minimum=1)
+# The queue page shows at most this many rounds, those that have waited longest (its count is of all).
+ELICIT_QUEUE_MAX = env_int("ELICIT_QUEUE_MAX", 100, minimum=1)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 

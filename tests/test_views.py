@@ -80,6 +80,31 @@ def test_the_queue_filters_by_server_tool_and_mode(client, world) -> None:
     assert fragment.startswith('<div class="queue-list"') and fragment.count('<article class="card') == 1
 
 
+def test_a_backlog_shows_the_rounds_that_waited_longest_and_counts_them_all(client, world, settings) -> None:
+    """Past ELICIT_QUEUE_MAX rounds the page shows the oldest (a backlog of hundreds was a page of hundreds of
+    cards: 4 s and 2.4 MB at 1,500), counts every pending request, and says that newer ones wait."""
+    settings.ELICIT_QUEUE_MAX = 2
+    asked = [ask(world, keys=("environment", "confirm")), ask(world), ask(world), ask(world)]
+    ask(world, server=world.pager, tool="page_oncall")  # another team's: neither shown nor counted
+    client.force_login(world.alice)
+    html = client.get("/").content.decode()
+    assert "<title>(5) Queue · Elicit Hub</title>" in html
+    assert html.count('<article class="card') == 2
+    assert [f'data-call="{ir.round.call_id}"' in html for ir in asked] == [True, True, False, False]
+    assert 'data-capped data-hidden-pending="2"' in html
+    assert "2 newer rounds wait behind these." in html
+    # Answered, the oldest makes room for the next; the filters reach the others at once.
+    for ir in asked[0].round.input_requests.all():
+        input_respond(input_request_id=ir.pk, user=world.bob, action="cancel")
+    fragment = client.get("/queue/list/").content.decode()
+    assert [f'data-call="{ir.round.call_id}"' in fragment for ir in asked] == [False, True, True, False]
+    assert "1 newer round waits behind these." in fragment
+    settings.ELICIT_QUEUE_MAX = 3
+    fragment = client.get("/queue/list/").content.decode()
+    assert fragment.count('<article class="card') == 3 and "data-capped" not in fragment
+    assert "newer round" not in fragment
+
+
 def test_server_text_is_escaped_direction_neutral_and_never_linked(client, world) -> None:
     ir = ask(world)
     InputRequest.objects.filter(pk=ir.pk).update(

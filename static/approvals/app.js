@@ -173,6 +173,10 @@
         if (!message.pending) fold(card);
         // A progress report redraws the card quietly; only a decision is announced.
         if (message.event !== "round.opened" && message.event !== "call.progress") announce(T.decided);
+      } else if (capped()) {
+        // The page shows only the rounds that waited longest: a newer one, or one decided among those not
+        // shown, changes the counts, which the server gives.
+        resyncSoon();
       } else if (message.pending && matchesFilters(card)) {
         // Oldest first: a new round goes to the end, so nothing moves under the pointer or the focus.
         const list = $("[data-queue-list]", queue);
@@ -214,7 +218,12 @@
       if (Number(card.dataset.pending)) return;
       if (card.contains(document.activeElement)) return; // never pull content from under the focus
       card.classList.add("is-folding");
-      window.setTimeout(() => { card.remove(); updateCount(); ensureEmpty(); }, 450);
+      window.setTimeout(() => {
+        card.remove();
+        updateCount();
+        if (capped()) resyncSoon(); // the next round that waited longest comes in at the end
+        else ensureEmpty();
+      }, 450);
     }, 4000);
   }
 
@@ -229,10 +238,22 @@
     }
   }
 
+  function capped() {
+    return Boolean($("[data-queue-list][data-capped]"));
+  }
+
+  let resyncTimer = null;
+  function resyncSoon() {
+    // At most one refetch of the list per second and a half, however busy the queue behind it.
+    if (resyncTimer) return;
+    resyncTimer = window.setTimeout(() => { resyncTimer = null; resync(); }, 1500);
+  }
+
   function updateCount() {
     const queue = $("[data-queue]");
     if (!queue) return;
-    const count = $$("[data-pending-request]", queue).length;
+    const hidden = Number($("[data-queue-list]", queue)?.dataset.hiddenPending) || 0;
+    const count = $$("[data-pending-request]", queue).length + hidden;
     const badge = $("[data-pending-count]");
     if (badge) badge.textContent = String(count);
     document.title = (count ? `(${count}) ` : "") + queue.dataset.title + " · Elicit Hub";

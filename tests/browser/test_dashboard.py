@@ -4,13 +4,16 @@ server then receives."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.utils import timezone
 from playwright.sync_api import expect
 
-from approvals.models import InputRequest, Membership, Round, Team, ToolCall
-from approvals.services import presence
+from approvals.models import AgentClient, InputRequest, Membership, Round, Team, ToolCall
+from approvals.services import answers, presence
 from tests import demo_support, factories
 from tests.browser.conftest import screenshot, wait_live
 from tests.hub import Hub
@@ -294,3 +297,57 @@ def test_persian_text_from_a_server_reads_right_to_left(hub: Hub, new_page) -> N
     page.wait_for_url(QUEUE_URL)
     ir.refresh_from_db()
     assert ir.content == {"room": "borealis"}
+
+
+def test_a_backlog_past_the_page_counts_everything_and_the_next_round_comes_in_as_one_is_answered(
+    hub: Hub, new_page
+) -> None:
+    """The queue shows the ELICIT_QUEUE_MAX rounds that waited longest and counts all of them; a newer round
+    arriving only changes the counts; answering a shown one brings the next oldest in at the end."""
+    shown = settings.ELICIT_QUEUE_MAX
+    agent = AgentClient.objects.get(name="ci-agent")
+    calls = ToolCall.objects.bulk_create(
+        ToolCall(agent=agent, server=hub.server, tool="rotate_keys", arguments={}, status="awaiting_input")
+        for _ in range(shown + 1)
+    )
+    start, deadline = timezone.now() - timedelta(hours=1), timezone.now() + timedelta(hours=1)
+    rounds = Round.objects.bulk_create(Round(call=call, number=1, deadline=deadline) for call in calls)
+    backlog = InputRequest.objects.bulk_create(
+        InputRequest(
+            round=rnd,
+            key="confirm",
+            message="Rotate?",
+            requested_schema=factories.ENVIRONMENT_SCHEMA,
+            team=hub.server.default_team,
+            created_at=start + timedelta(seconds=i),
+        )
+        for i, rnd in enumerate(rounds)
+    )
+    page = new_page("alice")
+    wait_live(page)
+    cards, count = page.locator("article.card"), page.locator("[data-pending-count]")
+    expect(cards).to_have_count(shown)
+    expect(count).to_have_text(str(shown + 1))
+    expect(page.locator("[data-queue-more]")).to_have_text(re.compile(r"^1 newer round waits behind these"))
+    last = page.locator(f"article.card[data-call='{calls[-1].pk}']")
+    assert last.count() == 0
+
+    # A newer round: counted (after the page asks the server), not shown.
+    call_id = hub.agent.call("schedule_meeting")
+    waiting = wait_until(
+        lambda: InputRequest.objects.filter(round__call_id=call_id, status="pending").count(),
+        30,
+        what="the round",
+    )
+    expect(count).to_have_text(str(shown + 1 + waiting))
+    expect(page.locator("[data-queue-more]")).to_have_text(re.compile(r"^2 newer rounds wait behind these"))
+    expect(cards).to_have_count(shown)
+
+    # The oldest is answered elsewhere: it folds away and the next oldest comes in at the end.
+    answers.input_respond(input_request_id=backlog[0].pk, user=hub.reviewer_user, action="cancel")
+    expect(page.locator(f"article.card[data-call='{calls[0].pk}']")).to_have_count(0, timeout=20_000)
+    expect(last).to_have_count(1)
+    expect(cards.last).to_have_attribute("data-call", str(calls[-1].pk))
+    expect(cards).to_have_count(shown)
+    expect(count).to_have_text(str(shown + waiting))
+    expect(page.locator("[data-queue-more]")).to_have_text(re.compile(r"^1 newer round waits behind these"))
