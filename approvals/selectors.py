@@ -416,6 +416,23 @@ def _cards(requests: list[InputRequest]) -> list[RoundCard]:
     return list(cards.values())
 
 
+def _queue_pending(user: Any, *, server: str, tool: str, mode: str) -> QuerySet[InputRequest]:
+    pending = answerable_input_requests(user).pending()
+    if server:
+        pending = pending.filter(round__call__server__slug=server)
+    if tool:
+        pending = pending.filter(round__call__tool=tool)
+    if mode:
+        pending = pending.filter(mode=mode)
+    return pending
+
+
+def queue_pending_count(user: Any, *, server: str = "", tool: str = "", mode: str = "") -> int:
+    """How many requests wait in the queue, with its filters: what a page showing only the rounds that
+    waited longest keeps its count from."""
+    return _queue_pending(user, server=server, tool=tool, mode=mode).count()
+
+
 @dataclass
 class Queue:
     """The queue page: the oldest rounds waiting (at most ELICIT_QUEUE_MAX), and how many wait in all."""
@@ -424,10 +441,6 @@ class Queue:
     rounds: int  # rounds with a pending request, shown or not
     pending: int  # pending requests, shown or not
 
-    @property
-    def hidden_pending(self) -> int:
-        return self.pending - sum(len(card.pending) for card in self.cards)
-
 
 def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "", limit: int) -> Queue:
     """The `limit` rounds with a request this user may answer that have waited longest, oldest first,
@@ -435,13 +448,7 @@ def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "", 
 
     The rounds are chosen on the requests' own table; only theirs are read with everything a card shows, so
     a backlog of hundreds costs a count and a sort of narrow rows, not a page of hundreds of cards."""
-    pending = answerable_input_requests(user).pending()
-    if server:
-        pending = pending.filter(round__call__server__slug=server)
-    if tool:
-        pending = pending.filter(round__call__tool=tool)
-    if mode:
-        pending = pending.filter(mode=mode)
+    pending = _queue_pending(user, server=server, tool=tool, mode=mode)
     totals = pending.aggregate(pending=Count("pk"), rounds=Count("round_id", distinct=True))
     if not totals["pending"]:
         return Queue([], 0, 0)

@@ -7,6 +7,7 @@ app_name = "approvals"
 urlpatterns = [
     path("", views.queue, name="queue"),
     path("queue/list/", views.queue_list, name="queue_list"),
+    path("queue/count/", views.queue_count, name="queue_count"),
     path("requests/<uuid:pk>/", views.request_detail, name="request"),
     path("requests/<uuid:pk>/state/", views.request_state, name="request_state"),
     path("requests/<uuid:pk>/respond/", views.respond, name="respond"),

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -81,8 +81,8 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         "filters": filters,
         "viewers": presence.viewers(ids),
         "pending_count": queue.pending,
-        "hidden_pending": queue.hidden_pending,
-        "hidden_rounds": queue.rounds - len(queue.cards),
+        "capped": queue.rounds > len(queue.cards),
+        "queue_max": settings.ELICIT_QUEUE_MAX,
         "me": request.user.get_username(),
     }
 
@@ -217,6 +217,14 @@ def queue(request: HttpRequest) -> HttpResponse:
 def queue_list(request: HttpRequest) -> HttpResponse:
     """The queue's cards alone: what a page fetches to resync after a gap or a reconnect."""
     return render(request, "approvals/_queue_list.html", _queue_context(request))
+
+
+@login_required
+@require_GET
+def queue_count(request: HttpRequest) -> JsonResponse:
+    """How many requests wait, with the page's filters: a queue page showing only the rounds that waited
+    longest asks for this as rounds come and go behind it, instead of its whole list."""
+    return JsonResponse({"pending": selectors.queue_pending_count(request.user, **_filters(request))})
 
 
 @login_required

@@ -82,27 +82,36 @@ def test_the_queue_filters_by_server_tool_and_mode(client, world) -> None:
 
 def test_a_backlog_shows_the_rounds_that_waited_longest_and_counts_them_all(client, world, settings) -> None:
     """Past ELICIT_QUEUE_MAX rounds the page shows the oldest (a backlog of hundreds was a page of hundreds of
-    cards: 4 s and 2.4 MB at 1,500), counts every pending request, and says that newer ones wait."""
+    cards: 2.1 s and 2.4 MB at 1,500), counts every pending request, and says that newer ones wait."""
     settings.ELICIT_QUEUE_MAX = 2
     asked = [ask(world, keys=("environment", "confirm")), ask(world), ask(world), ask(world)]
     ask(world, server=world.pager, tool="page_oncall")  # another team's: neither shown nor counted
     client.force_login(world.alice)
     html = client.get("/").content.decode()
     assert "<title>(5) Queue · Elicit Hub</title>" in html
+    assert '<span class="count" data-pending-count>5</span>' in html
     assert html.count('<article class="card') == 2
     assert [f'data-call="{ir.round.call_id}"' in html for ir in asked] == [True, True, False, False]
-    assert 'data-capped data-hidden-pending="2"' in html
-    assert "2 newer rounds wait behind these." in html
+    assert 'data-pending-total="5" data-capped="2"' in html
+    assert "Newer rounds wait behind the 2 oldest shown here" in html
+    # What the page asks as rounds come and go behind it: the count alone, with its filters.
+    assert client.get("/queue/count/").json() == {"pending": 5}
+    assert client.get("/queue/count/?tool=page_oncall").json() == {"pending": 0}
     # Answered, the oldest makes room for the next; the filters reach the others at once.
     for ir in asked[0].round.input_requests.all():
         input_respond(input_request_id=ir.pk, user=world.bob, action="cancel")
+    assert client.get("/queue/count/").json() == {"pending": 3}
     fragment = client.get("/queue/list/").content.decode()
     assert [f'data-call="{ir.round.call_id}"' in fragment for ir in asked] == [False, True, True, False]
-    assert "1 newer round waits behind these." in fragment
     settings.ELICIT_QUEUE_MAX = 3
     fragment = client.get("/queue/list/").content.decode()
-    assert fragment.count('<article class="card') == 3 and "data-capped" not in fragment
-    assert "newer round" not in fragment
+    assert fragment.count('<article class="card') == 3
+    assert "data-capped" not in fragment and "Newer rounds" not in fragment
+
+
+def test_the_queue_count_needs_a_signed_in_user(client, world) -> None:
+    response = client.get("/queue/count/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
 def test_server_text_is_escaped_direction_neutral_and_never_linked(client, world) -> None:

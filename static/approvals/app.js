@@ -174,9 +174,7 @@
         // A progress report redraws the card quietly; only a decision is announced.
         if (message.event !== "round.opened" && message.event !== "call.progress") announce(T.decided);
       } else if (capped()) {
-        // The page shows only the rounds that waited longest: a newer one, or one decided among those not
-        // shown, changes the counts, which the server gives.
-        resyncSoon();
+        // The page shows only the rounds that waited longest: a newer one waits behind them, counted.
       } else if (message.pending && matchesFilters(card)) {
         // Oldest first: a new round goes to the end, so nothing moves under the pointer or the focus.
         const list = $("[data-queue-list]", queue);
@@ -188,6 +186,7 @@
         announce(fmt(T.newRequest, { server, tool }));
         showNewPill(card);
       }
+      if (capped()) countSoon(); // rounds not shown came or went: the server counts them
       updateCount();
     }
     const review = $("[data-review]");
@@ -221,7 +220,9 @@
       window.setTimeout(() => {
         card.remove();
         updateCount();
-        if (capped()) resyncSoon(); // the next round that waited longest comes in at the end
+        const list = capped();
+        // Half of the rounds shown are answered: the next that waited longest come in at the end.
+        if (list && $$(".card", list).length < Number(list.dataset.capped) / 2) resync();
         else ensureEmpty();
       }, 450);
     }, 4000);
@@ -238,22 +239,43 @@
     }
   }
 
+  // --- a queue page showing only the rounds that waited longest (data-capped: at most that many) -----
+
   function capped() {
-    return Boolean($("[data-queue-list][data-capped]"));
+    return $("[data-queue-list][data-capped]");
   }
 
-  let resyncTimer = null;
-  function resyncSoon() {
-    // At most one refetch of the list per second and a half, however busy the queue behind it.
-    if (resyncTimer) return;
-    resyncTimer = window.setTimeout(() => { resyncTimer = null; resync(); }, 1500);
+  function shownPending() {
+    return $$("[data-pending-request]", $("[data-queue]")).length;
+  }
+
+  let countTimer = null;
+  function countSoon() {
+    // The count of everything waiting, asked of the server at most once a second (never the whole list).
+    if (countTimer) return;
+    countTimer = window.setTimeout(() => {
+      countTimer = null;
+      const queue = $("[data-queue]");
+      fetch(queue.dataset.countUrl + location.search, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+        .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+        .then(({ pending }) => {
+          const list = capped();
+          if (!list) return;
+          list.dataset.pendingTotal = String(pending);
+          if (pending <= shownPending()) { // nothing waits behind the rounds shown any more
+            delete list.dataset.capped;
+            $("[data-queue-more]", list)?.remove();
+          }
+          updateCount();
+        }).catch(() => {});
+    }, 1000);
   }
 
   function updateCount() {
     const queue = $("[data-queue]");
     if (!queue) return;
-    const hidden = Number($("[data-queue-list]", queue)?.dataset.hiddenPending) || 0;
-    const count = $$("[data-pending-request]", queue).length + hidden;
+    const list = capped();
+    const count = list ? Math.max(Number(list.dataset.pendingTotal) || 0, shownPending()) : shownPending();
     const badge = $("[data-pending-count]");
     if (badge) badge.textContent = String(count);
     document.title = (count ? `(${count}) ` : "") + queue.dataset.title + " · Elicit Hub";

@@ -57,12 +57,14 @@ def hub(worker: Any, web: Any, demo_server: Any) -> Hub:
 
 @pytest.fixture
 def new_page(browser: Any, web: Any) -> Iterator[Any]:
-    """new_page(username) -> a signed-in page in its own browser context (Paris time, English)."""
+    """new_page(username) -> a signed-in page in its own browser context (Paris time, English); on the
+    shared web process unless ``base_url`` names another."""
     contexts = []
 
     def make(username: str, **options: Any) -> Any:
+        base_url = options.pop("base_url", web.url)
         context = browser.new_context(
-            base_url=web.url,
+            base_url=base_url,
             locale=options.pop("locale", "en-GB"),
             timezone_id=options.pop("timezone_id", "Europe/Paris"),
             viewport=options.pop("viewport", {"width": 1200, "height": 900}),
@@ -75,7 +77,7 @@ def new_page(browser: Any, web: Any) -> Iterator[Any]:
         page.get_by_label("User name").fill(username)
         page.get_by_label("Password").fill(f"pw-{username}")
         page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(f"{web.url}/")
+        page.wait_for_url(f"{base_url}/")
         return page
 
     yield make

@@ -4,11 +4,11 @@ server then receives."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -17,7 +17,7 @@ from approvals.services import answers, presence
 from tests import demo_support, factories
 from tests.browser.conftest import screenshot, wait_live
 from tests.hub import Hub
-from tests.live import wait_until
+from tests.live import Daphne, child_env, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -299,16 +299,26 @@ def test_persian_text_from_a_server_reads_right_to_left(hub: Hub, new_page) -> N
     assert ir.content == {"room": "borealis"}
 
 
-def test_a_backlog_past_the_page_counts_everything_and_the_next_round_comes_in_as_one_is_answered(
-    hub: Hub, new_page
+@pytest.fixture
+def web_showing_three(web: Any) -> Iterator[Daphne]:
+    """A web process of its own whose queue page shows at most 3 rounds (ELICIT_QUEUE_MAX)."""
+    daphne = Daphne(child_env(ELICIT_QUEUE_MAX="3")).start()
+    try:
+        yield daphne
+    finally:
+        daphne.stop()
+
+
+def test_a_backlog_past_the_page_counts_everything_and_the_next_rounds_come_in_as_these_are_answered(
+    hub: Hub, new_page, web_showing_three: Daphne
 ) -> None:
     """The queue shows the ELICIT_QUEUE_MAX rounds that waited longest and counts all of them; a newer round
-    arriving only changes the counts; answering a shown one brings the next oldest in at the end."""
-    shown = settings.ELICIT_QUEUE_MAX
+    arriving only changes the count (asked of the server, not the whole list); once half of the rounds shown
+    are answered, the next oldest come in at the end."""
     agent = AgentClient.objects.get(name="ci-agent")
     calls = ToolCall.objects.bulk_create(
         ToolCall(agent=agent, server=hub.server, tool="rotate_keys", arguments={}, status="awaiting_input")
-        for _ in range(shown + 1)
+        for _ in range(4)
     )
     start, deadline = timezone.now() - timedelta(hours=1), timezone.now() + timedelta(hours=1)
     rounds = Round.objects.bulk_create(Round(call=call, number=1, deadline=deadline) for call in calls)
@@ -323,31 +333,43 @@ def test_a_backlog_past_the_page_counts_everything_and_the_next_round_comes_in_a
         )
         for i, rnd in enumerate(rounds)
     )
-    page = new_page("alice")
+    page = new_page("alice", base_url=web_showing_three.url)
     wait_live(page)
-    cards, count = page.locator("article.card"), page.locator("[data-pending-count]")
-    expect(cards).to_have_count(shown)
-    expect(count).to_have_text(str(shown + 1))
-    expect(page.locator("[data-queue-more]")).to_have_text(re.compile(r"^1 newer round waits behind these"))
-    last = page.locator(f"article.card[data-call='{calls[-1].pk}']")
-    assert last.count() == 0
+    cards, count, more = (
+        page.locator("article.card"),
+        page.locator("[data-pending-count]"),
+        page.locator("[data-queue-more]"),
+    )
+    expect(cards).to_have_count(3)
+    expect(count).to_have_text("4")
+    expect(more).to_contain_text("Newer rounds wait behind the 3 oldest shown here")
+    assert page.locator(f"article.card[data-call='{calls[3].pk}']").count() == 0
+    # Count the page's fetches of its whole list from here on.
+    page.evaluate(
+        "() => { window.__lists = 0; const get = window.fetch; window.fetch = (url, ...rest) => {"
+        " if (String(url).includes('/queue/list/')) window.__lists += 1; return get(url, ...rest); }; }"
+    )
 
-    # A newer round: counted (after the page asks the server), not shown.
+    # A newer round: counted, not shown, and the page fetched only the count.
     call_id = hub.agent.call("schedule_meeting")
     waiting = wait_until(
         lambda: InputRequest.objects.filter(round__call_id=call_id, status="pending").count(),
         30,
-        what="the round",
+        what="the new round",
     )
-    expect(count).to_have_text(str(shown + 1 + waiting))
-    expect(page.locator("[data-queue-more]")).to_have_text(re.compile(r"^2 newer rounds wait behind these"))
-    expect(cards).to_have_count(shown)
+    expect(count).to_have_text(str(4 + waiting))
+    expect(cards).to_have_count(3)
+    assert page.evaluate("window.__lists") == 0
 
-    # The oldest is answered elsewhere: it folds away and the next oldest comes in at the end.
+    # The oldest is answered elsewhere: it folds away, and the count follows.
     answers.input_respond(input_request_id=backlog[0].pk, user=hub.reviewer_user, action="cancel")
     expect(page.locator(f"article.card[data-call='{calls[0].pk}']")).to_have_count(0, timeout=20_000)
-    expect(last).to_have_count(1)
-    expect(cards.last).to_have_attribute("data-call", str(calls[-1].pk))
-    expect(cards).to_have_count(shown)
-    expect(count).to_have_text(str(shown + waiting))
-    expect(page.locator("[data-queue-more]")).to_have_text(re.compile(r"^1 newer round waits behind these"))
+    expect(cards).to_have_count(2)
+    expect(count).to_have_text(str(3 + waiting))
+    # The second: one round of three is left, so the next that waited longest come in at the end.
+    answers.input_respond(input_request_id=backlog[1].pk, user=hub.reviewer_user, action="cancel")
+    expect(cards).to_have_count(3, timeout=20_000)
+    expect(cards.nth(1)).to_have_attribute("data-call", str(calls[3].pk))
+    expect(cards.last).to_have_attribute("data-call", str(call_id))
+    expect(count).to_have_text(str(2 + waiting))
+    expect(more).to_have_count(0)  # all that waits is shown
