@@ -203,6 +203,7 @@ def _ui_strings() -> dict[str, str]:
         "expired": _("Deadline passed"),
         "waiting": _("waiting %(time)s"),
         "newRequest": _("New request from %(server)s: %(tool)s"),
+        "newBehind": _("New request from %(server)s: %(tool)s, waiting behind the oldest shown"),
         "decided": _("A request was answered"),
         "problem": _("There is a problem"),
         "required": _("This field is required"),

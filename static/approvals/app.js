@@ -175,6 +175,11 @@
         if (message.event !== "round.opened" && message.event !== "call.progress") announce(T.decided);
       } else if (capped()) {
         // The page shows only the rounds that waited longest: a newer one waits behind them, counted.
+        if (message.event === "round.opened" && message.pending && matchesFilters(card)) {
+          const server = $(".server-name", card)?.textContent || "";
+          const tool = $(".tool", card)?.textContent || "";
+          announce(fmt(T.newBehind, { server, tool }));
+        }
       } else if (message.pending && matchesFilters(card)) {
         // Oldest first: a new round goes to the end, so nothing moves under the pointer or the focus.
         const list = $("[data-queue-list]", queue);

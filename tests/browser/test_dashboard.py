@@ -360,6 +360,9 @@ def test_a_backlog_past_the_page_counts_everything_and_the_next_rounds_come_in_a
     expect(count).to_have_text(str(4 + waiting))
     expect(cards).to_have_count(3)
     assert page.evaluate("window.__lists") == 0
+    expect(page.locator("#announcer")).to_have_text(
+        "New request from Deploy bot: schedule_meeting, waiting behind the oldest shown"
+    )
 
     # The oldest is answered elsewhere: it folds away, and the count follows.
     answers.input_respond(input_request_id=backlog[0].pk, user=hub.reviewer_user, action="cancel")
