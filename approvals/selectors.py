@@ -441,6 +441,11 @@ class Queue:
     rounds: int  # rounds with a pending request, shown or not
     pending: int  # pending requests, shown or not
 
+    @property
+    def capped(self) -> bool:
+        """Rounds wait behind the ones shown."""
+        return self.rounds > len(self.cards)
+
 
 def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "", limit: int) -> Queue:
     """The `limit` rounds with a request this user may answer that have waited longest, oldest first,

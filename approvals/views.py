@@ -81,7 +81,7 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         "filters": filters,
         "viewers": presence.viewers(ids),
         "pending_count": queue.pending,
-        "capped": queue.rounds > len(queue.cards),
+        "capped": queue.capped,
         "queue_max": settings.ELICIT_QUEUE_MAX,
         "me": request.user.get_username(),
     }

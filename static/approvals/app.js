@@ -117,10 +117,11 @@
     }
   }
 
-  function fetchHtml(url) {
+  function fetchFrom(url, read) {
     return fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then((r) => (r.ok ? r.text() : Promise.reject(r.status)));
+      .then((r) => (r.ok ? read(r) : Promise.reject(r.status)));
   }
+  const fetchHtml = (url) => fetchFrom(url, (r) => r.text());
 
   function resync() {
     const queue = $("[data-queue]");
@@ -261,8 +262,7 @@
     countTimer = window.setTimeout(() => {
       countTimer = null;
       const queue = $("[data-queue]");
-      fetch(queue.dataset.countUrl + location.search, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-        .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      fetchFrom(queue.dataset.countUrl + location.search, (r) => r.json())
         .then(({ pending }) => {
           const list = capped();
           if (!list) return;

@@ -187,6 +187,16 @@ class RestAgent:
         return dict(response.json())
 
 
+def call_at_its_gate(gated_hub: Hub, web: Any, new_page: Any, arguments: dict) -> tuple[RestAgent, str, Any]:
+    """An agent's call of TOOL stopped at its gate, and alice's browser on the gate's page."""
+    agent = RestAgent(web, gated_hub)
+    call_id = agent.call(TOOL, arguments)
+    item = gated_hub.reviewer.wait_for_request(call_id, "gate")
+    page = new_page("alice")
+    page.goto(f"/requests/{item['id']}/")
+    return agent, call_id, page
+
+
 def test_a_rest_agent_gets_the_edited_call_s_result(
     gated_hub: Hub, demo_server: Any, web: Any, new_page: Any
 ) -> None:
@@ -208,11 +218,7 @@ def test_a_rest_agent_gets_the_edited_call_s_result(
 def test_the_agent_reads_a_decline_made_in_the_browser(
     gated_hub: Hub, demo_server: Any, web: Any, new_page: Any
 ) -> None:
-    agent = RestAgent(web, gated_hub)
-    call_id = agent.call(TOOL, ASKED)
-    item = gated_hub.reviewer.wait_for_request(call_id, "gate")
-    page = new_page("alice")
-    page.goto(f"/requests/{item['id']}/")
+    agent, call_id, page = call_at_its_gate(gated_hub, web, new_page, ASKED)
     page.locator("[data-decline-toggle]").click()
     page.locator("#decline-reason").fill("production is frozen")
     page.get_by_role("button", name="Decline the call").click()

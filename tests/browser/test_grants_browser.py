@@ -16,7 +16,7 @@ from tests.browser.test_gates_browser import (
     ASKED,
     EDITED,
     TOOL,
-    RestAgent,
+    call_at_its_gate,
     edit_to_staging,
     gated_hub,
     sent,
@@ -33,11 +33,7 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
 def test_a_grant_made_in_the_browser_lets_the_same_call_through_until_it_is_revoked(
     gated_hub: Hub, demo_server: Any, web: Any, new_page: Any
 ) -> None:
-    agent = RestAgent(web, gated_hub)
-    first = agent.call(TOOL, STAGING)
-    item = gated_hub.reviewer.wait_for_request(first, "gate")
-    page = new_page("alice")
-    page.goto(f"/requests/{item['id']}/")
+    agent, first, page = call_at_its_gate(gated_hub, web, new_page, STAGING)
     approve = page.locator("#gate-approve")
     approve.get_by_text("Also allow the same again…").click()
     approve.get_by_label("For 8 hours").check()
@@ -72,11 +68,7 @@ def test_a_grant_made_in_the_browser_lets_the_same_call_through_until_it_is_revo
 def test_a_grant_made_with_an_edit_in_the_browser_covers_the_edited_arguments(
     gated_hub: Hub, demo_server: Any, web: Any, new_page: Any
 ) -> None:
-    agent = RestAgent(web, gated_hub)
-    first = agent.call(TOOL, ASKED)
-    item = gated_hub.reviewer.wait_for_request(first, "gate")
-    page = new_page("alice")
-    page.goto(f"/requests/{item['id']}/")
+    agent, first, page = call_at_its_gate(gated_hub, web, new_page, ASKED)
     page.get_by_text("Edit the arguments…").click()
     edit = page.locator("#gate-edit-form")
     edit_to_staging(edit)
