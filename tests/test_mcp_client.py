@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema.validators import Draft202012Validator
 
 from approvals.mcp_client import (
     PROTOCOL_VERSION,
@@ -637,6 +638,38 @@ def test_unusable_stored_tool_definition_lists_the_tools_first(srv: LiveServer, 
     assert isinstance(outcome, Completed)
     assert [r["body"]["method"] for r in srv.seen("/mcp")] == ["tools/list", "tools/call"]
     assert srv.calls()[0]["headers"]["mcp-param-region"] == "eu"
+
+
+@pytest.mark.parametrize("stored_definition", [True, False])
+def test_an_output_schema_is_compiled_once_per_process(
+    srv: LiveServer, monkeypatch: pytest.MonkeyPatch, stored_definition: bool
+) -> None:
+    # The SDK compiles a tool's output schema once per session, and each send opens a session of its own:
+    # every completed call checked the same schema against its metaschema again (6 ms of CPU for nested
+    # models).
+    tool = _stored(srv)["typed_out"] if stored_definition else None
+    run(call_tool(srv.config(), "typed_out", {}, tool=tool))
+    checked: list[Any] = []
+    check = Draft202012Validator.check_schema
+
+    def counted(schema: Any, *args: Any, **kwargs: Any) -> None:
+        checked.append(schema)
+        check(schema, *args, **kwargs)
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", counted)
+    for _ in range(3):
+        outcome = run(call_tool(srv.config(), "typed_out", {}, tool=tool))
+        assert isinstance(outcome, Completed)
+        # The shared validator still judges every result.
+        assert outcome.output_schema_error and "typed_out" in outcome.output_schema_error
+    assert checked == []
+
+
+def test_an_invalid_output_schema_is_left_to_the_sdk_to_report() -> None:
+    from approvals.mcp_client.client import _compiled_output_schema
+
+    assert _compiled_output_schema(json.dumps({"type": 12})) is None
+    assert _compiled_output_schema(json.dumps({"type": "object"})) is not None
 
 
 def test_output_schema_violation_is_an_outcome_not_a_failure(srv: LiveServer) -> None:
