@@ -2,6 +2,7 @@
 
     load         agents and bot reviewers under load through the API: calls/s, latencies, CPU per call
     requests     the web process's CPU per API request, endpoint by endpoint
+    sends        the MCP client's CPU per send, as a worker sends (no database work)
     scale        the load against 2 web processes, 2 workers, 2 holders, then one of each: the ratio
     loop         the whole loop against a running hub: per-hop latency from stored timestamps
     live         input_required received -> card frame on reviewers' websockets, against a running hub
@@ -25,6 +26,7 @@ import sys
 NAMES = (
     "load",
     "requests",
+    "sends",
     "scale",
     "loop",
     "live",
