@@ -665,11 +665,21 @@ def test_an_output_schema_is_compiled_once_per_process(
     assert checked == []
 
 
-def test_an_invalid_output_schema_is_left_to_the_sdk_to_report() -> None:
-    from approvals.mcp_client.client import _compiled_output_schema
+def test_only_small_valid_output_schemas_are_shared() -> None:
+    from approvals.mcp_client import client
 
-    assert _compiled_output_schema(json.dumps({"type": 12})) is None
-    assert _compiled_output_schema(json.dumps({"type": "object"})) is not None
+    small = {"type": "object", "properties": {"count": {"type": "integer"}}}
+    shared = client._shared_validator(small)
+    assert shared is not None
+    assert client._shared_validator(json.loads(json.dumps(small))) is shared  # by content, not identity
+    assert shared.is_valid({"count": 1}) and not shared.is_valid({"count": "one"})
+    # An invalid schema, and one over the size cap, are left to the SDK (compiled per session) and kept out
+    # of the process's cache, whatever a server sends.
+    kept = client._compiled_output_schema.cache_info().currsize
+    huge = {"type": "object", "description": "x" * client.MAX_SHARED_SCHEMA}
+    for schema in ({"type": 12}, huge, ["not", "an", "object"]):
+        assert client._shared_validator(schema) is None
+    assert client._compiled_output_schema.cache_info().currsize <= kept + 1  # the invalid verdict at most
 
 
 def test_output_schema_violation_is_an_outcome_not_a_failure(srv: LiveServer) -> None:

@@ -383,7 +383,12 @@ def _learn_tool(client: Client, tool: mcp_types.Tool) -> None:
     client.session._absorb_tool_listing(listing, complete=False)
 
 
-@functools.lru_cache(maxsize=256)
+# The output schemas compiled once per process: at most this many, each at most this long as canonical JSON.
+SHARED_SCHEMAS = 256
+MAX_SHARED_SCHEMA = 64 * 1024
+
+
+@functools.lru_cache(maxsize=SHARED_SCHEMAS)
 def _compiled_output_schema(schema_json: str) -> Validator | None:
     """The validator the SDK would compile for this output schema, or None when the schema is not valid JSON
     Schema (the SDK then compiles it itself and reports it, as before).
@@ -404,16 +409,27 @@ def _compiled_output_schema(schema_json: str) -> Validator | None:
     return cls(schema, registry=Registry())
 
 
+def _shared_validator(schema: object) -> Validator | None:
+    """This process's compiled validator for an output schema, or None for one it does not share: not a JSON
+    object, longer than `MAX_SHARED_SCHEMA` once serialised (the cache stays small whatever servers send), or
+    not valid JSON Schema. The SDK compiles those itself, per session, as before."""
+    if not isinstance(schema, dict):
+        return None
+    try:
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if len(text) > MAX_SHARED_SCHEMA:
+        return None
+    return _compiled_output_schema(text)
+
+
 def _share_output_validator(client: Client, name: str) -> None:
     """Hand the session this process's compiled validator for tool `name`'s output schema, if it has one."""
     session = client.session
-    schema = session._tool_output_schemas.get(name)
-    if not isinstance(schema, dict) or name in session._tool_output_validators:
+    if name in session._tool_output_validators:
         return
-    try:
-        validator = _compiled_output_schema(json.dumps(schema, sort_keys=True, separators=(",", ":")))
-    except (TypeError, ValueError, RecursionError):
-        return  # not plain JSON: left to the SDK, which reports it
+    validator = _shared_validator(session._tool_output_schemas.get(name))
     if validator is not None:
         session._tool_output_validators[name] = validator
 
