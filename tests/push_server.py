@@ -15,7 +15,7 @@ answer before it gives up (default 60 s).
 - ``grow()``: adds a destructive tool ``wipe`` and sends ``notifications/tools/list_changed``.
 - ``echo(text)``, ``slow(seconds)``.
 - ``GET /_counts``: how many times each tool ran (``tools/call`` received); ``slow.cancelled``: how many
-  ``slow`` runs were stopped before their end.
+  ``slow`` runs were stopped before their end; ``method:NAME``: how many JSON-RPC requests named NAME came.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from approvals.demo._asgi import buffer_body, is_mcp_post, json_body
 
 COUNTS: Counter[str] = Counter()
 STATE: dict[str, Any] = {"wait": 60.0, "authorized": False}
@@ -130,6 +133,21 @@ async def slow(seconds: float) -> str:
     return f"slept {seconds}"
 
 
+class CountMethods:
+    """Pure ASGI: count each JSON-RPC request's method on its way to the SDK's app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if is_mcp_post(scope):
+            receive = await buffer_body(scope, receive)
+            body = json_body(scope)
+            if isinstance(body, dict) and isinstance(body.get("method"), str):
+                COUNTS[f"method:{body['method']}"] += 1
+        await self.app(scope, receive, send)
+
+
 async def counts(request: Request) -> JSONResponse:
     return JSONResponse(dict(COUNTS))
 
@@ -148,7 +166,7 @@ def main() -> None:
         routes=[
             Route("/_counts", counts),
             Route("/_authorize", authorize, methods=["POST"]),
-            Mount("/", app=inner),
+            Mount("/", app=CountMethods(inner)),
         ],
         lifespan=lambda app: inner.router.lifespan_context(inner),
     )

@@ -188,6 +188,31 @@ def test_progress_is_stored(hub: Hub, holder: HolderRunner) -> None:
     assert (progress["progress"], progress["total"], progress["message"]) == (3, 3, "step 3")
 
 
+ECHO = {
+    "name": "echo",
+    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    "outputSchema": {"type": "object", "properties": {"result": {"type": "string"}}, "required": ["result"]},
+}
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_held_call_lists_no_tools_after_its_tool_ran(
+    hub: Hub, holder: HolderRunner, push: PushServer, stored: bool
+) -> None:
+    # The SDK checks a result against the tool's output schema, and on a session that has not listed the
+    # tools it listed them first: after every call, once the tool had run. The holder now gives the session
+    # the stored definition, or lists before the call when there is none.
+    if stored:
+        McpServer.objects.filter(pk=hub.server.pk).update(tools=[ECHO])
+    before = push.counts()
+    call_id = hub.agent.call("echo", {"text": "hi"}, server="pushy")
+    assert _text(_finished(hub, call_id)) == "echo: hi"
+    after = push.counts()
+    lists = after.get("method:tools/list", 0) - before.get("method:tools/list", 0)
+    assert lists == (0 if stored else 1)
+    assert after.get("method:tools/call", 0) - before.get("method:tools/call", 0) == 1
+
+
 def test_a_changed_tool_list_is_listed_again_on_the_session(hub: Hub, holder: HolderRunner) -> None:
     call_id = hub.agent.call("grow", {}, server="pushy")
     assert _text(_finished(hub, call_id)) == "grown"

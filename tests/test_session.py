@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from approvals.mcp_client import Completed, PermanentError, ServerConfig, TransientError
+from approvals.mcp_client import Completed, PermanentError, ServerConfig, TransientError, list_tools, run
 from approvals.mcp_client.session import (
     Dispatcher,
     SessionHooks,
@@ -28,6 +28,8 @@ from approvals.mcp_client.session import (
     http_transport,
     open_client,
 )
+from tests.test_mcp_client import LiveServer
+from tests.test_mcp_client import _start as start_test_server
 
 SCRIPT = Path(__file__).with_name("push_server.py")
 WAIT = 4.0
@@ -213,3 +215,74 @@ def test_an_exception_of_the_caller_passes_through_untouched(push: PushServer) -
 
     with pytest.raises(KeyError, match="mine"):
         _run(push.url, body)
+
+
+# ---- the tool's output schema on a handshake-era session ----------------------------------------------
+# The SDK checks a completed call's result against the tool's output schema. On a session that has not listed
+# the tools it lists them first, after the tool has run (every new HTTP session: an extra request per call,
+# whose failure lost a result already received); and a result that does not conform raised, losing it too.
+
+
+@pytest.fixture(scope="module")
+def typed() -> Iterator[LiveServer]:
+    """The client tests' server (tests/mcp_test_server.py), spoken to with the handshake; it records
+    the requests it receives."""
+    proc, server = start_test_server([])
+    try:
+        yield server
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _methods(server: LiveServer) -> list[str]:
+    return [str((record.get("body") or {}).get("method")) for record in server.seen("/mcp")]
+
+
+def _legacy_call(server: LiveServer, name: str, arguments: dict[str, Any], **kwargs: Any) -> Any:
+    hooks = _answering({"action": "cancel"}, [])
+
+    async def body(client: Any, dispatcher: Dispatcher) -> Any:
+        return await call_on(client, dispatcher, hooks, name, arguments, timeout=10, **kwargs)
+
+    async def main() -> Any:
+        dispatcher = Dispatcher()
+        transport, http = http_transport(server.config(), read_timeout=60, dispatcher=dispatcher)
+        async with http, open_client(transport, mode="legacy", dispatcher=dispatcher, timeout=10) as client:
+            return await body(client, dispatcher)
+
+    return anyio.run(main)
+
+
+def _definitions(server: LiveServer) -> dict[str, dict[str, Any]]:
+    tools = {tool["name"]: tool for tool in run(list_tools(server.config()))}
+    server.reset()
+    return tools
+
+
+def test_with_the_tools_definition_a_call_sends_nothing_but_the_call(typed: LiveServer) -> None:
+    definition = _definitions(typed)["echo"]
+    outcome = _legacy_call(typed, "echo", {"text": "hi"}, tool=definition)
+    assert isinstance(outcome, Completed) and outcome.output_schema_error is None
+    assert outcome.result["structuredContent"] == {"result": "echo: hi"}
+    assert _methods(typed) == ["initialize", "notifications/initialized", "tools/call"]
+
+
+def test_without_it_the_tools_are_listed_before_the_call_not_after(typed: LiveServer) -> None:
+    typed.reset()
+    outcome = _legacy_call(typed, "echo", {"text": "hi"})
+    assert isinstance(outcome, Completed)
+    assert _methods(typed) == ["initialize", "notifications/initialized", "tools/list", "tools/call"]
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_a_result_breaking_its_output_schema_is_kept_with_the_problem_noted(
+    typed: LiveServer, given: bool
+) -> None:
+    definitions = _definitions(typed)
+    definition = definitions["typed_out"] if given else None
+    outcome = _legacy_call(typed, "typed_out", {}, tool=definition)
+    assert isinstance(outcome, Completed)
+    assert outcome.result["structuredContent"] == {"count": "not a number"}
+    assert outcome.output_schema_error and "typed_out" in outcome.output_schema_error
+    assert _methods(typed).count("tools/call") == 1

@@ -39,6 +39,7 @@ from approvals.mcp_client.session import (
     UrlRequired,
     call_on,
     check_url,
+    expect_output,
     http_transport,
     list_tools_on,
     open_client,
@@ -332,6 +333,8 @@ class HolderProcess:
             tools_changed=partial(self._tools_changed, run),
         )
         assert self.holder_id is not None
+        # Before the send is recorded: a tools/list this needs, and fails, is not taken for a call that ran.
+        await expect_output(client, dispatcher, held.tool, held.definition, timeout=held.config.timeout)
         while True:
             if not await db(holding.held_sending)(call_id=held.call_id, holder_id=self.holder_id):
                 raise _NotSent
@@ -344,6 +347,7 @@ class HolderProcess:
                 held.arguments,
                 timeout=held.limit,
                 idempotency_key=held.idempotency_key,
+                tool=held.definition,
             )
             if run.tools_changed:
                 await self._relist(run, client)

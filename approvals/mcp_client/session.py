@@ -38,7 +38,16 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import URL_ELICITATION_REQUIRED
 
 from approvals import netguard
-from approvals.mcp_client.client import CLIENT_INFO, _check_url, _classify, _secrets, _tls_context
+from approvals.mcp_client.client import (
+    CLIENT_INFO,
+    _check_url,
+    _classify,
+    _learn_tool,
+    _secrets,
+    _share_output_validator,
+    _stored_tool,
+    _tls_context,
+)
 from approvals.mcp_client.outcomes import (
     Completed,
     McpError,
@@ -108,6 +117,8 @@ class Dispatcher:
         self.wire = wire or Wire(None)
         self.secrets = list(secrets or [])
         self.pending = 0  # elicitations waiting for a person now
+        # What the check of the last result against its output schema found (`_keep_results`).
+        self.output_problem: str | None = None
         self._limit: anyio.CancelScope | None = None
         self._remaining: float | None = None
 
@@ -222,6 +233,7 @@ async def open_client(
     inner: list[BaseException] = []
     try:
         async with client:
+            _keep_results(client, dispatcher)
             try:
                 yield client
             except BaseException as exc:
@@ -239,6 +251,23 @@ async def open_client(
         if mcp_errors:
             raise mcp_errors[0] from None
         raise _classify(exc, dispatcher.wire, "initialize", dispatcher.secrets) from None
+
+
+def _keep_results(client: Client, dispatcher: Dispatcher) -> None:
+    """SDK trap: ``ClientSession.call_tool`` checks a result against its tool's output schema and raises
+    ``RuntimeError`` when it does not conform, after the tool has run, and the result is lost. On the hub's
+    sessions the verdict is kept on the dispatcher instead (`Dispatcher.output_problem`) and the result comes
+    back, so the call is recorded as completed with the problem noted, as on 2026-07-28."""
+    session = client.session
+    check = session.validate_tool_result
+
+    async def judged(name: str, result: mcp_types.CallToolResult) -> None:
+        try:
+            await check(name, result)
+        except RuntimeError as exc:
+            dispatcher.output_problem = scrub(str(exc), dispatcher.secrets)
+
+    session.validate_tool_result = judged  # type: ignore[method-assign]
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -279,13 +308,21 @@ async def call_on(
     *,
     timeout: float,
     idempotency_key: str | None = None,
+    tool: dict[str, Any] | None = None,
 ) -> SessionOutcome:
     """Send ``tools/call`` `name` on the open `client` (with a progressToken) and wait for its outcome.
 
     `timeout` is the hub's limit on the call; it stops running while an elicitation waits for a person.
     Returns `Completed`, `ToolError` or `UrlRequired`; raises `McpError`. A limit that passes after the
-    request left raises ``PermanentError("outcome_unknown")``: the tool may have run."""
+    request left raises ``PermanentError("outcome_unknown")``: the tool may have run.
+
+    `tool` is the tool's definition as the hub stores it (its server's tools/list): the session learns the
+    tool's output schema from it. Without it, a session that has not listed the tools lists them before the
+    call; the SDK would otherwise list them after the tool has run, to check its result, on every new
+    session, and a failure there would lose a result already received."""
     what = f"tools/call {name!r}"
+    await expect_output(client, dispatcher, name, tool, timeout=timeout)
+    dispatcher.output_problem = None
     dispatcher.hooks = hooks
     dispatcher.wire.idempotency_key = idempotency_key
     dispatcher.wire.last_result = None
@@ -319,7 +356,28 @@ async def call_on(
     outcome = read_call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True), what)
     if not isinstance(outcome, Completed | ToolError):
         raise PermanentError("malformed_response", f"the server's answer to {what} is not a tool result")
+    if isinstance(outcome, Completed) and dispatcher.output_problem is not None:
+        return Completed(outcome.result, output_schema_error=dispatcher.output_problem)
     return outcome
+
+
+async def expect_output(
+    client: Client, dispatcher: Dispatcher, name: str, tool: dict[str, Any] | None, *, timeout: float
+) -> None:
+    """Before calling tool `name`: the session learns its output schema from its stored definition `tool`,
+    or, when there is none and the session has not listed the tools, from a tools/list now, bounded by
+    `timeout` (raises `McpError`; the call has not been sent). The validator is this process's compiled one.
+    `call_on` does this itself; a caller that records the send first does it before, so that a failure to
+    list is not taken for a call that may have run."""
+    known = _stored_tool(tool, name)
+    if known is not None:
+        _learn_tool(client, known)
+    elif name not in client.session._tool_output_schemas:
+        try:
+            await list_tools_on(client, timeout=timeout)
+        except Exception as exc:
+            raise _classify(exc, dispatcher.wire, "tools/list", dispatcher.secrets) from None
+    _share_output_validator(client, name)
 
 
 async def list_tools_on(client: Client, *, timeout: float, max_pages: int = 100) -> list[dict[str, Any]]:
@@ -347,6 +405,7 @@ __all__ = [
     "UrlRequired",
     "call_on",
     "check_url",
+    "expect_output",
     "http_transport",
     "list_tools_on",
     "open_client",

@@ -116,6 +116,7 @@ class HeldCall:
     limit: float  # seconds the call may run (paused while a person decides)
     elicitation_wait: int
     idempotency_key: str
+    definition: dict[str, Any] | None = None  # the tool as the server's stored tools/list gives it
 
 
 def held_call(*, call_id: Any, holder_id: int) -> HeldCall | None:
@@ -140,6 +141,7 @@ def held_call(*, call_id: Any, holder_id: int) -> HeldCall | None:
         limit=call_limit(call),
         elicitation_wait=server.elicitation_wait,
         idempotency_key=send_idempotency_key(call.pk, 0),
+        definition=server.tool(call.tool),
     )
 
 
