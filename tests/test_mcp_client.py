@@ -682,6 +682,16 @@ def test_only_small_valid_output_schemas_are_shared() -> None:
     assert client._compiled_output_schema.cache_info().currsize <= kept + 1  # the invalid verdict at most
 
 
+def test_a_tool_the_server_does_not_list_completes_without_a_second_listing(srv: LiveServer) -> None:
+    # The SDK lists the tools again after a call of a tool it has not seen listed, to check its result; that
+    # listing's answer took the result's place, and the call, which had run, ended as malformed.
+    outcome = run(call_tool(srv.config("/scripted/plain"), "hidden", {}))
+    assert isinstance(outcome, Completed)
+    assert outcome.result["content"][0]["text"] == "plain ok"
+    methods = [record["body"]["method"] for record in srv.seen("/scripted/plain")]
+    assert methods == ["tools/list", "tools/call"]
+
+
 def test_output_schema_violation_is_an_outcome_not_a_failure(srv: LiveServer) -> None:
     outcome = run(call_tool(srv.config(), "typed_out", {}))
     assert isinstance(outcome, Completed)

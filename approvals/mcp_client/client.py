@@ -424,9 +424,15 @@ def _shared_validator(schema: object) -> Validator | None:
     return _compiled_output_schema(text)
 
 
-def _share_output_validator(client: Client, name: str) -> None:
-    """Hand the session this process's compiled validator for tool `name`'s output schema, if it has one."""
+def _prepare_output_check(client: Client, name: str) -> None:
+    """Just before calling tool `name`, once the session has learned or listed the tools: the session checks
+    the result with this process's compiled validator for the tool's output schema, if it has one. A tool the
+    session does not know (the server serves it but does not list it) is checked against nothing: the SDK
+    would list the tools again after the tool has run, and that listing's answer would take the result's
+    place (the call, which ran, would end as malformed)."""
     session = client.session
+    if name not in session._tool_output_schemas:
+        session._tool_output_schemas[name] = None
     if name in session._tool_output_validators:
         return
     validator = _shared_validator(session._tool_output_schemas.get(name))
@@ -499,7 +505,7 @@ async def call_tool(
                 f"tool {name!r} declares invalid x-mcp-header annotations, so it must not be called",
             )
 
-        _share_output_validator(client, name)
+        _prepare_output_check(client, name)
 
         async def once() -> Outcome:
             return await _call_once(
@@ -515,7 +521,7 @@ async def call_tool(
             wire.method = "tools/list"
             await _list_all(client, wire)
             wire.method = None
-            _share_output_validator(client, name)
+            _prepare_output_check(client, name)
             return await once()
 
     limit = server.timeout if call_timeout is None else call_timeout

@@ -43,8 +43,8 @@ from approvals.mcp_client.client import (
     _check_url,
     _classify,
     _learn_tool,
+    _prepare_output_check,
     _secrets,
-    _share_output_validator,
     _stored_tool,
     _tls_context,
 )
@@ -377,7 +377,7 @@ async def expect_output(
             await list_tools_on(client, timeout=timeout)
         except Exception as exc:
             raise _classify(exc, dispatcher.wire, "tools/list", dispatcher.secrets) from None
-    _share_output_validator(client, name)
+    _prepare_output_check(client, name)
 
 
 async def list_tools_on(client: Client, *, timeout: float, max_pages: int = 100) -> list[dict[str, Any]]:
