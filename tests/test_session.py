@@ -29,7 +29,6 @@ from approvals.mcp_client.session import (
     open_client,
 )
 from tests.test_mcp_client import LiveServer
-from tests.test_mcp_client import _start as start_test_server
 
 SCRIPT = Path(__file__).with_name("push_server.py")
 WAIT = 4.0
@@ -221,18 +220,7 @@ def test_an_exception_of_the_caller_passes_through_untouched(push: PushServer) -
 # The SDK checks a completed call's result against the tool's output schema. On a session that has not listed
 # the tools it lists them first, after the tool has run (every new HTTP session: an extra request per call,
 # whose failure lost a result already received); and a result that does not conform raised, losing it too.
-
-
-@pytest.fixture(scope="module")
-def typed() -> Iterator[LiveServer]:
-    """The client tests' server (tests/mcp_test_server.py), spoken to with the handshake; it records
-    the requests it receives."""
-    proc, server = start_test_server([])
-    try:
-        yield server
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+# The server: the client tests' (tests/mcp_test_server.py), spoken to with the handshake; it records requests.
 
 
 def _methods(server: LiveServer) -> list[str]:
@@ -260,29 +248,34 @@ def _definitions(server: LiveServer) -> dict[str, dict[str, Any]]:
     return tools
 
 
-def test_with_the_tools_definition_a_call_sends_nothing_but_the_call(typed: LiveServer) -> None:
-    definition = _definitions(typed)["echo"]
-    outcome = _legacy_call(typed, "echo", {"text": "hi"}, tool=definition)
+def test_with_the_tools_definition_a_call_sends_nothing_but_the_call(mcp_test_server: LiveServer) -> None:
+    definition = _definitions(mcp_test_server)["echo"]
+    outcome = _legacy_call(mcp_test_server, "echo", {"text": "hi"}, tool=definition)
     assert isinstance(outcome, Completed) and outcome.output_schema_error is None
     assert outcome.result["structuredContent"] == {"result": "echo: hi"}
-    assert _methods(typed) == ["initialize", "notifications/initialized", "tools/call"]
+    assert _methods(mcp_test_server) == ["initialize", "notifications/initialized", "tools/call"]
 
 
-def test_without_it_the_tools_are_listed_before_the_call_not_after(typed: LiveServer) -> None:
-    typed.reset()
-    outcome = _legacy_call(typed, "echo", {"text": "hi"})
+def test_without_it_the_tools_are_listed_before_the_call_not_after(mcp_test_server: LiveServer) -> None:
+    mcp_test_server.reset()
+    outcome = _legacy_call(mcp_test_server, "echo", {"text": "hi"})
     assert isinstance(outcome, Completed)
-    assert _methods(typed) == ["initialize", "notifications/initialized", "tools/list", "tools/call"]
+    assert _methods(mcp_test_server) == [
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+        "tools/call",
+    ]
 
 
 @pytest.mark.parametrize("given", [True, False])
 def test_a_result_breaking_its_output_schema_is_kept_with_the_problem_noted(
-    typed: LiveServer, given: bool
+    mcp_test_server: LiveServer, given: bool
 ) -> None:
-    definitions = _definitions(typed)
+    definitions = _definitions(mcp_test_server)
     definition = definitions["typed_out"] if given else None
-    outcome = _legacy_call(typed, "typed_out", {}, tool=definition)
+    outcome = _legacy_call(mcp_test_server, "typed_out", {}, tool=definition)
     assert isinstance(outcome, Completed)
     assert outcome.result["structuredContent"] == {"count": "not a number"}
     assert outcome.output_schema_error and "typed_out" in outcome.output_schema_error
-    assert _methods(typed).count("tools/call") == 1
+    assert _methods(mcp_test_server).count("tools/call") == 1
