@@ -8,6 +8,7 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         from approvals import (
             checks,  # noqa: F401  (registers the system checks)
+            permissions,  # noqa: F401  (a membership's change reaches the sockets' scopes)
             throttling,  # noqa: F401  (counts failed sign-ins)
         )
         from approvals.services import (

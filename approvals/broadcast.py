@@ -16,10 +16,11 @@ import hashlib
 import logging
 import math
 import os
+import secrets
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Literal, Protocol, TypedDict, cast
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -50,6 +51,7 @@ class QueueChanged(TypedDict):
     round: int | None  # the round holding them, when they share one (the card is then read without a lookup)
     group: str
     seq: int | None
+    card: NotRequired[dict[str, Any]]  # a round that opened: its card, rendered once (approvals.cards)
 
 
 class PresenceChanged(TypedDict):
@@ -187,25 +189,29 @@ def _groups_of(ir: InputRequest) -> set[str | None]:
     return teams
 
 
-def queue_changed(event: str, call_id: object, input_requests: list[InputRequest]) -> None:
+def queue_changed(
+    event: str, call_id: object, input_requests: list[InputRequest], card: dict[str, Any] | None = None
+) -> None:
+    """Tell the queues of the requests' teams. ``card``: the card of the round holding them, rendered for the
+    notice (``approvals.cards.prerender``); every team's notice carries it."""
     teams = set().union(*(_groups_of(ir) for ir in input_requests)) if input_requests else set()
     rounds = {ir.round_id for ir in input_requests}
     round_id = rounds.pop() if len(rounds) == 1 else None
     for team in teams:
         ids = [str(ir.pk) for ir in input_requests if team in _groups_of(ir)]
         group = team_group(team)
-        _send(
-            group,
-            QueueChanged(
-                type="queue.changed",
-                event=event,
-                call=str(call_id),
-                input_requests=ids,
-                round=round_id,
-                group=group,
-                seq=None,
-            ),
+        message = QueueChanged(
+            type="queue.changed",
+            event=event,
+            call=str(call_id),
+            input_requests=ids,
+            round=round_id,
+            group=group,
+            seq=None,
         )
+        if card is not None and round_id is not None:
+            message["card"] = card
+        _send(group, message)
 
 
 def input_escalated(ir: InputRequest) -> None:
@@ -375,6 +381,36 @@ async def wait_until(
     finally:
         for group in joined:
             await waiters.remove(group, woken)
+
+
+# Any change to who answers for which team moves this counter, by a random step: a socket's permission scope
+# read at one value is still right while the counter shows that value (a counter Redis lost, counting again,
+# never comes back to a value a socket holds). A pseudo-group: no channel ever joins it.
+SCOPES = "_scopes"
+
+
+def scopes_changed() -> None:
+    """Someone's teams changed (a membership made, changed or removed): every socket's scope is read again."""
+    try:
+        cast(RedisCache, cache).count(_seq_key(SCOPES), step=secrets.randbelow(2**31) + 1)
+    except Exception:
+        # Sockets then notice within their scope's longest life (consumers.SCOPE_MAX_AGE).
+        logger.exception("the scopes' counter could not be moved: Redis unavailable")
+
+
+def scopes_version() -> int | None:
+    """The scopes' counter now (0 before any change), or None while Redis is unreachable. Read it before
+    reading a scope: a change committed after the read moves it."""
+    try:
+        return int(cache.get(_seq_key(SCOPES)) or 0)
+    except Exception:
+        return None
+
+
+async def ascopes_version(max_age: float = 0.0) -> int:
+    """``scopes_version`` on the event loop, read at most once per ``max_age`` seconds by this process;
+    raises while Redis is unreachable."""
+    return (await acurrent_seqs([SCOPES], max_age=max_age))[SCOPES]
 
 
 def _version_of(groups: list[str], seqs: dict[str, int]) -> str:

@@ -21,19 +21,23 @@ from urllib.parse import urlsplit
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.template.loader import render_to_string
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 from redis.exceptions import RedisError
 
-from approvals import broadcast, permissions, selectors
+from approvals import broadcast, cards, permissions, selectors
 from approvals.models import InputRequest, Team, ToolCall, is_uuid
-from approvals.services import presence
 
 logger = logging.getLogger(__name__)
 
 MAX_WATCHED_CALLS = 20
+# A socket's permission scope (its user's answering teams) serves this long as read; after that, for as long
+# as the scopes' counter has not moved (broadcast.scopes_version: every membership change moves it), up to
+# SCOPE_MAX_AGE; then it is read again. A removed member stops receiving within SCOPE_TTL either way (the
+# counter is read at most once per SCOPE_TTL by each process), and a change the counter missed (an UPDATE
+# that sent no signal, a Redis outage) within SCOPE_MAX_AGE.
 SCOPE_TTL = 2.0
+SCOPE_MAX_AGE = 60.0
 # How often a ping re-reads the user's teams and renews the group memberships (a database query and a Redis
 # write per group): a team the user joined meanwhile reaches an open tab within this time (a reload shows it
 # at once). Between, a ping only compares the counters (one Redis MGET): an open tab pings every 10 s, and a
@@ -100,6 +104,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.watched = set()
         self._scope_value: permissions.Scope | None = None
         self._scope_read_at = 0.0
+        self._scope_version: int | None = None
         self._joined_at = 0.0
         await self._join()
         await self.accept()
@@ -135,13 +140,20 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = groups
 
     def _allowed_groups(self) -> list[str]:
+        """The user's groups; the permission scope is read again with them (from the same rows, but a
+        superuser's, who joins every team's group)."""
         user = self.user
+        version, now = broadcast.scopes_version(), time.monotonic()
         if user.is_superuser:
             slugs: list[str | None] = [*Team.objects.values_list("slug", flat=True), None]
+            scope = permissions.scope_of(user)
         else:
-            slugs = list(permissions.reviewer_teams(user).values_list("slug", flat=True).distinct())
+            teams = dict(permissions.reviewer_teams(user).values_list("pk", "slug").distinct())
+            slugs = list(teams.values())
             if user.is_staff:
                 slugs.append(None)
+            scope = permissions.Scope(user.pk, False, bool(user.is_staff), frozenset(teams))
+        self._scope_value, self._scope_read_at, self._scope_version = scope, now, version
         return sorted(broadcast.team_group(slug) for slug in slugs)
 
     # --- from the browser: never a write; only pings and which call page is open
@@ -246,7 +258,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     async def queue_changed(self, event: dict[str, Any]) -> None:
         await self._sequenced(event)
-        message = await database_sync_to_async(self._card_message)(event)
+        message = await self._card_from_notice(event)
+        if message is cards.READ_AGAIN:
+            message = await database_sync_to_async(self._card_message)(event)
         if message:
             await self.send_json(message)
         if event.get("call") in self.watched:
@@ -270,16 +284,40 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
     # --- rendering, as this user, in this user's language (sync: run in a thread)
 
     def _render(self, template: str, context: dict[str, Any]) -> str:
-        with translation.override(self.language):
-            return render_to_string(template, context)
+        return cards.render(template, context, self.language)
 
     def _scope(self) -> permissions.Scope:
         """The user's permission scope, read again every SCOPE_TTL seconds: a removed member stops
         receiving within seconds, without a query per socket per event."""
         now = time.monotonic()
         if self._scope_value is None or now - self._scope_read_at > SCOPE_TTL:
+            version = broadcast.scopes_version()  # before the teams: a change committed meanwhile moves it
             self._scope_value, self._scope_read_at = permissions.scope_of(self.user), now
+            self._scope_version = version
         return self._scope_value
+
+    async def _confirmed_scope(self) -> permissions.Scope | None:
+        """The scope, when it is known to hold without reading it again (see SCOPE_TTL), else None."""
+        scope, age = self._scope_value, time.monotonic() - self._scope_read_at
+        if scope is None or age > SCOPE_MAX_AGE or self._scope_version is None:
+            return None
+        if age <= SCOPE_TTL:
+            return scope
+        try:
+            version = await broadcast.ascopes_version(max_age=SCOPE_TTL)
+        except RedisError:
+            return None
+        return scope if version == self._scope_version else None
+
+    async def _card_from_notice(self, event: dict[str, Any]) -> dict[str, Any] | cards.ReadAgain | None:
+        """The card the notice carries, when it serves this socket as it is (``cards.from_notice``), on the
+        event loop; READ_AGAIN otherwise."""
+        if not isinstance(event.get("card"), dict) or event["card"].get("language") != self.language:
+            return cards.READ_AGAIN
+        scope = await self._confirmed_scope()
+        if scope is None:
+            return cards.READ_AGAIN
+        return cards.from_notice(event, scope)
 
     def _card_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
         ids = sorted(pk for pk in event.get("input_requests", []) if is_uuid(pk))
@@ -287,7 +325,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         # Every socket in this process gets the same event: the round is read (and the card rendered) once.
         shared = _memo(
             ("card", *event_key),
-            lambda: _load_card(ids, event.get("round")),
+            lambda: cards.load(ids, event.get("round")),
             cache=event.get("seq") is not None,
         )
         if shared is None:
@@ -352,15 +390,6 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             "status": call.status,
             "html": self._render("approvals/_call_body.html", selectors.call_page(call)),
         }
-
-
-def _load_card(
-    ids: list[str], round_id: int | None = None
-) -> tuple[selectors.RoundCard, dict[str, list[str]]] | None:
-    card = selectors.round_card_for_everyone(ids, round_id=round_id)
-    if card is None:
-        return None
-    return card, presence.viewers([ir.pk for ir in card.items])
 
 
 _MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()

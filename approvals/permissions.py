@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 
 import approvals.prepared  # the `any` lookup the querysets below use is registered by importing it
+from approvals import broadcast
 from approvals.models import (
     AuditEvent,
     Grant,
@@ -93,7 +97,28 @@ def scope_of(user: Any) -> Scope:
     return Scope(user.pk, bool(user.is_superuser), bool(user.is_staff), teams)
 
 
-def may_answer(scope: Scope, ir: InputRequest) -> bool:
+@receiver(post_save, sender=Membership, dispatch_uid="approvals.permissions.membership_saved")
+@receiver(post_delete, sender=Membership, dispatch_uid="approvals.permissions.membership_deleted")
+def _membership_changed(**kwargs: Any) -> None:
+    """A membership made, changed or removed (a team's or a user's deletion removes theirs one by one):
+    open sockets read their scopes again once it is committed."""
+    transaction.on_commit(broadcast.scopes_changed)
+
+
+class Answerable(Protocol):
+    """What ``may_answer`` reads of a request: an InputRequest, or its part a queue notice carries."""
+
+    @property
+    def for_requester(self) -> bool: ...
+    @property
+    def assignee_id(self) -> Any: ...
+    @property
+    def team_id(self) -> Any: ...
+    @property
+    def escalation_team_id(self) -> Any: ...
+
+
+def may_answer(scope: Scope, ir: Answerable) -> bool:
     if ir.for_requester:
         return False
     if ir.assignee_id is not None:

@@ -44,13 +44,13 @@ class RedisCache(DjangoRedisCache):
         super().__init__(server, params)
         self._class = SharedRedisCacheClient
 
-    def count(self, key: str, version: int | None = None) -> int:
-        """Add one to the counter at `key` and return it; a missing counter counts from 0, and it never
-        expires. One INCR: Django's ``incr`` asks EXISTS first (and refuses a missing key), so a counter
-        built on ``add`` + ``incr`` costs three round trips. The value is a plain integer, which ``get``
-        reads back."""
+    def count(self, key: str, version: int | None = None, *, step: int = 1) -> int:
+        """Add `step` (one) to the counter at `key` and return it; a missing counter counts from 0, and it
+        never expires. One INCRBY: Django's ``incr`` asks EXISTS first (and refuses a missing key), so a
+        counter built on ``add`` + ``incr`` costs three round trips. The value is a plain integer, which
+        ``get`` reads back."""
         key = self.make_and_validate_key(key, version=version)
-        return int(self._cache.get_client(key, write=True).incr(key))
+        return int(self._cache.get_client(key, write=True).incrby(key, step))
 
     @cached_property
     def _cache(self) -> RedisCacheClient:

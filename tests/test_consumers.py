@@ -36,10 +36,14 @@ def session_cookie(user: Any) -> str:
     return client.cookies["sessionid"].value
 
 
-def socket(session: str | None = None, origin: str = f"http://{HOST}") -> WebsocketCommunicator:
+def socket(
+    session: str | None = None, origin: str = f"http://{HOST}", language: str = ""
+) -> WebsocketCommunicator:
     headers = [(b"host", HOST.encode())]
     if origin:
         headers.append((b"origin", origin.encode()))
+    if language:
+        headers.append((b"accept-language", language.encode()))
     if session is not None:
         headers.append((b"cookie", f"sessionid={session}".encode()))
     return WebsocketCommunicator(application, "/ws/queue/", headers=headers)
@@ -425,3 +429,200 @@ def test_progress_after_the_call_ended_is_dropped(world) -> None:
     assert sending.call_progress(call_id=call.pk, progress=late) is False
     call.refresh_from_db()
     assert call.progress is None
+
+
+# --- a round that opens: its card travels in the notice (approvals.cards)
+
+FORM = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "Pick the environment",
+        "requestedSchema": factories.ENVIRONMENT_SCHEMA,
+    },
+}
+LINK = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "url",
+        "message": "Sign in to the registry",
+        "url": "https://registry.example/sign-in",
+    },
+}
+
+
+def opened(server: Any, requests: dict[str, Any], **call: Any) -> Any:
+    """A round opened as the worker opens one (its notice is sent when the transaction commits)."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from approvals.services.rounds import round_open
+
+    tool_call = factories.call(server, **call)
+    with transaction.atomic():
+        return round_open(
+            call=tool_call,
+            input_requests=requests,
+            raw={"resultType": "input_required"},
+            request_state="opaque-state",
+            received_at=timezone.now(),
+        )
+
+
+@pytest.fixture
+def card_reads(monkeypatch) -> list[list[str]]:
+    """The rounds the sockets' process read again to build a card (the round's own process renders it once
+    for the notice: that one is not counted)."""
+    from approvals import cards
+
+    reads: list[list[str]] = []
+    load = cards.load
+
+    def counting(ids: list[str], round_id: int | None = None) -> Any:
+        reads.append(ids)
+        return load(ids, round_id)
+
+    monkeypatch.setattr(cards, "load", counting)
+    return reads
+
+
+def test_a_round_that_opens_reaches_the_socket_as_rendered_with_its_notice(world, card_reads) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        rnd = await sync_to_async(opened)(world["deploy"], {"environment": FORM})
+        ir = await sync_to_async(rnd.input_requests.get)()
+        card = await alice.receive_json_from(timeout=10)
+        assert card_reads == []  # sent as the notice carried it: no read, no rendering here
+        assert card["type"] == "card" and card["event"] == "round.opened"
+        assert card["input_requests"] == [str(ir.pk)] and card["pending"] == 1 and card["decided"] == {}
+        assert card["round"] == rnd.pk and card["call"] == str(rnd.call_id)
+        assert f'id="round-{rnd.pk}"' in card["html"] and "Pick the environment" in card["html"]
+        assert "opaque-state" not in card["html"]
+
+        # The same notice without its card: the socket reads the round and renders the very same card.
+        group = broadcast.team_group(world["release"].slug)
+        seq = await sync_to_async(broadcast.next_seq)(group)
+        await get_channel_layer().group_send(
+            group,
+            {
+                "type": "queue.changed",
+                "event": "round.opened",
+                "call": str(rnd.call_id),
+                "input_requests": [str(ir.pk)],
+                "round": rnd.pk,
+                "group": group,
+                "seq": seq,
+            },
+        )
+        again = await alice.receive_json_from(timeout=10)
+        assert card_reads == [[str(ir.pk)]]
+        assert {**again, "seq": None} == {**card, "seq": None}
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_a_card_in_another_language_is_rendered_by_the_sockets_process(world, card_reads) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"], language="de")
+        await connected(alice)
+        rnd = await sync_to_async(opened)(world["deploy"], {"environment": FORM})
+        card = await alice.receive_json_from(timeout=10)
+        assert card["type"] == "card" and len(card_reads) == 1
+        deadline = await sync_to_async(lambda: rnd.deadline)()
+        from django.utils import formats, translation
+
+        with translation.override("de"):
+            shown = formats.date_format(deadline.astimezone(), "DATETIME_FORMAT")
+        assert shown in card["html"]
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_a_card_only_its_assignee_may_answer_reaches_only_them(world, card_reads) -> None:
+    async def scenario() -> None:
+        alice, bob = socket(world["as"]["alice"]), socket(world["as"]["bob"])
+        await connected(alice)
+        await connected(bob)
+        # A url-mode request made for the person the call acts for: bob alone answers it.
+        rnd = await sync_to_async(opened)(world["deploy"], {"login": LINK}, on_behalf_of=world["bob"])
+        ir = await sync_to_async(rnd.input_requests.get)()
+        assert ir.assignee_id == world["bob"].pk
+        card = await bob.receive_json_from(timeout=10)
+        assert card["input_requests"] == [str(ir.pk)] and "Sign in to the registry" in card["html"]
+        assert await alice.receive_nothing(timeout=0.5)
+        assert card_reads == []
+        await alice.disconnect()
+        await bob.disconnect()
+
+    run(scenario)
+
+
+def test_a_card_the_user_sees_only_part_of_is_read_again_for_them(world, card_reads) -> None:
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        rnd = await sync_to_async(opened)(
+            world["deploy"], {"environment": FORM, "login": LINK}, on_behalf_of=world["bob"]
+        )
+        by_key = await sync_to_async(lambda: {ir.key: ir for ir in rnd.input_requests.all()})()
+        card = await alice.receive_json_from(timeout=10)
+        assert card["input_requests"] == [str(by_key["environment"].pk)]
+        assert str(by_key["login"].pk) not in card["html"] and "Sign in to the registry" not in card["html"]
+        assert "Pick the environment" in card["html"]
+        assert len(card_reads) == 1
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_a_removed_member_gets_no_card_from_a_notice(world, monkeypatch, card_reads) -> None:
+    # The scope is confirmed by the scopes' counter at every event (normally it serves SCOPE_TTL as read).
+    monkeypatch.setattr(consumers, "SCOPE_TTL", 0.0)
+
+    async def scenario() -> None:
+        bob = socket(world["as"]["bob"])
+        await connected(bob)
+        await sync_to_async(opened)(world["deploy"], {"environment": FORM})
+        assert (await bob.receive_json_from(timeout=10))["type"] == "card"
+        assert card_reads == []  # the scope read on connecting still holds: the counter has not moved
+
+        await sync_to_async(Membership.objects.filter(user=world["bob"]).delete)()
+        await sync_to_async(opened)(world["deploy"], {"environment": FORM})
+        assert await bob.receive_nothing(timeout=0.5)
+        assert len(card_reads) == 1  # the counter moved: the scope was read again, as the card was
+        await bob.disconnect()
+
+    run(scenario)
+
+
+def test_every_membership_change_moves_the_scopes_counter(world) -> None:
+    before = broadcast.scopes_version()
+    viewer = Membership.Role.VIEWER
+    membership = Membership.objects.create(team=world["ops"], user=world["alice"], role=viewer)
+    created = broadcast.scopes_version()
+    membership.role = Membership.Role.REVIEWER
+    membership.save()
+    changed = broadcast.scopes_version()
+    world["ops"].delete()  # its memberships go with it
+    deleted = broadcast.scopes_version()
+    assert len({before, created, changed, deleted}) == 4
+
+
+def test_a_card_too_large_for_a_notice_is_read_by_the_sockets(world, monkeypatch, card_reads) -> None:
+    from approvals import cards
+
+    monkeypatch.setattr(cards, "MAX_PRERENDERED", 100)
+
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        rnd = await sync_to_async(opened)(world["deploy"], {"environment": FORM})
+        card = await alice.receive_json_from(timeout=10)
+        assert card["type"] == "card" and f'id="round-{rnd.pk}"' in card["html"]
+        assert len(card_reads) == 1
+        await alice.disconnect()
+
+    run(scenario)

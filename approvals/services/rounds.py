@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from approvals import broadcast, safejson, schema_forms, urlsafety
+from approvals import broadcast, cards, safejson, schema_forms, urlsafety
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
@@ -244,7 +244,9 @@ def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
     visible_at = timezone.now()
     queued = [ir for ir in pending if not ir.for_requester]
     if queued:
-        broadcast.queue_changed("round.opened", call_id, queued)
+        # The card goes with the notice: the sockets send it without reading the round again.
+        card = cards.prerender(round_id, [str(ir.pk) for ir in queued])
+        broadcast.queue_changed("round.opened", call_id, queued, card=card)
     if len(queued) < len(pending):
         call = ToolCall.objects.only("status").filter(pk=call_id).first()
         if call is not None:
