@@ -1,8 +1,8 @@
 """Queue cards as the reviewers' websockets receive them.
 
 A queue event names input requests; each web process reads their round once per event, with every request on
-it (``load``), and each socket keeps the requests its user may answer and renders the card in its user's
-language (``render``).
+it, and each socket keeps the requests its user may answer and renders the card in its user's language
+(``render_card``; ``approvals.consumers``).
 
 A round that opens is rendered once more, by the process that opened it, right after its commit: in the hub's
 default language, with nobody looking at it yet (a request just made has no viewers). That rendering travels
@@ -25,7 +25,6 @@ from django.utils import translation
 
 from approvals import permissions, selectors
 from approvals.models import InputRequest, is_uuid
-from approvals.services import presence
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +50,6 @@ class NoticedRequest:
     assignee_id: Any
     team_id: int | None
     escalation_team_id: int | None
-
-
-def load(
-    ids: list[str], round_id: int | None = None
-) -> tuple[selectors.RoundCard, dict[str, list[str]]] | None:
-    """The round holding these requests, with all of its requests, and who is looking at each."""
-    card = selectors.round_card_for_everyone(ids, round_id=round_id)
-    if card is None:
-        return None
-    return card, presence.viewers([ir.pk for ir in card.items])
 
 
 def render(template: str, context: dict[str, Any], language: str) -> str:

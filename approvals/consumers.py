@@ -1,9 +1,11 @@
 """Websocket consumers: authenticate on connect, re-check permission per event, never write.
 
 The queue socket joins the team groups whose requests the user may answer. For each group event it
-reads the rows again *as this user* and sends a fragment rendered from the same partial templates the
-pages use, or nothing when the user may not see it. A sequence gap, or a counter that moved while
-the socket was not listening, becomes a ``resync`` notice: the page then reloads its state over HTTP.
+reads the rows again (once per process) and sends the part *this user* may answer, as a fragment rendered
+from the same partial templates the pages use, or nothing when the user may see none of it. A round that
+opens brings its card in the notice (``approvals.cards``): sent as it is when the user may answer all of
+it, in the language it was rendered in. A sequence gap, or a counter that moved while the socket was not
+listening, becomes a ``resync`` notice: the page then reloads its state over HTTP.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from redis.exceptions import RedisError
 
 from approvals import broadcast, cards, permissions, selectors
 from approvals.models import InputRequest, Team, ToolCall, is_uuid
+from approvals.services import presence
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +328,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         # Every socket in this process gets the same event: the round is read (and the card rendered) once.
         shared = _memo(
             ("card", *event_key),
-            lambda: cards.load(ids, event.get("round")),
+            lambda: _load_card(ids, event.get("round")),
             cache=event.get("seq") is not None,
         )
         if shared is None:
@@ -390,6 +393,16 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             "status": call.status,
             "html": self._render("approvals/_call_body.html", selectors.call_page(call)),
         }
+
+
+def _load_card(
+    ids: list[str], round_id: int | None = None
+) -> tuple[selectors.RoundCard, dict[str, list[str]]] | None:
+    """The round holding these requests, with all of its requests, and who is looking at each."""
+    card = selectors.round_card_for_everyone(ids, round_id=round_id)
+    if card is None:
+        return None
+    return card, presence.viewers([ir.pk for ir in card.items])
 
 
 _MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()

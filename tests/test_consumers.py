@@ -473,16 +473,14 @@ def opened(server: Any, requests: dict[str, Any], **call: Any) -> Any:
 def card_reads(monkeypatch) -> list[list[str]]:
     """The rounds the sockets' process read again to build a card (the round's own process renders it once
     for the notice: that one is not counted)."""
-    from approvals import cards
-
     reads: list[list[str]] = []
-    load = cards.load
+    load = consumers._load_card
 
     def counting(ids: list[str], round_id: int | None = None) -> Any:
         reads.append(ids)
         return load(ids, round_id)
 
-    monkeypatch.setattr(cards, "load", counting)
+    monkeypatch.setattr(consumers, "_load_card", counting)
     return reads
 
 

@@ -24,6 +24,7 @@ CORE = (
     "approvals.audit.verify",
     "approvals.broadcast",
     "approvals.canonical",
+    "approvals.cards",
     "approvals.mcp_client",
     "approvals.netguard",
     "approvals.permissions",
