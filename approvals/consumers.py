@@ -34,13 +34,6 @@ from approvals.services import presence
 logger = logging.getLogger(__name__)
 
 MAX_WATCHED_CALLS = 20
-# A socket's permission scope (its user's answering teams) serves this long as read; after that, for as long
-# as the scopes' counter has not moved (broadcast.scopes_version: every membership change moves it), up to
-# SCOPE_MAX_AGE; then it is read again. A removed member stops receiving within SCOPE_TTL either way (the
-# counter is read at most once per SCOPE_TTL by each process), and a change the counter missed (an UPDATE
-# that sent no signal, a Redis outage) within SCOPE_MAX_AGE.
-SCOPE_TTL = 2.0
-SCOPE_MAX_AGE = 60.0
 # How often a ping re-reads the user's teams and renews the group memberships (a database query and a Redis
 # write per group): a team the user joined meanwhile reaches an open tab within this time (a reload shows it
 # at once). Between, a ping only compares the counters (one Redis MGET): an open tab pings every 10 s, and a
@@ -50,6 +43,14 @@ REJOIN_EVERY = 300.0
 # A ping compares counters this process read at most this long ago (one read serves every tab pinging
 # meanwhile): a counter that moved while a tab heard nothing is noticed this much later.
 COUNTERS_MAX_AGE = 1.0
+# A socket's permission scope (its user's answering teams) serves this long as read; after that, for as long
+# as the scopes' counter has not moved (broadcast.scopes_version: every membership change moves it), up to
+# SCOPE_MAX_AGE; then it is read again. A removed member stops receiving within SCOPE_TTL (the counter is read
+# at most once per SCOPE_TTL by each process); a change the counter missed (an UPDATE that sent no signal, a
+# Redis outage) is seen when the scope is read again: by the next rejoin (a ping after REJOIN_EVERY), as a
+# team newly joined is. An open tab pings every 10 s, so its scope is never older than SCOPE_MAX_AGE.
+SCOPE_TTL = 2.0
+SCOPE_MAX_AGE = REJOIN_EVERY + 60.0
 # Two processes can publish to a group out of their sequence's order (each takes its number, then sends: the
 # worker opening one round as the web process answers another). A missing number waits this long for its
 # event before it counts as lost and the page resyncs; under load a resync on every crossing reloaded the

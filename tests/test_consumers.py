@@ -596,6 +596,25 @@ def test_a_removed_member_gets_no_card_from_a_notice(world, monkeypatch, card_re
     run(scenario)
 
 
+def test_a_scope_past_its_longest_life_is_read_again_though_the_counter_did_not_move(
+    world, monkeypatch, card_reads
+) -> None:
+    """A change the counter missed (an UPDATE that sent no signal) is seen once the scope is that old."""
+    monkeypatch.setattr(consumers, "SCOPE_TTL", 0.0)
+    monkeypatch.setattr(consumers, "SCOPE_MAX_AGE", 0.0)
+
+    async def scenario() -> None:
+        bob = socket(world["as"]["bob"])
+        await connected(bob)
+        await sync_to_async(Membership.objects.filter(user=world["bob"]).update)(role=Membership.Role.VIEWER)
+        await sync_to_async(opened)(world["deploy"], {"environment": FORM})
+        assert await bob.receive_nothing(timeout=0.5)
+        assert len(card_reads) == 1
+        await bob.disconnect()
+
+    run(scenario)
+
+
 def test_every_membership_change_moves_the_scopes_counter(world) -> None:
     before = broadcast.scopes_version()
     viewer = Membership.Role.VIEWER
