@@ -88,6 +88,23 @@ def open_request(server: Any, team: Any, tool: str = "create_deployment") -> Any
     return rnd.input_requests.select_related("round__call", "team").get()
 
 
+async def notice_by_hand(team: Any, call_id: Any, ids: list[str], round_id: int | None = None) -> None:
+    """A ``round.opened`` notice to the team's group, next in its sequence, as broadcast sends one but
+    without a card; ``round_id`` is left out when None."""
+    group = broadcast.team_group(team.slug)
+    event: dict[str, Any] = {
+        "type": "queue.changed",
+        "event": "round.opened",
+        "call": str(call_id),
+        "input_requests": ids,
+        "group": group,
+        "seq": await sync_to_async(broadcast.next_seq)(group),
+    }
+    if round_id is not None:
+        event["round"] = round_id
+    await get_channel_layer().group_send(group, event)
+
+
 async def connected(communicator: WebsocketCommunicator) -> dict[str, Any]:
     ok, _ = await communicator.connect()
     assert ok
@@ -148,19 +165,7 @@ def test_permission_is_checked_again_for_every_event(world) -> None:
         await connected(alice)
         foreign = await sync_to_async(open_request)(world["pager"], world["ops"])
         # A (mis)routed event naming another team's request, sent to alice's group: she learns nothing.
-        group = broadcast.team_group(world["release"].slug)
-        seq = await sync_to_async(broadcast.next_seq)(group)
-        await get_channel_layer().group_send(
-            group,
-            {
-                "type": "queue.changed",
-                "event": "round.opened",
-                "call": str(foreign.round.call_id),
-                "input_requests": [str(foreign.pk)],
-                "group": group,
-                "seq": seq,
-            },
-        )
+        await notice_by_hand(world["release"], foreign.round.call_id, [str(foreign.pk)])
         assert await alice.receive_nothing(timeout=0.5)
         await alice.disconnect()
 
@@ -499,20 +504,7 @@ def test_a_round_that_opens_reaches_the_socket_as_rendered_with_its_notice(world
         assert "opaque-state" not in card["html"]
 
         # The same notice without its card: the socket reads the round and renders the very same card.
-        group = broadcast.team_group(world["release"].slug)
-        seq = await sync_to_async(broadcast.next_seq)(group)
-        await get_channel_layer().group_send(
-            group,
-            {
-                "type": "queue.changed",
-                "event": "round.opened",
-                "call": str(rnd.call_id),
-                "input_requests": [str(ir.pk)],
-                "round": rnd.pk,
-                "group": group,
-                "seq": seq,
-            },
-        )
+        await notice_by_hand(world["release"], rnd.call_id, [str(ir.pk)], round_id=rnd.pk)
         again = await alice.receive_json_from(timeout=10)
         assert card_reads == [[str(ir.pk)]]
         assert {**again, "seq": None} == {**card, "seq": None}
