@@ -368,15 +368,17 @@ async def expect_output(
     or, when there is none and the session has not listed the tools, from a tools/list now, bounded by
     `timeout` (raises `McpError`; the call has not been sent). The validator is this process's compiled one.
     `call_on` does this itself; a caller that records the send first does it before, so that a failure to
-    list is not taken for a call that may have run."""
-    known = _stored_tool(tool, name)
-    if known is not None:
-        _learn_tool(client, known)
-    elif name not in client.session._tool_output_schemas:
-        try:
-            await list_tools_on(client, timeout=timeout)
-        except Exception as exc:
-            raise _classify(exc, dispatcher.wire, "tools/list", dispatcher.secrets) from None
+    list is not taken for a call that may have run. A session that knows the tool already (from an earlier
+    call of this, or from its own listing) learns nothing again."""
+    if name not in client.session._tool_output_schemas:
+        known = _stored_tool(tool, name)
+        if known is not None:
+            _learn_tool(client, known)
+        else:
+            try:
+                await list_tools_on(client, timeout=timeout)
+            except Exception as exc:
+                raise _classify(exc, dispatcher.wire, "tools/list", dispatcher.secrets) from None
     _prepare_output_check(client, name)
 
 
