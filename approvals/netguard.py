@@ -265,26 +265,36 @@ async def acheck_url(url: str, *, allow: Allow | None = None) -> Checked:
     """`check_url` off the event loop (its DNS lookup blocks), on this process's resolver threads.
 
     Not ``anyio.to_thread``: its worker threads belong to one event loop, and a Celery task runs each send
-    in an event loop of its own, so every send started (and at its end stopped) a thread, twice: once for
-    the server URL's check and once for the request's. These threads outlive the loops. A cancelled wait
-    leaves the lookup to finish on its thread; its answer is dropped.
+    in an event loop of its own, so every send started (and at its end stopped) a thread. These threads
+    outlive the loops. A cancelled wait leaves the lookup to finish on its thread; its answer is dropped.
     """
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_resolver_threads(), functools.partial(check_url, url, allow=allow))
 
 
 class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
-    """The same guard for the MCP client's ``httpx2.AsyncClient``: one check per request, pinned."""
+    """The same guard for the MCP client's ``httpx2.AsyncClient``: every request pinned to a checked address.
 
-    def __init__(self, *, allow: Allow | None = None, **options: Any) -> None:
+    A URL is checked (and its host resolved) once per transport, at its first request or beforehand by the
+    caller (`checked`); the transport's later requests to it go to the address that check found. One
+    transport serves one exchange with a server (an MCP send: a discovery, the call, in the handshake era
+    an ``initialize``, its notification and the answers to the server's questions), so the address stays
+    the one judged, whatever the name resolves to meanwhile, and a send resolves its server's name once
+    instead of once per request.
+    """
+
+    def __init__(self, *, allow: Allow | None = None, checked: Checked | None = None, **options: Any) -> None:
         self._allow = allow
+        self._checked: dict[str, Checked] = {checked.url: checked} if checked is not None else {}
         self._inner = httpx2.AsyncHTTPTransport(trust_env=False, **options)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = str(request.url)
         allow = self._allow if self._allow is not None else configured()
         try:
-            checked = await acheck_url(url, allow=allow)
+            checked = self._checked.get(url)
+            if checked is None:
+                checked = self._checked[url] = await acheck_url(url, allow=allow)
             pinned = _pinned(checked, request)
         except Refused as exc:
             raise AsyncOutboundRefused(exc.message, request=request) from None

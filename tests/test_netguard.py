@@ -305,6 +305,47 @@ def test_every_request_of_the_mcp_client_is_judged_and_pinned(demo_server, fake_
     assert response.request.url.host == "demo.mcp.test"
 
 
+def test_a_transport_keeps_the_address_it_checked_for_a_url(demo_server, fake_dns) -> None:
+    """One transport (one send, one held session) resolves a URL once: its next requests go to the address
+    that check judged, even if the name now points somewhere the guard refuses (DNS rebinding)."""
+    health = demo_server.url.rsplit("/", 1)[0] + "/healthz"
+    url = health.replace("127.0.0.1", "demo.mcp.test")
+    fake_dns["demo.mcp.test"] = ["127.0.0.1"]
+
+    async def twice() -> list[Any]:
+        guarded = netguard.AsyncGuardedTransport(allow=Allow.parse("127.0.0.0/8"))
+        async with httpx2.AsyncClient(transport=guarded) as http:
+            first = await http.get(url)
+            fake_dns["demo.mcp.test"] = ["10.0.0.1"]  # the name moves to a private address
+            return [first, await http.get(url)]
+
+    assert [r.status_code for r in anyio.run(twice)] == [200, 200]
+    # A new transport checks again and refuses the private address.
+    with pytest.raises(netguard.AsyncOutboundRefused, match="private address"):
+        _get_through_guard(url, Allow.parse("127.0.0.0/8"))
+
+
+def test_a_send_resolves_its_servers_name_once(demo_server, settings, fake_dns, monkeypatch) -> None:
+    """The client checks the server URL before connecting and hands that check to its transport: a send
+    resolves the server's name once, not once more for each of its requests."""
+    settings.ELICIT_OUTBOUND_ALLOW = "127.0.0.0/8,::1"
+    fake_dns["localhost"] = ["127.0.0.1"]  # the demo server answers only to its own host names
+    lookups: list[str] = []
+    resolve = netguard.resolver
+
+    def counted(host: str, port: int) -> list[str]:
+        lookups.append(host)
+        return resolve(host, port)
+
+    monkeypatch.setattr(netguard, "resolver", counted)
+    demo_support.reset(demo_server.url)
+    config = mcp.ServerConfig(url=demo_server.url.replace("127.0.0.1", "localhost"), timeout=5)
+    tools = mcp.run(mcp.list_tools(config))
+    assert any(tool["name"] == "create_deployment" for tool in tools)
+    assert "tools/list" in [r["body"].get("method") for r in demo_support.recorded_requests(demo_server.url)]
+    assert lookups == ["localhost"]  # the check before connecting; the request went to its address
+
+
 def test_add_server_refuses_internal_urls_and_credentials(db, settings, fake_dns) -> None:
     settings.ELICIT_OUTBOUND_ALLOW = ""
     fake_dns["mcp.example.test"] = ["93.184.216.34"]

@@ -291,11 +291,13 @@ class HolderProcess:
         held = run.held
         if held.transport == "stdio":
             return await self._stdio_session(run)
-        await check_url(held.config.url)
+        checked = await check_url(held.config.url)
         dispatcher = Dispatcher()
         # An idle event stream may stay silent for the call's whole limit plus the server's wait for a person.
         read_timeout = held.limit + held.elicitation_wait + 60
-        transport, http = http_transport(held.config, read_timeout=read_timeout, dispatcher=dispatcher)
+        transport, http = http_transport(
+            held.config, read_timeout=read_timeout, dispatcher=dispatcher, checked=checked
+        )
         async with (
             http,
             open_client(

@@ -196,10 +196,10 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-async def _check_url(url: str) -> None:
+async def _check_url(url: str) -> netguard.Checked:
     """The outbound guard's verdict on a server URL, before any connection is opened."""
     try:
-        await netguard.acheck_url(url, allow=netguard.configured())
+        return await netguard.acheck_url(url, allow=netguard.configured())
     except netguard.Refused as exc:
         if exc.transient:
             raise TransientError(
@@ -225,13 +225,13 @@ async def _operate(
     secret = _secrets(server, request_state)
     wire = Wire(idempotency_key)
     prior = _prior_discover(server)
-    await _check_url(server.url)
+    checked = await _check_url(server.url)
     longest = server.timeout if call_timeout is None else max(server.timeout, call_timeout + READ_SLACK)
     http = httpx2.AsyncClient(
         headers=dict(server.headers),
         timeout=httpx2.Timeout(server.timeout, connect=min(server.timeout, CONNECT_TIMEOUT), read=longest),
-        # Every request is judged by the outbound guard again and sent to the address it checked.
-        transport=netguard.AsyncGuardedTransport(verify=_tls_context()),
+        # Every request is sent to the address the outbound guard checked for its URL.
+        transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
         trust_env=False,
         event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
     )

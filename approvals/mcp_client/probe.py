@@ -159,11 +159,11 @@ async def _connect(
     http: httpx2.AsyncClient | None = None
     if isinstance(target, ServerConfig):
         secret = _secrets(target)
-        await _check_url(target.url)
+        checked = await _check_url(target.url)
         http = httpx2.AsyncClient(
             headers=dict(target.headers),
             timeout=httpx2.Timeout(target.timeout),
-            transport=netguard.AsyncGuardedTransport(verify=_tls_context()),
+            transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
             trust_env=False,
             event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
         )

@@ -189,29 +189,35 @@ class Dispatcher:
 
 
 def http_transport(
-    server: ServerConfig, *, read_timeout: float, dispatcher: Dispatcher | None = None
+    server: ServerConfig,
+    *,
+    read_timeout: float,
+    dispatcher: Dispatcher | None = None,
+    checked: netguard.Checked | None = None,
 ) -> tuple[Any, httpx2.AsyncClient]:
     """A Streamable HTTP transport for `server` on the hub's guarded HTTP client.
 
-    Every request is judged by the outbound guard and sent to the address it checked (as for 2026-07-28
-    calls). `read_timeout` bounds an idle event stream: it must cover the call's time limit and the server's
-    wait for an elicitation answer. Returns (transport, http client); the caller closes the client."""
+    Every request is sent to the address the outbound guard checked for its URL, once per session (as for
+    2026-07-28 calls): the session's requests all reach the address it opened on. `checked` is that check
+    when the caller made it already (`check_url`). `read_timeout` bounds an idle event stream: it must cover
+    the call's time limit and the server's wait for an elicitation answer. Returns (transport, http client);
+    the caller closes the client."""
     wire = dispatcher.wire if dispatcher is not None else Wire(None)
     if dispatcher is not None:
         dispatcher.secrets.extend(_secrets(server))
     http = httpx2.AsyncClient(
         headers=dict(server.headers),
         timeout=httpx2.Timeout(server.timeout, read=read_timeout),
-        transport=netguard.AsyncGuardedTransport(verify=_tls_context()),
+        transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
         trust_env=False,
         event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
     )
     return streamable_http_client(server.url, http_client=http), http
 
 
-async def check_url(url: str) -> None:
+async def check_url(url: str) -> netguard.Checked:
     """The outbound guard's verdict on a server URL before a session is opened (raises McpError)."""
-    await _check_url(url)
+    return await _check_url(url)
 
 
 @asynccontextmanager
