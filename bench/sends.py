@@ -3,8 +3,9 @@
 Starts its MCP server (bench/sends_server.py: the demo server's tools, plus ``deployment_report``, whose
 result has the output schema a typical typed tool declares) and sends from this process exactly as a worker
 does (`approvals.mcp_client.run` around `call_tool`, the tool's stored definition given, a new event loop and
-client per send), ``--count`` times each, one at a time, then prints this process's CPU time (utime + stime)
-per send and the wall time:
+client per send), ``--count`` times each, one at a time, to ``--host`` (127.0.0.1 unless given; ``localhost``
+makes the outbound guard resolve a name), then prints this process's CPU time (utime + stime) per send and
+the wall time:
 
 - ``echo``: completes at once; its result is checked against a one-field output schema;
 - ``deployment_report``: completes at once; its result is checked against nested models (1.3 KB of schema);
@@ -39,6 +40,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--count", type=int, default=300, help="sends of each kind")
+        parser.add_argument(
+            "--host",
+            default="127.0.0.1",
+            help="the server's host as the URL names it (`localhost`: the outbound guard resolves a name)",
+        )
 
     def handle(self, *args: Any, **o: Any) -> None:
         port = free_port()
@@ -46,7 +52,7 @@ class Command(BaseCommand):
         try:
             server.wait_for(lambda: answers(f"http://127.0.0.1:{port}/healthz"), "the MCP server")
             with override_settings(ELICIT_OUTBOUND_ALLOW="127.0.0.0/8"):
-                self._run(ServerConfig(url=f"http://127.0.0.1:{port}/mcp", timeout=30), o["count"])
+                self._run(ServerConfig(url=f"http://{o['host']}:{port}/mcp", timeout=30), o["count"])
         finally:
             server.stop()
 
