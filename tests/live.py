@@ -6,6 +6,7 @@ created, so what the test writes (in a transactional test) is what the worker an
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -69,6 +70,25 @@ def wait_until(
         time.sleep(interval)
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _ends_with(parent: int) -> Callable[[], None] | None:
+    """In the child, before it runs: SIGTERM when the test run's process ends, however it ends. A run cut
+    short (a time limit's SIGKILL, ^C twice) otherwise leaves its worker behind, still consuming the test
+    queue and holding connections to the test database: the next run on the same engines loses tasks to it
+    and cannot drop its database."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def preexec() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the run ended before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 class Process:
     def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
         self.name = name
@@ -81,7 +101,13 @@ class Process:
     def start(self) -> Process:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_ends_with(os.getpid()),
         )
         return self
 
