@@ -285,7 +285,8 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
 
     def __init__(self, *, allow: Allow | None = None, checked: Checked | None = None, **options: Any) -> None:
         self._allow = allow
-        self._checked: dict[str, Checked] = {checked.url: checked} if checked is not None else {}
+        # Keyed by the URL as a request carries it (normalised: `Deploy.Example.com` is `deploy.example.com`).
+        self._checked: dict[str, Checked] = {} if checked is None else {str(httpx2.URL(checked.url)): checked}
         self._inner = httpx2.AsyncHTTPTransport(trust_env=False, **options)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
