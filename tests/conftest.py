@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -83,6 +84,46 @@ def pytest_configure(config: pytest.Config) -> None:
         from elicit_hub import engines
 
         engines.start()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_session_left_on_the_test_database(
+    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
+) -> Iterator[None]:
+    """Torn down after every process the tests started has stopped, just before pytest-django drops the test
+    database. A session still open on it then makes the drop fail ("being accessed by other users"), which
+    pytest-django reports without saying whose session it was. This waits up to 10 s for closing sessions to
+    end, then names what is left (when it connected, what it ran last) in a warning, and ends it, so the
+    database is dropped all the same."""
+    yield
+    from django.db import connection
+
+    name = connection.settings_dict["NAME"]
+    left: list[tuple[Any, ...]] = []
+    with django_db_blocker.unblock():
+        connection.close()
+        connection.close_pool()  # this process's own idle connections, as the drop itself closes them
+        with connection._nodb_cursor() as cursor:
+            deadline = time.monotonic() + 10
+            while True:
+                cursor.execute(
+                    "SELECT pid, backend_start, state, state_change, left(query, 300) FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    [name],
+                )
+                left = cursor.fetchall()
+                if not left or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            if left:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    [name],
+                )
+    if left:
+        message = f"sessions left open on the test database, now ended: {left!r}"
+        request.node.warn(pytest.PytestWarning(message))
 
 
 @pytest.fixture
