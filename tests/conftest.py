@@ -115,12 +115,8 @@ def _no_session_left_on_the_test_database(
                 if not left or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)
-            if left:
-                cursor.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = %s AND pid <> pg_backend_pid()",
-                    [name],
-                )
+            for pid, *_ in left:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     if left:
         message = f"sessions left open on the test database, now ended: {left!r}"
         request.node.warn(pytest.PytestWarning(message))

@@ -208,6 +208,21 @@ async def _check_url(url: str) -> netguard.Checked:
         raise PermanentError("url_refused", f"the server URL is refused: {exc.message}") from None
 
 
+def _guarded_http(
+    server: ServerConfig, wire: Wire, timeout: httpx2.Timeout, checked: netguard.Checked | None = None
+) -> httpx2.AsyncClient:
+    """The HTTP client of one exchange with `server`: its headers, TLS verified, no proxy from the
+    environment, every request recorded on `wire` and sent to the address the outbound guard checked for its
+    URL (`checked`: the check made before connecting, by `_check_url`)."""
+    return httpx2.AsyncClient(
+        headers=dict(server.headers),
+        timeout=timeout,
+        transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
+        trust_env=False,
+        event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
+    )
+
+
 async def _operate(
     server: ServerConfig,
     op: Callable[[Client, Wire], Awaitable[T]],
@@ -227,14 +242,8 @@ async def _operate(
     prior = _prior_discover(server)
     checked = await _check_url(server.url)
     longest = server.timeout if call_timeout is None else max(server.timeout, call_timeout + READ_SLACK)
-    http = httpx2.AsyncClient(
-        headers=dict(server.headers),
-        timeout=httpx2.Timeout(server.timeout, connect=min(server.timeout, CONNECT_TIMEOUT), read=longest),
-        # Every request is sent to the address the outbound guard checked for its URL.
-        transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
-        trust_env=False,
-        event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
-    )
+    timeout = httpx2.Timeout(server.timeout, connect=min(server.timeout, CONNECT_TIMEOUT), read=longest)
+    http = _guarded_http(server, wire, timeout, checked)
     failure: BaseException | None = None
     value: Any = None
     try:

@@ -25,17 +25,17 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from approvals import netguard, safejson
+from approvals import safejson
 from approvals.mcp_client.client import (
     CLIENT_INFO,
     MAX_TOOL_PAGES,
     _check_url,
     _classify,
+    _guarded_http,
     _leaves,
     _list_all,
     _refuse_elicitation,
     _secrets,
-    _tls_context,
     discover_on,
 )
 from approvals.mcp_client.outcomes import McpError, PermanentError, ServerConfig, TransientError
@@ -160,13 +160,7 @@ async def _connect(
     if isinstance(target, ServerConfig):
         secret = _secrets(target)
         checked = await _check_url(target.url)
-        http = httpx2.AsyncClient(
-            headers=dict(target.headers),
-            timeout=httpx2.Timeout(target.timeout),
-            transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
-            trust_env=False,
-            event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
-        )
+        http = _guarded_http(target, wire, httpx2.Timeout(target.timeout), checked)
         transport = TeeTransport(streamable_http_client(target.url, http_client=http), wire)
     else:
         transport = TeeTransport(target(), wire)

@@ -42,11 +42,11 @@ from approvals.mcp_client.client import (
     CLIENT_INFO,
     _check_url,
     _classify,
+    _guarded_http,
     _learn_tool,
     _prepare_output_check,
     _secrets,
     _stored_tool,
-    _tls_context,
 )
 from approvals.mcp_client.outcomes import (
     Completed,
@@ -205,13 +205,7 @@ def http_transport(
     wire = dispatcher.wire if dispatcher is not None else Wire(None)
     if dispatcher is not None:
         dispatcher.secrets.extend(_secrets(server))
-    http = httpx2.AsyncClient(
-        headers=dict(server.headers),
-        timeout=httpx2.Timeout(server.timeout, read=read_timeout),
-        transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
-        trust_env=False,
-        event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
-    )
+    http = _guarded_http(server, wire, httpx2.Timeout(server.timeout, read=read_timeout), checked)
     return streamable_http_client(server.url, http_client=http), http
 
 
