@@ -8,13 +8,17 @@ transaction.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 
-from tests.live import CeleryWorker, Daphne, child_env
+from tests.live import CeleryWorker, Daphne, child_env, release_asgiref_thread_connections
 
 
 def _flush_retrying_deadlocks() -> None:
@@ -86,6 +90,14 @@ def pytest_configure(config: pytest.Config) -> None:
         engines.start()
 
 
+@pytest.fixture(autouse=True)
+def _asgiref_thread_connection_released() -> Iterator[None]:
+    """After each test, the connection a test's own event loop used on asgiref's shared thread goes back
+    (``tests.live.release_asgiref_thread_connections``)."""
+    yield
+    release_asgiref_thread_connections()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_session_left_on_the_test_database(
     request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
@@ -107,8 +119,8 @@ def _no_session_left_on_the_test_database(
             deadline = time.monotonic() + 10
             while True:
                 cursor.execute(
-                    "SELECT pid, backend_start, state, state_change, left(query, 300) FROM pg_stat_activity"
-                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    "SELECT pid, client_port, backend_start, state, state_change, left(query, 300)"
+                    " FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
                     [name],
                 )
                 left = cursor.fetchall()
@@ -119,7 +131,28 @@ def _no_session_left_on_the_test_database(
                 cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     if left:
         message = f"sessions left open on the test database, now ended: {left!r}"
+        ports = {port for _, port, *_ in left}
+        # A session over a Unix socket has no port (-1): it may be this process's as well.
+        if ports & _ports_of_this_process() or -1 in ports:
+            message += f"; this test process's threads: {_threads()}"
         request.node.warn(pytest.PytestWarning(message))
+
+
+def _ports_of_this_process() -> set[int]:
+    """The local TCP ports of this process's sockets (a session's ``client_port`` is one of them if this
+    process holds it)."""
+    return {c.laddr.port for c in psutil.Process().net_connections(kind="tcp") if c.laddr}
+
+
+def _threads() -> str:
+    """Each live thread of this process, with the innermost frames of its stack."""
+    frames = sys._current_frames()
+    out = []
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or 0)
+        stack = traceback.format_stack(frame, limit=6) if frame else []
+        out.append(f"{thread.name}:\n" + "".join(stack))
+    return "\n".join(out)
 
 
 @pytest.fixture

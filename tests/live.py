@@ -19,7 +19,8 @@ from typing import Self
 from urllib.parse import quote
 
 import httpx
-from django.db import connection
+from asgiref.sync import SyncToAsync
+from django.db import connection, connections
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "artifacts" / "logs"
@@ -55,6 +56,18 @@ def child_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def release_asgiref_thread_connections() -> None:
+    """Hands back to the pool the connection of asgiref's one shared thread, if it has one.
+
+    A test that runs its own event loop (``asyncio.run``, anyio) with no ``async_to_sync`` around it runs its
+    ``sync_to_async`` calls on that thread, which lives for the whole test run: the connection its first query
+    took would stay checked out past the test, and past the test database, whose drop then fails ("being
+    accessed by other users")."""
+    executor = SyncToAsync.single_thread_executor
+    if executor._threads:  # not started yet: nothing to give back (a submit would start it)
+        executor.submit(connections.close_all).result(timeout=10)
 
 
 def wait_until(

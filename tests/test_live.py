@@ -1,14 +1,20 @@
-"""The test suite's own processes (`tests.live`): a run cut short leaves none of them behind."""
+"""The test suite's own processes and connections (`tests.live`): a run cut short leaves no process behind,
+and a test's own event loop leaves no connection checked out."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.live import ROOT, wait_until
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from tests.live import ROOT, release_asgiref_thread_connections, wait_until
 
 PARENT = """
 import sys, time
@@ -44,3 +50,31 @@ def test_a_process_a_test_started_ends_when_the_test_run_is_killed() -> None:
         parent.kill()
         if child and _running(child):
             os.kill(child, signal.SIGKILL)
+
+
+def _asgiref_thread_backend() -> int | None:
+    """The backend of the connection asgiref's shared thread holds, if any (asked on that thread)."""
+
+    def backend() -> int | None:
+        return connection.connection.info.backend_pid if connection.connection else None
+
+    return asyncio.run(sync_to_async(backend)())
+
+
+def _open_backends() -> set[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_connection_a_tests_own_event_loop_used_goes_back() -> None:
+    async def query() -> int:
+        return await sync_to_async(lambda: connection.cursor().connection.info.backend_pid)()
+
+    used = asyncio.run(query())
+    assert _asgiref_thread_backend() == used  # still held by the thread, after its loop has ended
+    release_asgiref_thread_connections()
+    assert _asgiref_thread_backend() is None
+    connection.close_pool()  # what the test database's drop does: the pool's idle connections close
+    assert used not in _open_backends()

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
 from django.utils import timezone
 
 from approvals.holder import stdio as stdio_holder
@@ -42,13 +41,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("live_db")]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-async def _close_thread_connections() -> AsyncIterator[None]:
-    yield
-    # The supervisor's queries run on asgiref's thread; its connection would outlive the test database.
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture(autouse=True)
