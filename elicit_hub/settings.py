@@ -166,13 +166,16 @@ USING_EMBEDDED_ENGINES = not os.environ.get("DATABASE_URL") or not os.environ.ge
 DATABASE_URL = os.environ.get("DATABASE_URL") or engines.database_url()
 try:
     # No persistent connections (CONN_MAX_AGE 0): each process draws from its own pool instead, and a
-    # request or task hands its connection back when it ends. Health checks test a connection as it leaves
-    # the pool, so the first request after a PostgreSQL restart gets a working one.
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+    # request or task hands its connection back when it ends.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL (postgres://...).")
+# Django's PostgreSQL backend, whose pool checks a connection it lends with a round trip only when the server
+# sent something on it (elicit_hub.postgres): the first request after a PostgreSQL restart still gets a
+# working connection.
+DATABASES["default"]["ENGINE"] = "elicit_hub.postgres"
 # Connections per process (web server, each worker child): at most ELICIT_DB_POOL_MAX, ELICIT_DB_POOL_MIN
 # kept open. A request that finds the pool empty waits ELICIT_DB_POOL_TIMEOUT s, then gets a 503.
 # ELICIT_DB_POOL_MAX=0 turns the pool off (e.g. behind PgBouncer): a connection per request, closed after it.
