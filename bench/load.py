@@ -19,7 +19,8 @@ It runs ``--duration`` seconds (or ``--calls`` calls) after ``--warmup`` seconds
 Prints: calls/s and errors; submit -> visible in the inbox; input_required received (the stored
 Round.opened_at) -> visible to a reviewer, in the inbox and on the socket; answer POST -> retry received
 by the MCP server; the CPU time per completed call of each hub process kind (utime + stime of its process
-tree from /proc); the machine's load average; and the engines' floor measured in the same run by the
+tree from /proc); what the engines did per completed call (Redis commands, PostgreSQL transactions); the
+machine's load average; and the engines' floor measured in the same run by the
 project's own code (a PostgreSQL commit, a Redis round trip, a channel-layer send -> receive).
 
     make bench                                    (closed loop, 30 s)
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
+import redis
 import websockets
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -146,12 +149,43 @@ def discover() -> dict[str, set[int]]:
     return found
 
 
+@dataclass(frozen=True)
+class EngineCounts:
+    """What the engines have done so far: Redis commands (``INFO commandstats``: exact, the commands run
+    inside Lua scripts and transactions counted one by one) and PostgreSQL transactions in the hub's database
+    (``pg_stat_database``: each backend reports its own within seconds, so over a run of tens of seconds the
+    difference is close, not exact). Read over plain connections, so it may be read on an event loop."""
+
+    redis_commands: int
+    pg_transactions: int
+
+    @classmethod
+    def read(cls) -> EngineCounts:
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        try:
+            stats = client.info("commandstats")
+        finally:
+            client.close()
+        with psycopg.connect(settings.DATABASE_URL, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+        return cls(sum(int(v["calls"]) for v in stats.values()), int(row[0]) if row else 0)
+
+    def __sub__(self, other: EngineCounts) -> EngineCounts:
+        return EngineCounts(
+            self.redis_commands - other.redis_commands, self.pg_transactions - other.pg_transactions
+        )
+
+
 @dataclass
 class CpuSample:
     roots: dict[str, set[int]]
     start: dict[int, float] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
     started_at: float = 0.0
+    counts_at_start: EngineCounts | None = None
+    counts: EngineCounts | None = None  # over the sample, once it ended
 
     def begin(self) -> None:
         self.started_at = time.monotonic()
@@ -159,6 +193,7 @@ class CpuSample:
             for pid in tree(roots):
                 self.kinds[pid] = kind
                 self.start[pid] = cpu_seconds(pid)
+        self.counts_at_start = EngineCounts.read()
 
     def end(self) -> tuple[dict[str, float], float]:
         """CPU seconds of each kind since `begin` (a process born since counts from 0), and the wall time."""
@@ -166,6 +201,8 @@ class CpuSample:
         for kind, roots in self.roots.items():
             for pid in tree(roots) | {p for p, k in self.kinds.items() if k == kind}:
                 used[kind] += max(0.0, cpu_seconds(pid) - self.start.get(pid, 0.0))
+        if self.counts_at_start is not None:
+            self.counts = EngineCounts.read() - self.counts_at_start
         return used, time.monotonic() - self.started_at
 
 
@@ -418,7 +455,7 @@ class Command(BaseCommand):
         used, cpu_wall = cpu.end()
         load_after = os.getloadavg()
         retries = httpx.get(mcp_base + "/retries", timeout=10).json()
-        self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after)
+        self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, cpu.counts)
         self._floor(o["floor"])
         # For a caller in the same process (bench/scale.py): what ran, to compare and to check.
         self.outcome = {
@@ -624,6 +661,7 @@ class Command(BaseCommand):
         retries: dict[str, float],
         load_before: tuple[float, float, float],
         load_after: tuple[float, float, float],
+        engine_counts: EngineCounts | None = None,
     ) -> None:
         counted = [r for r in run.records if r.counted]
         ids = {r.call: r for r in counted if r.call}
@@ -677,6 +715,13 @@ class Command(BaseCommand):
             f"{kind} {n / max(len(completed), 1):.2f}" for kind, n in sorted(run.requests.items())
         )
         self.stdout.write(f"per completed call (both bots and sockets together): {counts}")
+        if engine_counts is not None:
+            calls = max(len(completed), 1)
+            self.stdout.write(
+                f"engines per completed call: Redis {engine_counts.redis_commands / calls:.1f} commands, "
+                f"PostgreSQL about {engine_counts.pg_transactions / calls:.1f} transactions (a statement "
+                "outside one counts as one); background work (beat, heartbeats, idle polls) included"
+            )
         self.throughput, self.cpu_per_call = len(completed) / span, total
         self.stdout.write(
             "load average (1/5/15 min): before "
