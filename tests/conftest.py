@@ -119,7 +119,7 @@ def _no_session_left_on_the_test_database(
             deadline = time.monotonic() + 10
             while True:
                 cursor.execute(
-                    "SELECT pid, client_port, backend_start, state, state_change, left(query, 300)"
+                    "SELECT pid, application_name, backend_start, state, state_change, left(query, 300)"
                     " FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
                     [name],
                 )
@@ -131,17 +131,27 @@ def _no_session_left_on_the_test_database(
                 cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     if left:
         message = f"sessions left open on the test database, now ended: {left!r}"
-        ports = {port for _, port, *_ in left}
-        # A session over a Unix socket has no port (-1): it may be this process's as well.
-        if ports & _ports_of_this_process() or -1 in ports:
-            message += f"; this test process's threads: {_threads()}"
+        for _, application, *_ in left:
+            message += f"; {application!r}: {_holder(application)}"
         request.node.warn(pytest.PytestWarning(message))
 
 
-def _ports_of_this_process() -> set[int]:
-    """The local TCP ports of this process's sockets (a session's ``client_port`` is one of them if this
-    process holds it)."""
-    return {c.laddr.port for c in psutil.Process().net_connections(kind="tcp") if c.laddr}
+def _holder(application_name: str) -> str:
+    """The process a session's ``application_name`` names (``elicit-hub pid N``): this test process, with its
+    threads and what each is doing, or another, with its command line and parent."""
+    from elicit_hub.postgres.base import APPLICATION_NAME
+
+    prefix = APPLICATION_NAME.format(pid="")
+    if not application_name.startswith(prefix) or not application_name[len(prefix) :].isdigit():
+        return "not a process of the hub"
+    pid = int(application_name[len(prefix) :])
+    if pid == os.getpid():
+        return f"this test process, whose threads are: {_threads()}"
+    try:
+        process = psutil.Process(pid)
+        return f"process {pid} (parent {process.ppid()}): {' '.join(process.cmdline())[:300]}"
+    except psutil.Error:
+        return f"process {pid}, gone"
 
 
 def _threads() -> str:

@@ -1,9 +1,10 @@
-"""The pool's check of a connection as it leaves the pool (`elicit_hub.dbcheck`), on the real PostgreSQL: no
-round trip for a connection nothing happened to, and a connection whose session the server ended is
-replaced before anyone gets it."""
+"""The hub's database backend (`elicit_hub.postgres`), on the real PostgreSQL: the pool's check of a
+connection as it leaves the pool costs no round trip for a connection nothing happened to, a connection whose
+session the server ended is replaced before anyone gets it, and each session names the process holding it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,3 +80,9 @@ def test_a_connection_whose_session_the_server_ended_is_replaced(pool: Connectio
 def test_the_hubs_pool_lends_with_this_check() -> None:
     assert connection.pool is not None
     assert connection.pool._check is dbcheck.check_connection
+
+
+def test_the_hubs_sessions_name_the_process_that_opened_them() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        assert cursor.fetchone() == (f"elicit-hub pid {os.getpid()}",)

@@ -19,6 +19,7 @@ psycopg's empty query would wait on it as long as the request's own first statem
 
 from __future__ import annotations
 
+import os
 import select
 from typing import Any
 
@@ -42,9 +43,19 @@ def check_connection(conn: psycopg.Connection) -> None:
         ConnectionPool.check_connection(conn)
 
 
+APPLICATION_NAME = "elicit-hub pid {pid}"
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     """Django's, with :func:`check_connection` as its pool's check (Django's pool takes no check of one's own:
-    it passes psycopg's, or none, itself)."""
+    it passes psycopg's, or none, itself). Its sessions name the process that opened them in
+    ``pg_stat_activity.application_name`` (``elicit-hub pid 1234``), unless DATABASE_URL names one itself
+    (``?application_name=...``)."""
+
+    def get_connection_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = super().get_connection_params()
+        params.setdefault("application_name", APPLICATION_NAME.format(pid=os.getpid()))
+        return params
 
     @property
     def pool(self) -> Any:
