@@ -46,7 +46,6 @@ from typing import Any
 
 import httpx
 import psycopg
-import redis
 import websockets
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -154,18 +153,15 @@ class EngineCounts:
     """What the engines have done so far: Redis commands (``INFO commandstats``: exact, the commands run
     inside Lua scripts and transactions counted one by one) and PostgreSQL transactions in the hub's database
     (``pg_stat_database``: each backend reports its own within seconds, so over a run of tens of seconds the
-    difference is close, not exact). Read over plain connections, so it may be read on an event loop."""
+    difference is close, not exact). Read with the hub's own Redis client and a plain PostgreSQL connection
+    (not Django's, which refuses to run on an event loop), so it may be read on one."""
 
     redis_commands: int
     pg_transactions: int
 
     @classmethod
     def read(cls) -> EngineCounts:
-        client = redis.Redis.from_url(settings.REDIS_URL)
-        try:
-            stats = client.info("commandstats")
-        finally:
-            client.close()
+        stats = cache._cache.get_client(write=True).info("commandstats")  # type: ignore[attr-defined]
         with psycopg.connect(settings.DATABASE_URL, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
@@ -185,7 +181,6 @@ class CpuSample:
     kinds: dict[int, str] = field(default_factory=dict)
     started_at: float = 0.0
     counts_at_start: EngineCounts | None = None
-    counts: EngineCounts | None = None  # over the sample, once it ended
 
     def begin(self) -> None:
         self.started_at = time.monotonic()
@@ -195,15 +190,15 @@ class CpuSample:
                 self.start[pid] = cpu_seconds(pid)
         self.counts_at_start = EngineCounts.read()
 
-    def end(self) -> tuple[dict[str, float], float]:
-        """CPU seconds of each kind since `begin` (a process born since counts from 0), and the wall time."""
+    def end(self) -> tuple[dict[str, float], float, EngineCounts | None]:
+        """CPU seconds of each kind since `begin` (a process born since counts from 0), the wall time, and
+        what the engines did meanwhile (None if the sample never began)."""
         used = dict.fromkeys(self.roots, 0.0)
         for kind, roots in self.roots.items():
             for pid in tree(roots) | {p for p, k in self.kinds.items() if k == kind}:
                 used[kind] += max(0.0, cpu_seconds(pid) - self.start.get(pid, 0.0))
-        if self.counts_at_start is not None:
-            self.counts = EngineCounts.read() - self.counts_at_start
-        return used, time.monotonic() - self.started_at
+        counts = None if self.counts_at_start is None else EngineCounts.read() - self.counts_at_start
+        return used, time.monotonic() - self.started_at, counts
 
 
 def _logged(proc: Proc, text: str) -> bool:
@@ -452,10 +447,10 @@ class Command(BaseCommand):
         cpu = CpuSample(roots)
         run = Run(server=slug)
         wall = asyncio.run(self._drive(o, stamp, hub, agent_tokens, reviewers, run, cpu))
-        used, cpu_wall = cpu.end()
+        used, cpu_wall, engine_counts = cpu.end()
         load_after = os.getloadavg()
         retries = httpx.get(mcp_base + "/retries", timeout=10).json()
-        self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, cpu.counts)
+        self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, engine_counts)
         self._floor(o["floor"])
         # For a caller in the same process (bench/scale.py): what ran, to compare and to check.
         self.outcome = {
@@ -661,7 +656,7 @@ class Command(BaseCommand):
         retries: dict[str, float],
         load_before: tuple[float, float, float],
         load_after: tuple[float, float, float],
-        engine_counts: EngineCounts | None = None,
+        engine_counts: EngineCounts | None,
     ) -> None:
         counted = [r for r in run.records if r.counted]
         ids = {r.call: r for r in counted if r.call}

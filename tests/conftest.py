@@ -141,10 +141,10 @@ def _holder(application_name: str) -> str:
     threads and what each is doing, or another, with its command line and parent."""
     from elicit_hub.postgres.base import APPLICATION_NAME
 
-    prefix = APPLICATION_NAME.format(pid="")
-    if not application_name.startswith(prefix) or not application_name[len(prefix) :].isdigit():
+    pid_text = application_name.removeprefix(APPLICATION_NAME.format(pid=""))
+    if pid_text == application_name or not pid_text.isdigit():
         return "not a process of the hub"
-    pid = int(application_name[len(prefix) :])
+    pid = int(pid_text)
     if pid == os.getpid():
         return f"this test process, whose threads are: {_threads()}"
     try:
