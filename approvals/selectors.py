@@ -228,15 +228,26 @@ def approvals_summary(ir: InputRequest) -> dict[str, Any]:
 
 # What a list never loads: the server's whole answer and state for the round, the call's result, the
 # elicitation's params as sent (inbox_item needs none of them), and the server's credentials.
+# What an inbox item never shows, left unread: the request's verbatim params, answer and routing, the
+# round's raw result and state, the call's outcome, the server's stored configuration and tool list (the
+# largest of all, read for every item of every page otherwise), and what a gate records once decided.
 _INBOX_DEFER = (
     "params",
     "content",
+    "routing",
     "round__raw",
     "round__request_state",
     "round__call__result",
+    "round__call__error",
+    "round__call__progress",
     "round__call__input_responses",
-    "round__call__server__headers",
-    "round__call__server__discover",
+    "round__call__agent_client",
+    *(
+        f"round__call__server__{name}"
+        for name in ("args", "env", "headers", "probe", "tool_timeouts", "discover", "tools")
+    ),
+    "round__gate__approved_arguments",
+    "round__gate__diff",
 )
 
 

@@ -38,6 +38,35 @@ def test_an_inbox_answer_reads_the_reviewers_teams_once() -> None:
     assert len(teams) == 1, teams
 
 
+def test_an_inbox_answer_leaves_the_servers_tool_list_and_configuration_unread() -> None:
+    """Every item of every page carries its call's server: only its slug and name are shown, so the stored
+    tool list, probe and configuration (the largest JSON the hub keeps) are not selected, and nothing an
+    item shows is read lazily afterwards."""
+    rita = factories.user("rita")
+    release = factories.team("release", (rita, "reviewer"))
+    tools = [{"name": f"tool-{n}", "inputSchema": {"type": "object"}} for n in range(50)]
+    server = factories.server("deploy", default_team=release, tools=tools, probe={"tools": tools})
+    for tool in ("a", "b", "c"):
+        factories.open_round(factories.call(server, tool=tool), keys=(f"k-{tool}",), team_=release)
+    _, token = tokens.personal_token_create(user=rita)
+    client = Client()
+    client.get("/api/v1/inbox", HTTP_AUTHORIZATION=f"Bearer {token}")  # the token check's first use
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/api/v1/inbox", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200
+    assert [(item["key"], item["server"]) for item in response.json()] == [
+        ("k-a", "deploy"),
+        ("k-b", "deploy"),
+        ("k-c", "deploy"),
+    ]
+    server_reads = [q["sql"] for q in queries if 'FROM "approvals_mcpserver"' in q["sql"]]
+    assert server_reads == []  # no lazy read of a deferred column
+    page = [q["sql"] for q in queries if '"approvals_mcpserver"."slug"' in q["sql"]]
+    assert len(page) == 1, page
+    for column in ("tools", "probe", "discover", "headers", "env", "args", "tool_timeouts"):
+        assert f'"approvals_mcpserver"."{column}"' not in page[0]
+
+
 def test_inbox_pages_are_compiled_once_per_shape_whatever_the_teams() -> None:
     """The page's statement holds the reviewer's teams as one array: reviewers of one team and of three,
     staff and a superuser, first pages and pages after a cursor; after each shape's first read, nothing is
