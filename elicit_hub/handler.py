@@ -64,6 +64,11 @@ class ExecutorPool:
                 return
         executor.shutdown(wait=False)  # its thread ends once the work queued on it (if any) is done
 
+    def idle_executors(self) -> list[ThreadPoolExecutor]:
+        """The executors waiting for a request now (a copy: lending goes on meanwhile)."""
+        with self._lock:
+            return list(self._idle)
+
     @property
     def idle(self) -> int:
         return len(self._idle)

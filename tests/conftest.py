@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.live import CeleryWorker, Daphne, child_env, release_asgiref_thread_connections
+from tests.live import CeleryWorker, Daphne, child_env, release_thread_connections
 
 
 def _flush_retrying_deadlocks() -> None:
@@ -91,11 +91,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _asgiref_thread_connection_released() -> Iterator[None]:
-    """After each test, the connection a test's own event loop used on asgiref's shared thread goes back
-    (``tests.live.release_asgiref_thread_connections``)."""
+def _thread_connections_released() -> Iterator[None]:
+    """After each test, the connections of the threads that outlive it go back: asgiref's shared thread's,
+    and the in-process ASGI handler's request threads' (``tests.live.release_thread_connections``)."""
     yield
-    release_asgiref_thread_connections()
+    release_thread_connections()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -58,16 +58,23 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def release_asgiref_thread_connections() -> None:
-    """Hands back to the pool the connection of asgiref's one shared thread, if it has one.
+def release_thread_connections() -> None:
+    """Hands back to the pool the connections of the threads that outlive a test: asgiref's one shared thread,
+    and the idle request threads of the in-process ASGI handler (``elicit_hub.asgi``, when a test loaded it).
 
     A test that runs its own event loop (``asyncio.run``, anyio) with no ``async_to_sync`` around it runs its
-    ``sync_to_async`` calls on that thread, which lives for the whole test run: the connection its first query
-    took would stay checked out past the test, and past the test database, whose drop then fails ("being
-    accessed by other users")."""
-    executor = SyncToAsync.single_thread_executor
-    if executor._threads:  # not started yet: nothing to give back (a submit would start it)
-        executor.submit(connections.close_all).result(timeout=10)
+    ``sync_to_async`` calls on asgiref's thread, which lives for the whole test run. A request the in-process
+    handler served ran on one of its pooled threads, which live as long; one whose loop ended before the
+    request did never sent ``request_finished``, which closes the request's connection. Either way the
+    connection would stay checked out past the test, and past the test database, whose drop then fails
+    ("being accessed by other users"). In a server the request thread's next request gives it back."""
+    executors = [SyncToAsync.single_thread_executor]
+    handler = sys.modules.get("elicit_hub.asgi")
+    if handler is not None:
+        executors += handler.django_asgi_app.threads.idle_executors()
+    for executor in executors:
+        if executor._threads:  # not started yet: nothing to give back (a submit would start it)
+            executor.submit(connections.close_all).result(timeout=10)
 
 
 def wait_until(

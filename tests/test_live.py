@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from tests.live import ROOT, release_asgiref_thread_connections, wait_until
+from tests.live import ROOT, release_thread_connections, wait_until
 
 PARENT = """
 import sys, time
@@ -74,7 +75,35 @@ def test_a_connection_a_tests_own_event_loop_used_goes_back() -> None:
 
     used = asyncio.run(query())
     assert _asgiref_thread_backend() == used  # still held by the thread, after its loop has ended
-    release_asgiref_thread_connections()
+    release_thread_connections()
     assert _asgiref_thread_backend() is None
     connection.close_pool()  # what the test database's drop does: the pool's idle connections close
+    assert used not in _open_backends()
+
+
+def _backend_on(executor: ThreadPoolExecutor) -> int | None:
+    def backend() -> int | None:
+        return connection.connection.info.backend_pid if connection.connection else None
+
+    return executor.submit(backend).result(timeout=10)
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_connection_a_request_thread_kept_goes_back() -> None:
+    """A request the in-process handler served whose loop ended before it did never sent
+    ``request_finished``: its pooled thread, which lives for the whole run, keeps the connection."""
+    from elicit_hub.asgi import django_asgi_app
+
+    pool = django_asgi_app.threads
+    executor = pool.acquire()
+    try:
+        # A request's work, with no request_finished after it.
+        used = executor.submit(lambda: connection.cursor().connection.info.backend_pid).result(timeout=10)
+    finally:
+        pool.release(executor)
+    assert executor in pool.idle_executors()
+    assert _backend_on(executor) == used  # still held by the idle thread
+    release_thread_connections()
+    assert _backend_on(executor) is None
+    connection.close_pool()
     assert used not in _open_backends()
