@@ -5,7 +5,7 @@ import sys
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "elicit_hub.settings")
 
@@ -18,6 +18,16 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # The fixup still closes what a child inherited from its parent when it starts.
 app.conf["CELERY_DB_REUSE_MAX"] = sys.maxsize
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _settle(**kwargs: Any) -> None:
+    """The worker's code leaves the garbage collector's way (``elicit_hub.heap``): in the parent before it
+    forks its pool, then in each child for what it made since."""
+    from elicit_hub import heap
+
+    heap.settle()
 
 
 @task_prerun.connect

@@ -18,10 +18,11 @@ import os
 import sys
 from typing import Any
 
+import django
 from daphne import http_protocol
 from daphne.cli import CommandLineInterface
 
-from elicit_hub import door
+from elicit_hub import door, heap
 
 _build_protocol = http_protocol.HTTPFactory.buildProtocol
 
@@ -88,6 +89,8 @@ def main(argv: list[str]) -> None:
     from django.conf import settings  # the settings the application (elicit_hub.asgi) loads next
 
     LimitedRequest.limit = settings.ELICIT_MAX_BODY
+    django.setup(set_prefix=False)  # as the application does when Daphne loads it next
+    heap.settle(routes=True)
     http_protocol.HTTPFactory.buildProtocol = _build_protocol_as_the_hub_needs
     CommandLineInterface().run(argv)
 

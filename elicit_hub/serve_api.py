@@ -25,6 +25,7 @@ import sys
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from elicit_hub import heap
 from elicit_hub.door import answer, raw_response
 
 MAX_HEAD = 64 * 1024  # bytes of request line and headers; nginx's default allows 32 KB, Twisted 16 KB a line
@@ -105,6 +106,7 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "elicit_hub.settings")
     server = uvicorn.Server(config(args.host, args.port))
+    heap.settle(routes=True)  # the application is loaded: its code leaves the collector's way
     server.run()
 
 

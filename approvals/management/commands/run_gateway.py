@@ -17,8 +17,12 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8001)
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
+        from elicit_hub import heap
+        from elicit_hub.gateway_asgi import application
+
+        heap.settle()
         uvicorn.run(
-            "elicit_hub.gateway_asgi:application",
+            application,
             host=host,
             port=port,
             access_log=False,  # paths only, but a proxy's log is the place for them

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from approvals.holder.process import HolderProcess
+from elicit_hub import heap
 
 
 class Command(BaseCommand):
@@ -23,6 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, max_calls: int | None, name: str | None, **options: Any) -> None:
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        heap.settle()
         asyncio.run(self._main(HolderProcess(name=name, max_calls=max_calls)))
 
     async def _main(self, holder: HolderProcess) -> None:
