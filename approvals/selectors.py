@@ -226,8 +226,6 @@ def approvals_summary(ir: InputRequest) -> dict[str, Any]:
     }
 
 
-# What a list never loads: the server's whole answer and state for the round, the call's result, the
-# elicitation's params as sent (inbox_item needs none of them), and the server's credentials.
 # What an inbox item never shows, left unread: the request's verbatim params, answer and routing, the
 # round's raw result and state, the call's outcome, the server's stored configuration and tool list (the
 # largest of all, read for every item of every page otherwise), and what a gate records once decided.

@@ -24,7 +24,7 @@ app.autodiscover_tasks()
 @worker_process_init.connect
 def _settle(**kwargs: Any) -> None:
     """The worker's code leaves the garbage collector's way (``elicit_hub.heap``): in the parent before it
-    forks its pool, then in each child for what it made since."""
+    forks its pool, and again in each child once forked (what the parent loaded after its own settle)."""
     from elicit_hub import heap
 
     heap.settle()

@@ -7,7 +7,7 @@ process does. Under the load benchmark that was 4-10 % of each hub process's CPU
 sixteenth pass).
 
 ``settle()`` runs once a process has loaded what it serves with, before its first request or task (and,
-for Celery's prefork pool, in the parent before it forks its children, which then share those pages):
+for Celery's prefork pool, in the parent before it forks its children, which inherit it frozen):
 - the routes and every view they name are imported now, not at the first request;
 - one full collection, then ``gc.freeze()``: what is alive now moves to the permanent generation, which no
   later collection traverses (what of it becomes garbage is still freed by reference counting);
