@@ -164,11 +164,20 @@ class McpServer(models.Model):
             ),
         ]
 
+    # The server's stored configuration (credentials among it) and what the hub learned of it: JSON that a
+    # request's inbox item, queue card and answer never show, so their reads leave it undecoded.
+    STORED_JSON = ("args", "env", "headers", "probe", "tool_timeouts", "discover", "tools")
+
     def __str__(self) -> str:
         return self.name
 
     def __repr__(self) -> str:
         return f"<McpServer {self.slug} {self.url}>"
+
+    @classmethod
+    def stored_json(cls, path: str) -> tuple[str, ...]:
+        """``STORED_JSON`` as ``defer()`` names it through a relation (``path``: ``round__call__server``)."""
+        return tuple(f"{path}__{name}" for name in cls.STORED_JSON)
 
     def tool(self, name: str) -> dict | None:
         return next((tool for tool in self.tools or [] if tool.get("name") == name), None)

@@ -12,7 +12,17 @@ from typing import Any
 from django.db.models import Count, Min, Prefetch, Q, QuerySet
 
 from approvals import safejson
-from approvals.models import AuditEvent, Gate, Grant, InputRequest, Membership, Round, Team, ToolCall
+from approvals.models import (
+    AuditEvent,
+    Gate,
+    Grant,
+    InputRequest,
+    McpServer,
+    Membership,
+    Round,
+    Team,
+    ToolCall,
+)
 from approvals.permissions import answerable_by, answerable_input_requests, reviewer_teams, visible_calls
 from approvals.prepared import Many, PreparedRead
 
@@ -240,10 +250,7 @@ _INBOX_DEFER = (
     "round__call__progress",
     "round__call__input_responses",
     "round__call__agent_client",
-    *(
-        f"round__call__server__{name}"
-        for name in ("args", "env", "headers", "probe", "tool_timeouts", "discover", "tools")
-    ),
+    *McpServer.stored_json("round__call__server"),
     "round__gate__approved_arguments",
     "round__gate__diff",
 )
@@ -506,10 +513,7 @@ _CARD_DEFER = (
     "round__call__error",
     "round__call__input_responses",
     "round__call__agent_client",
-    *(
-        f"round__call__server__{name}"
-        for name in ("args", "env", "probe", "tool_timeouts", "discover", "tools")
-    ),
+    *McpServer.stored_json("round__call__server"),
 )
 
 # Read for every queue event (once per process, then filtered per socket): compiled once.

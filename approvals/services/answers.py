@@ -12,7 +12,7 @@ from django.utils.formats import date_format
 from approvals import broadcast, permissions, safejson, schema_forms
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import Decision, InputRequest, Round
+from approvals.models import Decision, InputRequest, McpServer, Round
 from approvals.prepared import PreparedRead
 from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
 from approvals.services.gate_checks import is_gate, validate_decision
@@ -92,10 +92,7 @@ _ANSWERED = PreparedRead(
             "round__call__result",
             "round__call__error",
             "round__call__progress",
-            *(
-                f"round__call__server__{name}"
-                for name in ("args", "env", "headers", "probe", "discover", "tools")
-            ),
+            *McpServer.stored_json("round__call__server"),
         )
         .filter(pk=pk)
     ),
@@ -117,10 +114,7 @@ _ROUND_LOCKED = PreparedRead(
             "call__error",
             "call__progress",
             "call__input_responses",
-            *(
-                f"call__server__{name}"
-                for name in ("args", "env", "headers", "probe", "tool_timeouts", "discover", "tools")
-            ),
+            *McpServer.stored_json("call__server"),
         )
         .filter(pk=pk)[:1]
     ),
