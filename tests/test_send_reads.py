@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
-from approvals.models import McpServer, ToolCall
+from approvals.models import AuditEvent, McpServer, ToolCall
 from approvals.services import answers, calls, sending
 from tests import factories
 from tests.test_mcp_client import LiveServer
@@ -115,9 +115,11 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
         unlock = next(i for i, sql in enumerate(sqls) if sql.startswith("SELECT pg_advisory_unlock"))
         assert len(sqls[unlock + 1 :]) == looks, sqls[unlock + 1 :]
 
-    # The round's number: the last one is read once, for the limit on rounds and the new round's number.
-    numbers = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."number"')]
+    # The round's number: the last one is read once, for the limit on rounds and the new round's number, in
+    # the statement that marks the call as awaiting input.
+    numbers = [q["sql"] for q in first.captured_queries if "max(r.number)" in q["sql"]]
     assert len(numbers) == 1, numbers
+    assert not [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."number"')]
     # The round just opened is not read back: the send knows whether a person must answer it.
     statuses = [q for q in first.captured_queries if q["sql"].startswith('SELECT "approvals_round"."status"')]
     assert statuses == [], statuses
@@ -231,3 +233,67 @@ def test_past_the_limit_on_rounds_the_call_fails_and_opens_no_round(
     assert call.status == ToolCall.Status.FAILED
     assert call.error["code"] == "too_many_rounds"
     assert list(call.rounds.values_list("number", flat=True)) == [1]
+
+
+def _applied(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The statements of each `sending._apply` (a server's answer recorded) from now on, savepoints aside."""
+    runs: list[list[str]] = []
+    apply = sending._apply
+
+    def capturing(*args: Any, **kwargs: Any) -> bool:
+        with CaptureQueriesContext(connection) as queries:
+            due = apply(*args, **kwargs)
+        runs.append(
+            [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+        )
+        return due
+
+    monkeypatch.setattr(sending, "_apply", capturing)
+    return runs
+
+
+def test_a_servers_question_is_recorded_with_one_statement_on_the_call(
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call's lock, its last round's number and its new status (`awaiting_input`) are one UPDATE; then the
+    routing rules, the round, its request and the audit chain's three. Seven statements, where there were
+    nine: each is a round trip while the call's new round waits to be seen."""
+    _, call = greeting_call(mcp_test_server)
+    runs = _applied(monkeypatch)
+    sending.call_send(call_id=call.pk)
+
+    assert len(runs) == 1
+    statements = runs[0]
+    on_call = [sql for sql in statements if "approvals_toolcall" in sql]
+    assert len(on_call) == 1, on_call
+    assert on_call[0].startswith("UPDATE approvals_toolcall"), on_call
+    assert "approvals_round" in on_call[0]  # the last round's number, in the same statement
+    kinds = [sql.split(" ")[0] for sql in statements]
+    assert kinds == ["UPDATE", "SELECT", "INSERT", "INSERT", "SELECT", "SELECT", "INSERT"], "\n".join(
+        statements
+    )
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.AWAITING_INPUT
+    assert list(call.rounds.values_list("number", "status")) == [(1, "open")]
+
+
+def test_a_question_for_a_call_cancelled_meanwhile_opens_no_round(
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent cancels while the first send is on its way: the server's question is recorded as discarded,
+    the call stays cancelled and nobody is asked."""
+    _, call = greeting_call(mcp_test_server)
+    apply = sending._apply
+
+    def cancelled_first(send: Any, outcome: Any, *, received_at: Any) -> bool:
+        ToolCall.objects.filter(pk=send.call.pk).update(status=ToolCall.Status.CANCELLED)
+        return apply(send, outcome, received_at=received_at)
+
+    monkeypatch.setattr(sending, "_apply", cancelled_first)
+    sending.call_send(call_id=call.pk)
+
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.CANCELLED
+    assert not call.rounds.exists()
+    discarded = AuditEvent.objects.get(call_id=call.pk, verb="call.outcome_discarded")
+    assert discarded.data == {"reason": "the call was cancelled meanwhile"}

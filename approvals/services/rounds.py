@@ -21,7 +21,7 @@ from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import notifications, webhooks
-from approvals.services.routing import route
+from approvals.services.routing import route_all
 
 SYSTEM = Actor.system()
 HOLDER_CHANNEL = "elicit_holders"  # PostgreSQL NOTIFY channel the holder processes listen on
@@ -167,7 +167,7 @@ def round_open(
     now = timezone.now()
     refused = too_many_problem(len(input_requests))
     rows = [_describe(key, request, refused) for key, request in input_requests.items()]
-    routes = [route(call=call, ir=ir) for ir in rows]
+    routes = route_all(call=call, requests=rows)
     ttls = [r.policy.ttl for r in routes if r.policy and r.policy.ttl]
     rnd = Round.objects.create(
         call=call,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,15 @@ _ROUTING_RULES = PreparedRead(
 )
 
 
-def route(*, call: ToolCall, ir: InputRequest) -> Route:
+def route_all(*, call: ToolCall, requests: Sequence[InputRequest]) -> list[Route]:
+    """The route of each of a round's requests, in order. The rules are read once for the whole round."""
+    if not requests:
+        return []
+    ordered = list(_ROUTING_RULES())
+    return [_route(call, ir, ordered) for ir in requests]
+
+
+def _route(call: ToolCall, ir: InputRequest, ordered: Sequence[RoutingRule]) -> Route:
     subject = rules.Subject(
         server_slug=call.server_slug,
         tool=call.tool,
@@ -51,7 +60,7 @@ def route(*, call: ToolCall, ir: InputRequest) -> Route:
     checked = []
     chosen: Route | None = None
     # Gate rules decide whether a call is sent at all (services.gates); they do not route questions.
-    for rule in _ROUTING_RULES():
+    for rule in ordered:
         verdict = rules.evaluate(rule, subject)
         checked.append(
             {"rule": rule.name, "position": rule.position, "matched": verdict.matched, "why": verdict.why}

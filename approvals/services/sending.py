@@ -41,7 +41,7 @@ from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, sen
 from approvals.prepared import PreparedRead
 from approvals.services.calls import call_finish
 from approvals.services.gates import gate_at_send, gate_refresh_tools
-from approvals.services.rounds import input_responses, last_round_number, notify_holders, round_open
+from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
 
 logger = logging.getLogger(__name__)
@@ -528,6 +528,44 @@ _LOCKED_STATUS = PreparedRead(
     pk=ToolCall._meta.get_field("id"),
 )
 
+# The call awaits input from now on, if it is still being sent; the number of its latest round comes back. One
+# statement for the call's lock (an UPDATE that changes no key takes FOR NO KEY UPDATE, like _LOCKED_STATUS),
+# the round's number and the call's new status: the round opened next in the same transaction either waits
+# for a person or marks itself ready, which moves the call on from `awaiting_input` itself.
+_AWAIT_INPUT = (
+    f"UPDATE {ToolCall._meta.db_table} AS c SET status = %s, updated_at = %s"  # noqa: S608 (model names only)
+    " WHERE c.id = %s AND c.status = ANY(%s)"
+    f" RETURNING (SELECT max(r.number) FROM {Round._meta.db_table} AS r WHERE r.call_id = c.id)"
+)
+
+
+def _await_input(call: ToolCall) -> int | None:
+    """Lock the call and mark it ``awaiting_input`` if it is still being sent (``running`` / ``resuming``):
+    the number of its latest round (0 before the first), or None when it was cancelled or deleted
+    meanwhile."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _AWAIT_INPUT,
+            [
+                ToolCall.Status.AWAITING_INPUT.value,
+                timezone.now(),
+                call.pk,
+                [ToolCall.Status.RUNNING.value, ToolCall.Status.RESUMING.value],
+            ],
+        )
+        row = cursor.fetchone()
+    return None if row is None else row[0] or 0
+
+
+def _discard(call: ToolCall, status: str | None) -> bool:
+    audit.record(
+        actor=SYSTEM,
+        verb="call.outcome_discarded",
+        call=call,
+        data={"reason": f"the call was {status or 'deleted'} meanwhile"},
+    )
+    return False
+
 
 def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool:
     """Record the server's answer. True when the next send is due at once (a state-only round)."""
@@ -538,18 +576,12 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
         # row that references the call (a grant, a webhook delivery) commit meanwhile. FOR UPDATE would block
         # that row's foreign-key check, which runs at its COMMIT while it holds the audit chain's lock: a
         # deadlock with this transaction's own audit event (seen under load: a grant made as its call ran).
-        locked = _LOCKED_STATUS.first(pk=call.pk)
-        if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
-            audit.record(
-                actor=SYSTEM,
-                verb="call.outcome_discarded",
-                call=call,
-                data={"reason": f"the call was {locked.status if locked else 'deleted'} meanwhile"},
-            )
-            return False
-        if send.round:
-            _close(send.round)
         if isinstance(outcome, mcp_client.Completed | mcp_client.ToolError):
+            locked = _LOCKED_STATUS.first(pk=call.pk)
+            if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
+                return _discard(call, locked.status if locked else None)
+            if send.round:
+                _close(send.round)
             expired = send.round is not None and send.round.outcome == Round.Outcome.EXPIRED
             call_finish(
                 call=call,
@@ -557,7 +589,14 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
                 result=outcome.result,
             )
             return False
-        last = last_round_number(call)
+        # input_required: the lock, the last round's number and the status the new round leaves the call in.
+        last = _await_input(call)
+        if last is None:
+            return _discard(
+                call, ToolCall.objects.filter(pk=call.pk).values_list("status", flat=True).first()
+            )
+        if send.round:
+            _close(send.round)
         if last >= MAX_ROUNDS:
             call_finish(
                 call=call,
@@ -577,9 +616,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
             number=last + 1,
         )
         # round_open marked it ready itself (on the row and on `rnd`) when no request waits for a person.
-        if rnd.status == Round.Status.OPEN:
-            ToolCall.objects.filter(pk=call.pk).update(
-                status=ToolCall.Status.AWAITING_INPUT, updated_at=timezone.now()
-            )
-            return False
-        return True
+        if rnd.status != Round.Status.OPEN:
+            return True
+        call.status = ToolCall.Status.AWAITING_INPUT  # as written
+        return False

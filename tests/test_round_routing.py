@@ -1,0 +1,63 @@
+"""A round's routing: each of its requests goes by the first rule that matches it, and the rules are read once
+for the round, not once per request (a round may hold many)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from approvals.models import McpServer, Round, RoutingRule
+from approvals.services.rounds import round_open
+from tests import factories
+
+pytestmark = pytest.mark.django_db
+
+
+def _form(message: str) -> dict[str, Any]:
+    params = {"mode": "form", "message": message, "requestedSchema": factories.ENVIRONMENT_SCHEMA}
+    return {"method": "elicitation/create", "params": params}
+
+
+def _link(message: str) -> dict[str, Any]:
+    params = {"mode": "url", "message": message, "url": "https://registry.example/sign-in"}
+    return {"method": "elicitation/create", "params": params}
+
+
+def test_a_round_reads_the_routing_rules_once_and_routes_each_request_by_its_own_mode() -> None:
+    release, security, ops = factories.team("release"), factories.team("security"), factories.team("ops")
+    server = McpServer.objects.create(slug="deployer", name="Deployer", url="https://deployer.example/mcp")
+    server.default_team = ops
+    server.save(update_fields=["default_team"])
+    RoutingRule.objects.create(position=10, name="sign-ins", mode="url", team=security)
+    RoutingRule.objects.create(position=20, name="deploy forms", tool_pattern="create_*", team=release)
+    call = factories.call(server, tool="create_deployment")
+    requests = {
+        "environment": _form("Pick the environment"),
+        "sign_in": _link("Sign in to the registry"),
+        "region": _form("Pick the region"),
+    }
+
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        rnd = round_open(
+            call=call,
+            input_requests=requests,
+            raw={"resultType": "input_required"},
+            request_state=None,
+            received_at=timezone.now(),
+        )
+
+    rule_reads = [q["sql"] for q in queries if 'FROM "approvals_routingrule"' in q["sql"]]
+    assert len(rule_reads) == 1, rule_reads
+    routed = {
+        ir.key: (ir.team.slug, ir.rule.name) for ir in rnd.input_requests.select_related("team", "rule")
+    }
+    assert routed == {
+        "environment": ("release", "deploy forms"),
+        "sign_in": ("security", "sign-ins"),
+        "region": ("release", "deploy forms"),
+    }
+    assert Round.objects.get(pk=rnd.pk).status == Round.Status.OPEN
