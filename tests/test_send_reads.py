@@ -277,12 +277,30 @@ def test_a_servers_question_is_recorded_with_one_statement_on_the_call(
     assert list(call.rounds.values_list("number", "status")) == [(1, "open")]
 
 
-def test_a_question_for_a_call_cancelled_meanwhile_opens_no_round(
+def test_a_servers_result_is_recorded_with_one_statement_on_the_call(
     mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The agent cancels while the first send is on its way: the server's question is recorded as discarded,
-    the call stays cancelled and nobody is asked."""
-    _, call = greeting_call(mcp_test_server)
+    """On the retry the call's lock and its end (`completed`, with the result) are one UPDATE, conditional on
+    the send being on its way; no locking read of the call before it."""
+    alice, call = greeting_call(mcp_test_server)
+    sending.call_send(call_id=call.pk)
+    ir = call.rounds.get().input_requests.get()
+    answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+    runs = _applied(monkeypatch)
+    sending.call_send(call_id=call.pk)
+
+    assert len(runs) == 1
+    on_call = [sql for sql in runs[0] if '"approvals_toolcall"' in sql]
+    assert len(on_call) == 1, on_call
+    assert on_call[0].startswith('UPDATE "approvals_toolcall" SET "status" = \'completed\''), on_call
+    assert "FOR NO KEY UPDATE" not in "\n".join(runs[0])
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.COMPLETED
+    assert list(call.rounds.values_list("status", flat=True)) == ["closed"]
+
+
+def _cancel_before_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent cancels while the send is on its way: just before the server's answer is applied."""
     apply = sending._apply
 
     def cancelled_first(send: Any, outcome: Any, *, received_at: Any) -> bool:
@@ -290,10 +308,39 @@ def test_a_question_for_a_call_cancelled_meanwhile_opens_no_round(
         return apply(send, outcome, received_at=received_at)
 
     monkeypatch.setattr(sending, "_apply", cancelled_first)
+
+
+def test_a_question_for_a_call_cancelled_meanwhile_opens_no_round(
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's question is recorded as discarded, the call stays cancelled and nobody is asked."""
+    _, call = greeting_call(mcp_test_server)
+    _cancel_before_apply(monkeypatch)
     sending.call_send(call_id=call.pk)
 
     call.refresh_from_db()
     assert call.status == ToolCall.Status.CANCELLED
     assert not call.rounds.exists()
+    discarded = AuditEvent.objects.get(call_id=call.pk, verb="call.outcome_discarded")
+    assert discarded.data == {"reason": "the call was cancelled meanwhile"}
+
+
+def test_a_result_for_a_call_cancelled_meanwhile_is_not_stored(
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry's result comes after the agent cancelled: recorded as discarded, the call stays cancelled
+    with no result, and its round is left as the cancel left it."""
+    alice, call = greeting_call(mcp_test_server)
+    sending.call_send(call_id=call.pk)
+    ir = call.rounds.get().input_requests.get()
+    answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+    _cancel_before_apply(monkeypatch)
+    sending.call_send(call_id=call.pk)
+
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.CANCELLED
+    assert call.result is None
+    assert not AuditEvent.objects.filter(call_id=call.pk, verb="call.completed").exists()
+    assert list(call.rounds.values_list("status", flat=True)) == ["sending"]
     discarded = AuditEvent.objects.get(call_id=call.pk, verb="call.outcome_discarded")
     assert discarded.data == {"reason": "the call was cancelled meanwhile"}

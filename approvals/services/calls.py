@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -341,22 +342,26 @@ def call_finish(
     error: dict | None = None,
     verb: str | None = None,
     actor: Actor | None = None,
+    only_from: Sequence[str] = (),
 ) -> bool:
-    """Move a call to a final status (conditional on it still being open), audit it, tell the agent."""
+    """Move a call to a final status (conditional on it still being open, or on it being in one of
+    `only_from`), audit it, tell the agent. False when the call was not in such a status: nothing is written.
+    The UPDATE takes the call's row lock (FOR NO KEY UPDATE), as a locking read of it would."""
     now = timezone.now()
     result, size, truncated = bounded_result(result)
-    updated = (
-        ToolCall.objects.filter(pk=call.pk)
-        .exclude(status__in=ToolCall.Status.finals())
-        .update(
-            status=status,
-            result=result,
-            result_size=size,
-            result_truncated=truncated,
-            error=error,
-            finished_at=now,
-            updated_at=now,
-        )
+    still_open = ToolCall.objects.filter(pk=call.pk)
+    if only_from:
+        still_open = still_open.filter(status__in=only_from)
+    else:
+        still_open = still_open.exclude(status__in=ToolCall.Status.finals())
+    updated = still_open.update(
+        status=status,
+        result=result,
+        result_size=size,
+        result_truncated=truncated,
+        error=error,
+        finished_at=now,
+        updated_at=now,
     )
     if not updated:
         return False

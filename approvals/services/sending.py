@@ -523,15 +523,12 @@ def _close(rnd: Round) -> None:
     )
 
 
-_LOCKED_STATUS = PreparedRead(
-    lambda pk: ToolCall.objects.select_for_update(no_key=True).only("id", "status").filter(pk=pk)[:1],
-    pk=ToolCall._meta.get_field("id"),
-)
+# The statuses of a call whose send is on its way: a server's answer is applied only to a call still in one.
+_SENDING = (ToolCall.Status.RUNNING.value, ToolCall.Status.RESUMING.value)
 
 # The call awaits input from now on, if it is still being sent; the number of its latest round comes back. One
-# statement for the call's lock (an UPDATE that changes no key takes FOR NO KEY UPDATE, like _LOCKED_STATUS),
-# the round's number and the call's new status: the round opened next in the same transaction either waits
-# for a person or marks itself ready, which moves the call on from `awaiting_input` itself.
+# statement for the call's lock, the round's number and the call's new status: the round opened next in the
+# same transaction either waits for a person or marks itself ready, which moves the call on itself.
 _AWAIT_INPUT = (
     f"UPDATE {ToolCall._meta.db_table} AS c SET status = %s, updated_at = %s"  # noqa: S608 (model names only)
     " WHERE c.id = %s AND c.status = ANY(%s)"
@@ -550,14 +547,16 @@ def _await_input(call: ToolCall) -> int | None:
                 ToolCall.Status.AWAITING_INPUT.value,
                 timezone.now(),
                 call.pk,
-                [ToolCall.Status.RUNNING.value, ToolCall.Status.RESUMING.value],
+                list(_SENDING),
             ],
         )
         row = cursor.fetchone()
     return None if row is None else row[0] or 0
 
 
-def _discard(call: ToolCall, status: str | None) -> bool:
+def _discard(call: ToolCall) -> bool:
+    """The server's answer came for a call cancelled (or deleted) meanwhile: recorded, not applied."""
+    status = ToolCall.objects.filter(pk=call.pk).values_list("status", flat=True).first()
     audit.record(
         actor=SYSTEM,
         verb="call.outcome_discarded",
@@ -572,29 +571,28 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
     call = send.call
     with transaction.atomic():
         # Cancelled (or deleted) while the send was in flight: the server's answer is recorded, not applied.
-        # FOR NO KEY UPDATE, as every row lock the hub takes: it serialises the call's writers, yet lets a
-        # row that references the call (a grant, a webhook delivery) commit meanwhile. FOR UPDATE would block
-        # that row's foreign-key check, which runs at its COMMIT while it holds the audit chain's lock: a
-        # deadlock with this transaction's own audit event (seen under load: a grant made as its call ran).
+        # The first statement is a conditional UPDATE of the call: it locks the row FOR NO KEY UPDATE (no key
+        # changes), as every row lock the hub takes. That serialises the call's writers, yet lets a row that
+        # references the call (a grant, a webhook delivery) commit meanwhile. FOR UPDATE would block that
+        # row's foreign-key check, which runs at its COMMIT while it holds the audit chain's lock: a deadlock
+        # with this transaction's own audit event (seen under load: a grant made as its call ran).
         if isinstance(outcome, mcp_client.Completed | mcp_client.ToolError):
-            locked = _LOCKED_STATUS.first(pk=call.pk)
-            if locked is None or locked.status not in (ToolCall.Status.RUNNING, ToolCall.Status.RESUMING):
-                return _discard(call, locked.status if locked else None)
-            if send.round:
-                _close(send.round)
+            # The call's lock and its end in one UPDATE, conditional on its send being on its way.
             expired = send.round is not None and send.round.outcome == Round.Outcome.EXPIRED
-            call_finish(
+            if not call_finish(
                 call=call,
                 status=ToolCall.Status.EXPIRED if expired else ToolCall.Status.COMPLETED,
                 result=outcome.result,
-            )
+                only_from=_SENDING,
+            ):
+                return _discard(call)
+            if send.round:
+                _close(send.round)
             return False
         # input_required: the lock, the last round's number and the status the new round leaves the call in.
         last = _await_input(call)
         if last is None:
-            return _discard(
-                call, ToolCall.objects.filter(pk=call.pk).values_list("status", flat=True).first()
-            )
+            return _discard(call)
         if send.round:
             _close(send.round)
         if last >= MAX_ROUNDS:
