@@ -13,9 +13,10 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import OperationalError, connections, transaction
 
 from approvals import mcp_client
+from approvals.audit import core as audit
 from approvals.models import Grant, ToolCall
 from approvals.services import grants, sending
 from tests import factories
@@ -33,15 +34,17 @@ def test_a_grant_made_while_its_call_s_answer_is_applied_commits_without_a_deadl
     call = factories.call(server, agent, status=ToolCall.Status.RUNNING)
     locked, granted = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
-    finish = sending.call_finish
+    record = audit.record
 
-    def finish_once_the_grant_is_in(**kwargs: Any) -> bool:
-        # Inside `_apply`'s transaction, with the call's row locked, before its audit event.
-        locked.set()
-        outcome["grant_committed_meanwhile"] = granted.wait(timeout=5)
-        return finish(**kwargs)
+    def record_once_the_grant_is_in(**kwargs: Any) -> Any:
+        if kwargs.get("verb") == "call.completed":
+            # Inside `_apply`'s transaction, after the UPDATE that ends the call (and locks its row), before
+            # its audit event.
+            locked.set()
+            outcome["grant_committed_meanwhile"] = granted.wait(timeout=5)
+        return record(**kwargs)
 
-    monkeypatch.setattr(sending, "call_finish", finish_once_the_grant_is_in)
+    monkeypatch.setattr(audit, "record", record_once_the_grant_is_in)
 
     def apply() -> None:
         try:
@@ -57,6 +60,9 @@ def test_a_grant_made_while_its_call_s_answer_is_applied_commits_without_a_deadl
     sender.start()
     assert locked.wait(timeout=10)
     try:
+        # The send holds the call's row lock now: a second writer cannot take it.
+        with pytest.raises(OperationalError, match="could not obtain lock"), transaction.atomic():
+            ToolCall.objects.select_for_update(nowait=True, no_key=True).filter(pk=call.pk).first()
         grants.create_from_approval(
             approver=alice, call=call, tool_digest="0" * 64, choice={"for": "1h", "arguments": "exact"}
         )
