@@ -378,6 +378,18 @@ def call_finish(
     return True
 
 
+def call_outcome_discarded(*, call: ToolCall, status: str | None) -> bool:
+    """A server's answer came for a call that ended (`status`) or was deleted (None) meanwhile: it is
+    recorded, not applied. False, as `call_finish` returns when it changed nothing."""
+    audit.record(
+        actor=Actor.system(),
+        verb="call.outcome_discarded",
+        call=call,
+        data={"reason": f"the call was {status or 'deleted'} meanwhile"},
+    )
+    return False
+
+
 def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
     """The agent gives up: pending input requests are cancelled and the call ends ``cancelled``."""
     with transaction.atomic():

@@ -29,7 +29,7 @@ from approvals.audit.core import Actor
 from approvals.mcp_client import Completed, McpError, ServerConfig, ToolError
 from approvals.mcp_client.session import Mode
 from approvals.models import Holder, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
-from approvals.services.calls import call_finish
+from approvals.services.calls import call_finish, call_outcome_discarded
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import HOLDER_CHANNEL, notify_holders, round_open
 from approvals.services.sending import call_limit, call_progress, progress_json, safe_to_resend
@@ -213,12 +213,7 @@ def held_finish(
         if call is None:
             final = ToolCall.objects.filter(pk=call_id).first()
             if final is not None:
-                audit.record(
-                    actor=SYSTEM,
-                    verb="call.outcome_discarded",
-                    call=final,
-                    data={"reason": f"the call was {final.status} meanwhile"},
-                )
+                call_outcome_discarded(call=final, status=final.status)
             return False
         _close_open_rounds(call, why="the call ended")
         ToolCall.objects.filter(pk=call.pk).update(holder=None)

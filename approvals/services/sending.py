@@ -39,7 +39,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.prepared import PreparedRead
-from approvals.services.calls import call_finish
+from approvals.services.calls import call_finish, call_outcome_discarded
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
@@ -557,13 +557,7 @@ def _await_input(call: ToolCall) -> int | None:
 def _discard(call: ToolCall) -> bool:
     """The server's answer came for a call cancelled (or deleted) meanwhile: recorded, not applied."""
     status = ToolCall.objects.filter(pk=call.pk).values_list("status", flat=True).first()
-    audit.record(
-        actor=SYSTEM,
-        verb="call.outcome_discarded",
-        call=call,
-        data={"reason": f"the call was {status or 'deleted'} meanwhile"},
-    )
-    return False
+    return call_outcome_discarded(call=call, status=status)
 
 
 def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool:
