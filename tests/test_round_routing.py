@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals.models import McpServer, Round, RoutingRule
+from approvals.services import gates
 from approvals.services.rounds import round_open
 from tests import factories
 
@@ -61,3 +62,36 @@ def test_a_round_reads_the_routing_rules_once_and_routes_each_request_by_its_own
         "region": ("release", "deploy forms"),
     }
     assert Round.objects.get(pk=rnd.pk).status == Round.Status.OPEN
+
+
+def test_the_rules_reads_leave_their_servers_stored_json_unread() -> None:
+    """A rule names its server by slug. The routing rules (read for every round) and the gate rules (read for
+    every call submitted) select none of the server's stored JSON: its tool list, its probe (the list again),
+    its credentials. A rule still matches by its server."""
+    release = factories.team("release")
+    server = McpServer.objects.create(slug="deployer", name="Deployer", url="https://deployer.example/mcp")
+    McpServer.objects.filter(pk=server.pk).update(
+        tools=[{"name": "create_deployment", "inputSchema": {"type": "object"}}],
+        probe={"ok": True, "tools": [{"name": "create_deployment"}]},
+    )
+    RoutingRule.objects.create(position=10, name="deployer forms", server=server, team=release)
+    RoutingRule.objects.create(position=10, name="deployer gate", server=server, team=release, gate=True)
+    call = factories.call(server, tool="create_deployment")
+
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        gate, _ = gates.gate_rule(call)
+        rnd = round_open(
+            call=call,
+            input_requests={"environment": _form("Pick the environment")},
+            raw={"resultType": "input_required"},
+            request_state=None,
+            received_at=timezone.now(),
+        )
+
+    assert gate is not None and gate.name == "deployer gate"
+    assert rnd.input_requests.get().rule.name == "deployer forms"
+    reads = [q["sql"] for q in queries if 'FROM "approvals_routingrule"' in q["sql"]]
+    assert len(reads) == 2, reads
+    for sql in reads:
+        for column in McpServer.STORED_JSON:
+            assert f'"approvals_mcpserver"."{column}"' not in sql, (column, sql)

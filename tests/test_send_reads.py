@@ -5,6 +5,7 @@ retry), so a read repeated here is paid by every call the hub makes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from unittest import mock
 
@@ -14,7 +15,7 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import AuditEvent, McpServer, ToolCall
-from approvals.services import answers, calls, sending
+from approvals.services import answers, calls, sending, servers
 from tests import factories
 from tests.test_mcp_client import LiveServer
 
@@ -22,12 +23,14 @@ pytestmark = pytest.mark.django_db
 
 
 def greeting_call(mcp: LiveServer) -> tuple[Any, ToolCall]:
-    """A reviewer of the server's team, and a call of the test server's ``ask_name`` (one round)."""
+    """A reviewer of the server's team, and a call of the test server's ``ask_name`` (one round), on a server
+    whose tools are listed and stored."""
     alice = factories.user("alice")
     release = factories.team("release", (alice, "reviewer"))
     server = McpServer.objects.create(
         slug="greeter", name="Greeter", url=f"{mcp.base}/mcp", default_team=release
     )
+    servers.server_refresh_tools(server=server)  # its stored tool list, as a registered server has
     agent, _ = factories.agent("ci-bot", servers=[server])
     return alice, factories.call(server, agent, tool="ask_name", arguments={"greeting": "Hello"})
 
@@ -344,3 +347,30 @@ def test_a_result_for_a_call_cancelled_meanwhile_is_not_stored(
     assert list(call.rounds.values_list("status", flat=True)) == ["sending"]
     discarded = AuditEvent.objects.get(call_id=call.pk, verb="call.outcome_discarded")
     assert discarded.data == {"reason": "the call was cancelled meanwhile"}
+
+
+_WHOLE_COLUMN = r'"approvals_mcpserver"\."{}"(,| FROM)'
+
+
+def test_a_send_leaves_the_servers_probe_and_stdio_settings_unread(mcp_test_server: LiveServer) -> None:
+    """The claim reads the call with its server, whose probe holds the whole tool list again, and whose
+    `args` and `env` only a stdio server's holder uses: none of the three is selected (nor decoded) on the
+    way to a send. The tool list itself is read: the send passes the tool's stored definition."""
+    alice, call = greeting_call(mcp_test_server)
+    McpServer.objects.filter(pk=call.server_id).update(probe={"ok": True, "era": "2026-07-28", "tools": []})
+    with CaptureQueriesContext(connection) as first:
+        sending.call_send(call_id=call.pk)
+    ir = call.rounds.get().input_requests.get()
+    answers.input_respond(input_request_id=ir.pk, user=alice, action="accept", content={"name": "Ada"})
+    with CaptureQueriesContext(connection) as retry:
+        sending.call_send(call_id=call.pk)
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.COMPLETED
+
+    for queries in (first.captured_queries, retry.captured_queries):
+        reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT")]
+        claims = [sql for sql in reads if re.search(_WHOLE_COLUMN.format("url"), sql)]
+        assert claims, reads  # the claim's read of the call with its server
+        for column in ("probe", "args", "env"):
+            assert not [sql for sql in reads if re.search(_WHOLE_COLUMN.format(column), sql)], column
+        assert [sql for sql in claims if re.search(_WHOLE_COLUMN.format("tools"), sql)]

@@ -130,9 +130,14 @@ def arguments_diff(before: Any, after: Any) -> list[dict[str, Any]]:
 # ---- which rule gates a call ---------------------------------------------------------------------------
 
 
-# Read for every call submitted; compiled once per process.
+# Read for every call submitted; compiled once per process. A rule names its server by slug: the server's
+# stored JSON (its tool list, twice with the probe) stays unread.
 _GATE_RULES = PreparedRead(
-    lambda: RoutingRule.objects.filter(gate=True).select_related("server", "team", "policy")
+    lambda: (
+        RoutingRule.objects.filter(gate=True)
+        .select_related("server", "team", "policy")
+        .defer(*McpServer.stored_json("server"))
+    )
 )
 
 

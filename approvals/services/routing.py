@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals import rules
-from approvals.models import InputRequest, Policy, RoutingRule, Team, ToolCall
+from approvals.models import InputRequest, McpServer, Policy, RoutingRule, Team, ToolCall
 from approvals.prepared import PreparedRead
 
 
@@ -35,9 +35,14 @@ def passthrough_refusal(call: ToolCall, mode: str) -> str:
     return ""
 
 
-# Read for every question the hub routes; compiled once per process.
+# Read for every round the hub routes; compiled once per process. A rule names its server by slug: the
+# server's stored JSON (its tool list, twice with the probe) stays unread.
 _ROUTING_RULES = PreparedRead(
-    lambda: RoutingRule.objects.filter(gate=False).select_related("server", "team", "policy")
+    lambda: (
+        RoutingRule.objects.filter(gate=False)
+        .select_related("server", "team", "policy")
+        .defer(*McpServer.stored_json("server"))
+    )
 )
 
 

@@ -170,8 +170,14 @@ class Send:
 
 # Every send reads these (twice per round: the call, then its retry), so they are compiled once per process.
 # The server's default team too: the audit events name it.
+# Not the server's probe (it holds the tool list again) nor a stdio server's `args` and `env`: a send uses
+# neither (a re-probe after a refusal reads the probe again).
 _CLAIMED_CALL = PreparedRead(
-    lambda pk: ToolCall.objects.select_related("server__default_team").filter(pk=pk),
+    lambda pk: (
+        ToolCall.objects.select_related("server__default_team")
+        .defer("server__probe", "server__args", "server__env")
+        .filter(pk=pk)
+    ),
     pk=ToolCall._meta.get_field("id"),
 )
 _A_ROUND_SENT = PreparedRead(
