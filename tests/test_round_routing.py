@@ -66,8 +66,8 @@ def test_a_round_reads_the_routing_rules_once_and_routes_each_request_by_its_own
 
 def test_the_rules_reads_leave_their_servers_stored_json_unread() -> None:
     """A rule names its server by slug. The routing rules (read for every round) and the gate rules (read for
-    every call submitted) select none of the server's stored JSON: its tool list, its probe (the list again),
-    its credentials. A rule still matches by its server."""
+    every call submitted) select none of the server's stored JSON: its tool list, its probe, its
+    credentials. A rule still matches by its server."""
     release = factories.team("release")
     server = McpServer.objects.create(slug="deployer", name="Deployer", url="https://deployer.example/mcp")
     McpServer.objects.filter(pk=server.pk).update(

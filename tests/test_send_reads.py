@@ -353,9 +353,9 @@ _WHOLE_COLUMN = r'"approvals_mcpserver"\."{}"(,| FROM)'
 
 
 def test_a_send_leaves_the_servers_probe_and_stdio_settings_unread(mcp_test_server: LiveServer) -> None:
-    """The claim reads the call with its server, whose probe holds the whole tool list again, and whose
-    `args` and `env` only a stdio server's holder uses: none of the three is selected (nor decoded) on the
-    way to a send. The tool list itself is read: the send passes the tool's stored definition."""
+    """The claim reads the call with its server. The server's probe, and the `args` and `env` only a stdio
+    server's holder uses, are not selected (nor decoded) on the way to a send. The tool list is read: the send
+    passes the tool's stored definition."""
     alice, call = greeting_call(mcp_test_server)
     McpServer.objects.filter(pk=call.server_id).update(probe={"ok": True, "era": "2026-07-28", "tools": []})
     with CaptureQueriesContext(connection) as first:

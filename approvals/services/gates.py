@@ -131,7 +131,7 @@ def arguments_diff(before: Any, after: Any) -> list[dict[str, Any]]:
 
 
 # Read for every call submitted; compiled once per process. A rule names its server by slug: the server's
-# stored JSON (its tool list, twice with the probe) stays unread.
+# stored JSON (its tool list, its probe, its credentials) stays unread.
 _GATE_RULES = PreparedRead(
     lambda: (
         RoutingRule.objects.filter(gate=True)

@@ -36,7 +36,7 @@ def passthrough_refusal(call: ToolCall, mode: str) -> str:
 
 
 # Read for every round the hub routes; compiled once per process. A rule names its server by slug: the
-# server's stored JSON (its tool list, twice with the probe) stays unread.
+# server's stored JSON (its tool list, its probe, its credentials) stays unread.
 _ROUTING_RULES = PreparedRead(
     lambda: (
         RoutingRule.objects.filter(gate=False)

@@ -170,8 +170,8 @@ class Send:
 
 # Every send reads these (twice per round: the call, then its retry), so they are compiled once per process.
 # The server's default team too: the audit events name it.
-# Not the server's probe (it holds the tool list again) nor a stdio server's `args` and `env`: a send uses
-# neither (a re-probe after a refusal reads the probe again).
+# Not the server's probe nor a stdio server's `args` and `env`: a send uses none of them (a refusal that
+# makes the hub probe the server again reads the probe then).
 _CLAIMED_CALL = PreparedRead(
     lambda pk: (
         ToolCall.objects.select_related("server__default_team")
