@@ -7,6 +7,7 @@ transaction.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -112,28 +113,47 @@ def _no_session_left_on_the_test_database(
 
     name = connection.settings_dict["NAME"]
     left: list[tuple[Any, ...]] = []
+    garbage: list[tuple[Any, ...]] = []
     with django_db_blocker.unblock():
         connection.close()
         connection.close_pool()  # this process's own idle connections, as the drop itself closes them
         with connection._nodb_cursor() as cursor:
-            deadline = time.monotonic() + 10
-            while True:
-                cursor.execute(
-                    "SELECT pid, application_name, backend_start, state, state_change, left(query, 300)"
-                    " FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                    [name],
-                )
-                left = cursor.fetchall()
-                if not left or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+            left = _sessions_on(cursor, name, wait=10)
+            if left:
+                # A connection only unreachable objects still refer to (a thread's or a context's, gone) ends
+                # when a full collection frees it; one that something alive holds does not.
+                gc.collect()
+                still = _sessions_on(cursor, name, wait=5)
+                garbage = [row for row in left if row[0] not in {pid for pid, *_ in still}]
+                left = still
             for pid, *_ in left:
                 cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    if garbage:
+        message = (
+            "sessions left open on the test database by unreachable objects, ended by a full collection:"
+            f" {garbage!r}"
+        )
+        request.node.warn(pytest.PytestWarning(message))
     if left:
         message = f"sessions left open on the test database, now ended: {left!r}"
         for _, application, *_ in left:
             message += f"; {application!r}: {_holder(application)}"
         request.node.warn(pytest.PytestWarning(message))
+
+
+def _sessions_on(cursor: Any, name: str, *, wait: float) -> list[tuple[Any, ...]]:
+    """The other sessions on database `name`, once none is left or `wait` seconds have passed."""
+    deadline = time.monotonic() + wait
+    while True:
+        cursor.execute(
+            "SELECT pid, application_name, backend_start, state, state_change, left(query, 300)"
+            " FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
+        left = cursor.fetchall()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def _holder(application_name: str) -> str:
