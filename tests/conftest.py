@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -136,8 +137,8 @@ def _no_session_left_on_the_test_database(
         request.node.warn(pytest.PytestWarning(message))
     if left:
         message = f"sessions left open on the test database, now ended: {left!r}"
-        for _, application, *_ in left:
-            message += f"; {application!r}: {_holder(application)}"
+        for backend, application, *_ in left:
+            message += f"; {application!r}: {_holder(application)}; held through: {_owners(backend)}"
         request.node.warn(pytest.PytestWarning(message))
 
 
@@ -172,6 +173,64 @@ def _holder(application_name: str) -> str:
         return f"process {pid} (parent {process.ppid()}): {' '.join(process.cmdline())[:300]}"
     except psutil.Error:
         return f"process {pid}, gone"
+
+
+def _owners(backend: int) -> str:
+    """What in this process still refers to the connection whose session is `backend`: from each such psycopg
+    connection, the chain of the objects that refer to it, up to six steps (a thread, a task, a context)."""
+    import psycopg
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    def session_of(conn: psycopg.Connection[Any]) -> int | None:
+        try:
+            return None if conn.closed else conn.info.backend_pid
+        except Exception:
+            return None
+
+    held = [
+        obj for obj in gc.get_objects() if isinstance(obj, psycopg.Connection) and session_of(obj) == backend
+    ]
+    if not held:
+        return "no connection object of this process (another process, or one closed since)"
+    threads = {thread.ident: thread.name for thread in threading.enumerate()}
+    wrappers = [
+        obj for obj in gc.get_objects() if isinstance(obj, BaseDatabaseWrapper) and obj.connection in held
+    ]
+    made_on = [threads.get(w._thread_ident, f"thread {w._thread_ident}, ended") for w in wrappers]
+    chains = "; ".join(_referrer_chain(conn, ignore=held) for conn in held)
+    return f"Django connection(s) made on {made_on or 'none'}; {chains}"
+
+
+def _referrer_chain(obj: Any, *, ignore: list[Any], steps: int = 6) -> str:
+    """`obj`'s type, then what refers to it, and so on: at each step the referrers' types (frames aside) and
+    the chain goes on through the first of them."""
+    chain = [type(obj).__qualname__]
+    seen = {id(obj), id(ignore), id(chain)}
+    for _ in range(steps):
+        found = gc.get_referrers(obj)
+        seen.add(id(found))
+        referrers = [
+            ref
+            for ref in found
+            if id(ref) not in seen and not isinstance(ref, types.FrameType | types.GeneratorType)
+        ]
+        del found
+        if not referrers:
+            break
+        chain.append(" | ".join(sorted({_describe(ref) for ref in referrers}))[:300])
+        seen.add(id(referrers))
+        obj = referrers[0]
+        seen.add(id(obj))
+    return " <- ".join(chain)
+
+
+def _describe(obj: Any) -> str:
+    name = type(obj).__qualname__
+    if isinstance(obj, dict):
+        return f"dict({', '.join(sorted(map(str, list(obj)[:5])))})"
+    if isinstance(obj, threading.Thread) or hasattr(obj, "get_name"):
+        return f"{name}({getattr(obj, 'name', None) or obj.get_name()})"
+    return name
 
 
 def _threads() -> str:
