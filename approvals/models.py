@@ -402,6 +402,11 @@ class CallStatus(models.TextChoices):
     def opens(cls) -> list[str]:
         return [status for status in cls if status not in cls.finals()]
 
+    @classmethod
+    def sending(cls) -> list[str]:
+        """While a send is on its way: a server's answer, or its progress, applies to the call only then."""
+        return [cls.RUNNING, cls.RESUMING]
+
 
 class ToolCall(models.Model):
     class Kind(models.TextChoices):

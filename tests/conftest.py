@@ -187,15 +187,17 @@ def _owners(backend: int) -> str:
         except Exception:
             return None
 
-    held = [
-        obj for obj in gc.get_objects() if isinstance(obj, psycopg.Connection) and session_of(obj) == backend
-    ]
+    held: list[Any] = []
+    wrappers: list[BaseDatabaseWrapper] = []
+    for obj in gc.get_objects():
+        if isinstance(obj, BaseDatabaseWrapper) and obj.connection is not None:
+            wrappers.append(obj)
+        elif isinstance(obj, psycopg.Connection) and session_of(obj) == backend:
+            held.append(obj)
     if not held:
         return "no connection object of this process (another process, or one closed since)"
     threads = {thread.ident: thread.name for thread in threading.enumerate()}
-    wrappers = [
-        obj for obj in gc.get_objects() if isinstance(obj, BaseDatabaseWrapper) and obj.connection in held
-    ]
+    wrappers = [wrapper for wrapper in wrappers if wrapper.connection in held]
     made_on = [threads.get(w._thread_ident, f"thread {w._thread_ident}, ended") for w in wrappers]
     chains = "; ".join(_referrer_chain(conn, ignore=held) for conn in held)
     return f"Django connection(s) made on {made_on or 'none'}; {chains}"

@@ -465,9 +465,9 @@ def call_progress(*, call_id: Any, progress: dict[str, Any]) -> bool:
     is no longer running (the notification came late)."""
     now = timezone.now()
     with transaction.atomic():
-        updated = ToolCall.objects.filter(
-            pk=call_id, status__in=[ToolCall.Status.RUNNING, ToolCall.Status.RESUMING]
-        ).update(progress=progress, updated_at=now)
+        updated = ToolCall.objects.filter(pk=call_id, status__in=ToolCall.Status.sending()).update(
+            progress=progress, updated_at=now
+        )
         if not updated:
             return False
         call = ToolCall.objects.only("id", "status").get(pk=call_id)
@@ -529,9 +529,6 @@ def _close(rnd: Round) -> None:
     )
 
 
-# The statuses of a call whose send is on its way: a server's answer is applied only to a call still in one.
-_SENDING = (ToolCall.Status.RUNNING.value, ToolCall.Status.RESUMING.value)
-
 # The call awaits input from now on, if it is still being sent; the number of its latest round comes back. One
 # statement for the call's lock, the round's number and the call's new status: the round opened next in the
 # same transaction either waits for a person or marks itself ready, which moves the call on itself.
@@ -553,7 +550,7 @@ def _await_input(call: ToolCall) -> int | None:
                 ToolCall.Status.AWAITING_INPUT.value,
                 timezone.now(),
                 call.pk,
-                list(_SENDING),
+                [str(status) for status in ToolCall.Status.sending()],
             ],
         )
         row = cursor.fetchone()
@@ -583,7 +580,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
                 call=call,
                 status=ToolCall.Status.EXPIRED if expired else ToolCall.Status.COMPLETED,
                 result=outcome.result,
-                only_from=_SENDING,
+                only_from=ToolCall.Status.sending(),
             ):
                 return _discard(call)
             if send.round:
