@@ -44,6 +44,7 @@ from pydantic import ValidationError
 from referencing import Registry
 
 from approvals import netguard
+from approvals.mcp_client import loop
 from approvals.mcp_client.outcomes import (
     Completed,
     McpError,
@@ -610,9 +611,6 @@ async def discover(server: ServerConfig) -> dict[str, Any]:
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run one coroutine of this module to completion from synchronous code (a Celery task)."""
-
-    async def main() -> T:
-        return await coro
-
-    return anyio.run(main)
+    """Run one coroutine of this module to completion from synchronous code (a Celery task): on the
+    process's kept event loop in its main thread (`approvals.mcp_client.loop`)."""
+    return loop.run(coro)
