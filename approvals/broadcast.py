@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
+import json
 import logging
 import math
 import os
+import re
 import secrets
 import threading
 import weakref
@@ -74,11 +77,21 @@ def _seq_key(group: str) -> str:
     return f"broadcast-seq:{group}"
 
 
-def next_seq(group: str) -> int | None:
-    """The next number of `group`'s sequence (one INCR; a counter Redis lost starts again at 1); None when
-    the counter is unreachable."""
+def next_seq(group: str, wake: dict[str, Any] | None = None) -> int | None:
+    """The next number of `group`'s sequence (one INCRBY; a counter Redis lost starts again at 1); with
+    `wake`, in the same round trip, the wake of every long-poll on the group in any process (a PUBLISH on
+    its wake channel, `_Wakes`). None when Redis is unreachable: the notice goes without a number, and the
+    long-polls read again within seconds."""
+    store = cast(RedisCache, cache)
     try:
-        return cast(RedisCache, cache).count(_seq_key(group))
+        if wake is None:
+            return store.count(_seq_key(group))
+        key = store.make_and_validate_key(_seq_key(group))
+        pipe = store._cache.get_client(key, write=True).pipeline(transaction=False)
+        pipe.incrby(key, 1)
+        pipe.publish(wake_channel(group), json.dumps(wake))
+        seq, _ = pipe.execute()
+        return int(seq)
     except Exception:
         logger.exception("sequence counter for %s unavailable", group)
         return None
@@ -167,7 +180,8 @@ def _send(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> 
     if layer is None:
         return
     try:
-        message["seq"] = next_seq(group)
+        wake = {field: value for field, value in message.items() if field in WAKE_FIELDS}
+        message["seq"] = next_seq(group, wake)
         _run(layer.group_send(group, dict(message)))
     except Exception:
         # A lost notice is recovered by the clients' resync; it must never undo the committed change.
@@ -247,74 +261,160 @@ async def unsubscribe(channel: str, groups: Iterable[str]) -> None:
             await layer.group_discard(group, channel)
 
 
-# A test of a channel-layer notice: does it concern what a long-poll waits for?
+# A test of a notice: does it concern what a long-poll waits for?
 Wanted = Callable[[dict[str, Any]], bool]
 
+# What a long-poll's wake carries of its notice: what `Wanted` tests look at.
+WAKE_FIELDS = ("type", "status", "event")
+# The wakes' subscription is pinged when it has been quiet this long, and given up (and made again) when
+# nothing, not even the answer to a ping, came for three times as long.
+WAKE_PING_EVERY = 10.0
+WAKE_RETRY = 1.0
+# A process's first long-poll waits at most this long for the subscription to be made.
+WAKE_READY = 1.0
 
-class _Waiters:
-    """Every long-poll of one event loop (one web process) waits on one channel-layer channel.
 
-    One receive loop per process reads that channel for good and wakes the long-polls waiting on the group
-    a notice was sent to (``call.<id>`` for a call's long-poll, ``team.<slug>`` for the inbox's); the channel
-    joins a group while anyone waits on it. A receive per long-poll, cancelled every few seconds, hangs other
-    receivers of the same channel layer (channels-redis serialises receives behind one lock) and costs a
-    BRPOP each.
+@functools.cache
+def _wake_prefix() -> str:
+    """The wakes' Redis channels: ``<namespace>:wake:<hash of the Redis URL>:<group>``. Publish/subscribe
+    channels are the same in every database of a server; the URL's hash keeps two hubs (or two test runs)
+    on one server apart."""
+    location = str(settings.CACHES["default"]["LOCATION"])
+    return f"{settings.ELICIT_NAMESPACE}:wake:{hashlib.sha256(location.encode()).hexdigest()[:12]}:"
+
+
+def wake_channel(group: str) -> str:
+    return _wake_prefix() + group
+
+
+class _Wakes:
+    """Every long-poll of one event loop (one web or API process) is woken through one Redis subscription.
+
+    Each notice is also published on its group's wake channel (`next_seq`, in the round trip that numbers
+    it). One task per process subscribes to the pattern of every wake channel for good and wakes the
+    long-polls waiting on the group a wake names (``call.<id>`` for a call's long-poll, ``team.<slug>`` for
+    the inbox's) whose test it passes. A long-poll costs Redis nothing to start or end, and a notice costs
+    each process one pushed message. The long-polls joined the channel layer's groups before: a group
+    membership to add and remove per long-poll, and for each notice a message stored per process and a
+    receive (a script, a blocking pop, a backup of the message and its removal).
+
+    A wake published while the subscription is down is lost. So every long-poll is woken once the
+    subscription is (re)made, to read again, and a long-poll reads every second while it is down.
     """
 
-    def __init__(self, layer: Any) -> None:
-        self.layer = layer
-        self.channel = ""
-        # group -> the events of the long-polls waiting on it, each with the test a notice must pass to wake
+    def __init__(self) -> None:
+        # group -> the events of the long-polls waiting on it, each with the test a wake must pass
         self.waiters: dict[str, dict[asyncio.Event, Wanted | None]] = {}
-        self.lock = asyncio.Lock()
+        self.subscribed = asyncio.Event()
+        self.warned = False  # the subscription failed (logged once) and is not made again yet
+        self.settled = asyncio.Event()  # the first attempt at the subscription came to an end
         self.task: asyncio.Task[None] | None = None
+        self.name = f"{settings.ELICIT_NAMESPACE}-wakes-{os.getpid()}-{id(self):x}"
 
-    async def add(self, group: str, event: asyncio.Event, wanted: Wanted | None = None) -> None:
-        async with self.lock:
-            if not self.channel:
-                self.channel = await self.layer.new_channel()
-            if self.task is None or self.task.done():
-                self.task = asyncio.get_running_loop().create_task(self._receive())
-            if group not in self.waiters:
-                await self.layer.group_add(group, self.channel)
-                self.waiters[group] = {}
-            self.waiters[group][event] = wanted
+    def add(self, group: str, event: asyncio.Event, wanted: Wanted | None = None) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._listen())
+        self.waiters.setdefault(group, {})[event] = wanted
 
-    async def remove(self, group: str, event: asyncio.Event) -> None:
-        async with self.lock:
-            events = self.waiters.get(group)
-            if events is None:
-                return
+    async def ready(self) -> bool:
+        """Whether the subscription is up; while it is being made (a process's first long-poll), after
+        waiting for it briefly, so the long-poll's first read comes after any wake it could miss."""
+        if not self.subscribed.is_set() and not self.warned:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.settled.wait(), WAKE_READY)
+        return self.subscribed.is_set()
+
+    def remove(self, group: str, event: asyncio.Event) -> None:
+        events = self.waiters.get(group)
+        if events is not None:
             events.pop(event, None)
             if not events:
                 del self.waiters[group]
-                with contextlib.suppress(Exception):
-                    await self.layer.group_discard(group, self.channel)
 
-    async def _receive(self) -> None:
+    def _wake(self, group: str, message: dict[str, Any]) -> None:
+        for event, wanted in list(self.waiters.get(group, {}).items()):
+            if wanted is None or wanted(message):
+                event.set()
+
+    def _wake_all(self) -> None:
+        for events in list(self.waiters.values()):
+            for event in list(events):
+                event.set()
+
+    async def _listen(self) -> None:
         while True:
             try:
-                message = await self.layer.receive(self.channel)
+                await self._subscribed()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.warning("long-poll listener: channel layer unavailable; long-polls poll meanwhile")
-                await asyncio.sleep(1.0)
-                continue
-            for event, wanted in list(self.waiters.get(str(message.get("group")), {}).items()):
-                if wanted is None or wanted(message):
-                    event.set()
+                self.settled.set()
+                if not self.warned:
+                    self.warned = True
+                    logger.warning("long-poll wakes down (Redis unavailable): long-polls read each second")
+                await asyncio.sleep(WAKE_RETRY)
+
+    async def _subscribed(self) -> None:
+        """Subscribe, then pass on wakes until the connection fails."""
+        config: dict[str, Any] = settings.CACHES["default"]
+        timeout = config.get("OPTIONS", {}).get("socket_connect_timeout")
+        client = aioredis.Redis.from_url(
+            str(config["LOCATION"]),
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            client_name=self.name,  # CLIENT LIST names the process that holds each subscription
+        )
+        pubsub = client.pubsub()
+        try:
+            prefix = _wake_prefix()
+            await pubsub.psubscribe(re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*")
+            loop = asyncio.get_running_loop()
+            heard = loop.time()
+            while True:
+                message = await pubsub.get_message(timeout=WAKE_PING_EVERY)
+                now = loop.time()
+                if message is None:
+                    if now - heard > 3 * WAKE_PING_EVERY:
+                        raise ConnectionError("the wakes' subscription went quiet")
+                    await pubsub.ping()
+                    continue
+                heard = now
+                kind = message["type"]
+                if kind == "psubscribe":
+                    self.subscribed.set()
+                    self.settled.set()
+                    self.warned = False
+                    self._wake_all()  # what changed before the subscription took effect is read again
+                elif kind == "pmessage":
+                    channel = message["channel"]
+                    channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+                    self._wake(channel.removeprefix(prefix), _wake_of(message["data"]))
+        finally:
+            self.subscribed.clear()
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
 
-_waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiters] = weakref.WeakKeyDictionary()
+def _wake_of(data: Any) -> dict[str, Any]:
+    """A wake's fields; an unreadable one wakes every long-poll on its group (they read to know)."""
+    try:
+        value = json.loads(data)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
-def _loop_waiters() -> _Waiters:
+_wakes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Wakes] = weakref.WeakKeyDictionary()
+
+
+def _loop_wakes() -> _Wakes:
     loop = asyncio.get_running_loop()
-    waiters = _waiters.get(loop)
-    if waiters is None:
-        waiters = _waiters[loop] = _Waiters(get_channel_layer())
-    return waiters
+    wakes = _wakes.get(loop)
+    if wakes is None:
+        wakes = _wakes[loop] = _Wakes()
+    return wakes
 
 
 class Finishable(Protocol):
@@ -353,22 +453,16 @@ async def wait_until(
 ) -> None:
     """Return once ``done()`` is true or ``seconds`` have passed; ``done`` is asked again whenever a notice
     reaches one of ``groups`` (one that passes ``wanted``, when given), and every few seconds besides, so a
-    notice lost in transit costs latency, not correctness. While the channel layer is unavailable (Redis
-    down) it is asked every second."""
+    notice lost in transit costs latency, not correctness. While the wakes' subscription is down (Redis
+    unavailable) it is asked every second."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    waiters = _loop_waiters()
+    wakes = _loop_wakes()
     groups, woken = list(groups), asyncio.Event()
-    joined: list[str] = []
-    interval = 5.0
+    for group in groups:
+        wakes.add(group, woken, wanted)
     try:
-        for group in groups:
-            await waiters.add(group, woken, wanted)
-            joined.append(group)
-    except Exception:
-        logger.warning("long-poll on %s falls back to polling: channel layer unavailable", ", ".join(groups))
-        interval = 1.0
-    try:
+        await wakes.ready()
         while True:
             woken.clear()
             if await done():
@@ -376,11 +470,12 @@ async def wait_until(
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
+            interval = 5.0 if wakes.subscribed.is_set() else 1.0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout=min(remaining, interval))
     finally:
-        for group in joined:
-            await waiters.remove(group, woken)
+        for group in groups:
+            wakes.remove(group, woken)
 
 
 # Any change to who answers for which team moves this counter, by a random step: a socket's permission scope

@@ -7,11 +7,20 @@ only when a notice can end the wait: one that names a final status (or names non
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
+import socket
 import time
+import uuid
+from typing import Any
 
 import pytest
+import redis
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
+from django.test import override_settings
 
 from approvals import broadcast
 from approvals.models import ToolCall
@@ -76,3 +85,130 @@ def test_a_long_poll_reads_the_call_only_for_a_notice_that_can_end_it() -> None:
 )
 def test_which_notices_wake_a_call_long_poll(message: dict[str, str], wakes: bool) -> None:
     assert broadcast._final_notice(message) is wakes
+
+
+# ---- the wakes: one Redis subscription per process ---------------------------------------------------
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(str(settings.CACHES["default"]["LOCATION"]))
+
+
+async def _reads_until(group: str, reads: list[float], stop: asyncio.Event, seconds: float) -> None:
+    """A long-poll on `group` whose check records each read and ends once `stop` is set."""
+    loop = asyncio.get_running_loop()
+
+    async def done() -> bool:
+        reads.append(loop.time())
+        return stop.is_set()
+
+    await broadcast.wait_until([group], seconds, done)
+
+
+def test_a_notice_wakes_the_long_polls_on_its_group_only_and_they_cost_the_channel_layer_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each long-poll joined (and left) a channel-layer group, and every notice was stored for the process
+    # and received from Redis. Now a notice's wake comes over one subscription per process.
+    layer_calls: list[str] = []
+    layer = get_channel_layer()
+    for name in ("group_add", "group_discard", "receive", "new_channel"):
+        real = getattr(layer, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            layer_calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(layer, name, spy)
+    group, other = f"team.wake-{uuid.uuid4().hex[:8]}", f"team.wake-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[list[float], list[float], float]:
+        mine: list[float] = []
+        theirs: list[float] = []
+        stop = asyncio.Event()
+        polls = [
+            asyncio.create_task(_reads_until(group, mine, stop, 30)),
+            asyncio.create_task(_reads_until(other, theirs, asyncio.Event(), 3)),
+        ]
+        while not mine or not theirs:
+            await asyncio.sleep(0.01)
+        stop.set()  # the next read ends the first long-poll: when a wake makes it read
+        started = asyncio.get_running_loop().time()
+        await sync_to_async(broadcast.queue_changed)("round.opened", uuid.uuid4(), [])  # no team: no wake
+        await sync_to_async(broadcast._send)(
+            group,
+            broadcast.QueueChanged(
+                type="queue.changed", event="round.opened", call="c", input_requests=[], group=group, seq=None
+            ),
+        )
+        await asyncio.wait_for(polls[0], timeout=3)
+        took = asyncio.get_running_loop().time() - started
+        polls[1].cancel()
+        return mine, theirs, took
+
+    mine, theirs, took = asyncio.run(scenario())
+    assert len(mine) == 2 and took < 2  # woken by the wake, well before the 5 s re-read
+    assert len(theirs) == 1  # another group's long-poll was not woken
+    assert layer_calls == []
+
+
+def test_a_lost_subscription_is_made_again_and_every_long_poll_reads_again() -> None:
+    group = f"call.{uuid.uuid4()}"
+    reads: list[float] = []
+
+    async def scenario() -> tuple[float, float]:
+        stop = asyncio.Event()
+        poll = asyncio.create_task(_reads_until(group, reads, stop, 30))
+        while not reads:
+            await asyncio.sleep(0.01)
+        wakes = broadcast._loop_wakes()
+        assert wakes.subscribed.is_set()
+        # Redis drops the subscription's connection (a restart, a failover, a proxy's idle limit).
+        client = _redis()
+        ours = [line for line in client.client_list(_type="pubsub") if line.get("name") == wakes.name]
+        assert len(ours) == 1
+        client.client_kill_filter(_id=ours[0]["id"])
+        lost = asyncio.get_running_loop().time()
+        while wakes.subscribed.is_set():
+            await asyncio.sleep(0.01)
+        while not wakes.subscribed.is_set():
+            await asyncio.sleep(0.01)
+        back = asyncio.get_running_loop().time() - lost
+        while len(reads) < 2:  # woken by the new subscription: a wake sent meanwhile would be lost
+            await asyncio.sleep(0.01)
+        reread = reads[1] - lost
+        # The new subscription carries wakes.
+        stop.set()
+        await sync_to_async(broadcast.next_seq)(group, {"type": "call.changed", "status": "completed"})
+        await asyncio.wait_for(poll, timeout=3)
+        return back, reread
+
+    back, reread = asyncio.run(scenario())
+    assert back < 4  # made again after WAKE_RETRY
+    assert reread < 4  # well before the 5 s re-read
+    assert len(reads) == 3
+
+
+def test_without_the_subscription_a_long_poll_reads_every_second(caplog: pytest.LogCaptureFixture) -> None:
+    group = f"call.{uuid.uuid4()}"
+    reads: list[float] = []
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # nothing listens here once it is closed
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        poll = asyncio.create_task(_reads_until(group, reads, stop, 30))
+        await asyncio.sleep(3.5)
+        stop.set()
+        await asyncio.wait_for(poll, timeout=2)
+
+    with override_settings(CACHES=caches), caplog.at_level(logging.WARNING, logger="approvals.broadcast"):
+        asyncio.run(scenario())
+    assert 4 <= len(reads) <= 6  # the first read, then one a second, then the one that ended it
+    gaps = [b - a for a, b in itertools.pairwise(reads)]
+    assert all(gap < 1.5 for gap in gaps)
+    assert [r.getMessage() for r in caplog.records].count(
+        "long-poll wakes down (Redis unavailable): long-polls read each second"
+    ) == 1
