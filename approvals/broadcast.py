@@ -65,8 +65,11 @@ class PresenceChanged(TypedDict):
     seq: int | None
 
 
+CALL_GROUPS = "call."
+
+
 def call_group(call_id: object) -> str:
-    return f"call.{call_id}"
+    return f"{CALL_GROUPS}{call_id}"
 
 
 def team_group(team_slug: str | None) -> str:
@@ -180,12 +183,21 @@ def _send(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> 
     if layer is None:
         return
     try:
-        wake = {field: value for field, value in message.items() if field in WAKE_FIELDS}
-        message["seq"] = next_seq(group, wake)
+        message["seq"] = next_seq(group, _wake(group, message))
         _run(layer.group_send(group, dict(message)))
     except Exception:
         # A lost notice is recovered by the clients' resync; it must never undo the committed change.
         logger.exception("broadcast to %s failed", group)
+
+
+def _wake(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> dict[str, Any] | None:
+    """What the long-polls on `group` are woken with by this notice (its `WAKE_FIELDS`), or None when none
+    of them can want it: a call's long-polls wait for its end (`wait_until_final`), so a call's notice of a
+    status that is not final (most of a call's notices) wakes nobody and is not published."""
+    wake = {field: value for field, value in message.items() if field in WAKE_FIELDS}
+    if group.startswith(CALL_GROUPS) and not _final_notice(wake):
+        return None
+    return wake
 
 
 def call_changed(call: ToolCall) -> None:

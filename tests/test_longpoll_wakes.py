@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import socket
 import time
@@ -212,3 +213,43 @@ def test_without_the_subscription_a_long_poll_reads_every_second(caplog: pytest.
     assert [r.getMessage() for r in caplog.records].count(
         "long-poll wakes down (Redis unavailable): long-polls read each second"
     ) == 1
+
+
+def test_only_notices_a_long_poll_can_want_are_published_as_wakes() -> None:
+    call_id = uuid.uuid4()
+    team = f"team.wake-{uuid.uuid4().hex[:8]}"
+    subscriber = _redis().pubsub(ignore_subscribe_messages=True)
+    subscriber.psubscribe(broadcast.wake_channel("*"))
+    try:
+        while subscriber.get_message(timeout=0.2) is not None:
+            pass
+        for status in ("running", "awaiting_input", "resuming", "completed"):
+            broadcast._send(
+                broadcast.call_group(call_id),
+                broadcast.CallChanged(
+                    type="call.changed", call=str(call_id), status=status, group="", seq=None
+                ),
+            )
+        broadcast._send(
+            team,
+            broadcast.PresenceChanged(
+                type="presence.changed", input_request="r", viewers=["ann"], group=team, seq=None
+            ),
+        )
+        seen: list[tuple[str, dict[str, Any]]] = []
+        deadline = time.monotonic() + 3
+        while len(seen) < 2 and time.monotonic() < deadline:
+            message = subscriber.get_message(timeout=0.2)
+            if message is not None:
+                channel = message["channel"].decode().removeprefix(broadcast.wake_channel(""))
+                seen.append((channel, json.loads(message["data"])))
+        while (message := subscriber.get_message(timeout=0.3)) is not None:
+            seen.append(("late", message))
+    finally:
+        subscriber.close()
+    # A call's long-polls wait for its end: of its four notices only the final one wakes; every team notice
+    # may change an inbox.
+    assert seen == [
+        (f"call.{call_id}", {"type": "call.changed", "status": "completed"}),
+        (team, {"type": "presence.changed"}),
+    ]
