@@ -1,7 +1,9 @@
 """The only module that talks to the channel layer. Services call it from ``transaction.on_commit``.
 
-Groups: ``call.<id>`` (long-polls and call pages waiting on one call) and ``team.<slug>`` /
-``team._unrouted`` (reviewers' queues). Payloads are TypedDicts with a literal ``type``.
+Groups: ``call.<id>`` (call pages and long-polls waiting on one call) and ``team.<slug>`` /
+``team._unrouted`` (reviewers' queues and inbox long-polls). Payloads are TypedDicts with a literal ``type``.
+Sockets hear a group's notices through the channel layer; long-polls through a wake that each notice also
+publishes on Redis, which one subscription per process passes on (`_Wakes`).
 
 Every payload carries its group and a per-group sequence number (a Redis counter through the cache).
 A consumer that sees a number other than the last one plus one has missed something (a full channel,
