@@ -253,3 +253,26 @@ def test_only_notices_a_long_poll_can_want_are_published_as_wakes() -> None:
         (f"call.{call_id}", {"type": "call.changed", "status": "completed"}),
         (team, {"type": "presence.changed"}),
     ]
+
+
+def test_a_quiet_subscription_is_pinged_and_stays_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(broadcast, "WAKE_PING_EVERY", 0.1)
+    group = f"call.{uuid.uuid4()}"
+    reads: list[float] = []
+
+    async def scenario() -> float:
+        stop = asyncio.Event()
+        poll = asyncio.create_task(_reads_until(group, reads, stop, 30))
+        while not reads:
+            await asyncio.sleep(0.01)
+        wakes = broadcast._loop_wakes()
+        await asyncio.sleep(1.0)  # ten pings' time: each answered, so the subscription is never given up
+        assert wakes.subscribed.is_set()
+        assert len(reads) == 1  # a ping's answer wakes no long-poll
+        stop.set()
+        started = asyncio.get_running_loop().time()
+        await sync_to_async(broadcast.next_seq)(group, {"type": "call.changed", "status": "completed"})
+        await asyncio.wait_for(poll, timeout=3)
+        return asyncio.get_running_loop().time() - started
+
+    assert asyncio.run(scenario()) < 1
