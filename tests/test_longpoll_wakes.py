@@ -256,7 +256,7 @@ def test_only_notices_a_long_poll_can_want_are_published_as_wakes() -> None:
 
 
 def test_a_quiet_subscription_is_pinged_and_stays_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(broadcast, "WAKE_PING_EVERY", 0.1)
+    monkeypatch.setattr(broadcast, "WAKE_PING_EVERY", 0.25)
     group = f"call.{uuid.uuid4()}"
     reads: list[float] = []
 
@@ -266,7 +266,7 @@ def test_a_quiet_subscription_is_pinged_and_stays_up(monkeypatch: pytest.MonkeyP
         while not reads:
             await asyncio.sleep(0.01)
         wakes = broadcast._loop_wakes()
-        await asyncio.sleep(1.0)  # ten pings' time: each answered, so the subscription is never given up
+        await asyncio.sleep(1.5)  # six pings' time: each answered, so the subscription is never given up
         assert wakes.subscribed.is_set()
         assert len(reads) == 1  # a ping's answer wakes no long-poll
         stop.set()
