@@ -75,13 +75,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     loop = kept_loop()
     task = loop.create_task(coro)
     try:
-        result = loop.run_until_complete(task)
-    except BaseException:
-        if not task.done():
+        return loop.run_until_complete(task)
+    finally:
+        if task.done():
+            _cancel_all(loop)
+        else:
             # Interrupted from outside the operation: nothing of it may run on in a later one.
             discard()
-            raise
-        _cancel_all(loop)
-        raise
-    _cancel_all(loop)
-    return result
