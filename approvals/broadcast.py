@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -301,6 +302,24 @@ def wake_channel(group: str) -> str:
     return _wake_prefix() + group
 
 
+@dataclasses.dataclass(eq=False)
+class _Waiter:
+    """One long-poll, on each group it waits on. A wake that passes `wanted` wakes it to ask again; one that
+    also passes `ends` answers it by itself (a call's notice naming a final status: a status the call never
+    leaves, published only once it is committed), so the long-poll returns without asking."""
+
+    wanted: Wanted | None = None
+    ends: Wanted | None = None
+    woken: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    ended: bool = False
+
+    def hear(self, message: dict[str, Any]) -> None:
+        if self.wanted is None or self.wanted(message):
+            if self.ends is not None and self.ends(message):
+                self.ended = True
+            self.woken.set()
+
+
 class _Wakes:
     """Every long-poll of one event loop (one web or API process) is woken through one Redis subscription.
 
@@ -317,18 +336,18 @@ class _Wakes:
     """
 
     def __init__(self) -> None:
-        # group -> the events of the long-polls waiting on it, each with the test a wake must pass
-        self.waiters: dict[str, dict[asyncio.Event, Wanted | None]] = {}
+        # group -> the long-polls waiting on it
+        self.waiters: dict[str, set[_Waiter]] = {}
         self.subscribed = asyncio.Event()
         self.warned = False  # the subscription failed (logged once) and is not made again yet
         self.settled = asyncio.Event()  # the first attempt at the subscription came to an end
         self.task: asyncio.Task[None] | None = None
         self.name = f"{settings.ELICIT_NAMESPACE}-wakes-{os.getpid()}-{id(self):x}"
 
-    def add(self, group: str, event: asyncio.Event, wanted: Wanted | None = None) -> None:
+    def add(self, group: str, waiter: _Waiter) -> None:
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._listen())
-        self.waiters.setdefault(group, {})[event] = wanted
+        self.waiters.setdefault(group, set()).add(waiter)
 
     async def ready(self) -> bool:
         """Whether the subscription is up; while it is being made (a process's first long-poll), after
@@ -338,22 +357,21 @@ class _Wakes:
                 await asyncio.wait_for(self.settled.wait(), WAKE_READY)
         return self.subscribed.is_set()
 
-    def remove(self, group: str, event: asyncio.Event) -> None:
-        events = self.waiters.get(group)
-        if events is not None:
-            events.pop(event, None)
-            if not events:
+    def remove(self, group: str, waiter: _Waiter) -> None:
+        waiters = self.waiters.get(group)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
                 del self.waiters[group]
 
     def _wake(self, group: str, message: dict[str, Any]) -> None:
-        for event, wanted in list(self.waiters.get(group, {}).items()):
-            if wanted is None or wanted(message):
-                event.set()
+        for waiter in list(self.waiters.get(group, ())):
+            waiter.hear(message)
 
     def _wake_all(self) -> None:
-        for events in list(self.waiters.values()):
-            for event in list(events):
-                event.set()
+        for waiters in list(self.waiters.values()):
+            for waiter in list(waiters):
+                waiter.woken.set()
 
     async def _listen(self) -> None:
         while True:
@@ -448,8 +466,9 @@ async def wait_until_final(
     async def final() -> bool:
         return (await load()).is_final
 
-    # A notice of a status that is not final cannot end the wait: it wakes nothing (and reads nothing).
-    await wait_until([call_group(call_id)], seconds, final, wanted=_final_notice)
+    # A notice of a status that is not final cannot end the wait: it wakes nothing (and reads nothing). One
+    # naming a final status ends it without a read: the caller reads the whole call next.
+    await wait_until([call_group(call_id)], seconds, final, wanted=_final_notice, ends=_names_final)
 
 
 def _final_notice(message: dict[str, Any]) -> bool:
@@ -458,38 +477,46 @@ def _final_notice(message: dict[str, Any]) -> bool:
     return message.get("type") != "call.changed" or message.get("status") not in ToolCall.Status.opens()
 
 
+def _names_final(message: dict[str, Any]) -> bool:
+    """A call's notice naming a final status: sent after the status is committed, and a call never leaves
+    a final status, so the wait is over without reading the call."""
+    return message.get("type") == "call.changed" and message.get("status") in ToolCall.Status.finals()
+
+
 async def wait_until(
     groups: Iterable[str],
     seconds: float,
     done: Callable[[], Awaitable[bool]],
     *,
     wanted: Wanted | None = None,
+    ends: Wanted | None = None,
 ) -> None:
     """Return once ``done()`` is true or ``seconds`` have passed; ``done`` is asked again whenever a notice
     reaches one of ``groups`` (one that passes ``wanted``, when given), and every few seconds besides, so a
-    notice lost in transit costs latency, not correctness. While the wakes' subscription is down (Redis
-    unavailable) it is asked every second."""
+    notice lost in transit costs latency, not correctness. A notice that passes ``ends`` as well is taken as
+    ``done()``'s answer, without asking. While the wakes' subscription is down (Redis unavailable) ``done``
+    is asked every second."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     wakes = _loop_wakes()
-    groups, woken = list(groups), asyncio.Event()
+    groups, waiter = list(groups), _Waiter(wanted, ends)
     for group in groups:
-        wakes.add(group, woken, wanted)
+        wakes.add(group, waiter)
     try:
         await wakes.ready()
         while True:
-            woken.clear()
-            if await done():
+            waiter.woken.clear()
+            if waiter.ended or await done():
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
             interval = 5.0 if wakes.subscribed.is_set() else 1.0
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=min(remaining, interval))
+                await asyncio.wait_for(waiter.woken.wait(), timeout=min(remaining, interval))
     finally:
         for group in groups:
-            wakes.remove(group, woken)
+            wakes.remove(group, waiter)
 
 
 # Any change to who answers for which team moves this counter, by a random step: a socket's permission scope

@@ -76,15 +76,19 @@ def with_rounds(call: ToolCall) -> ToolCall:
     input requests, read and left where ``prefetch_related`` leaves them."""
     rounds = _CALL_ROUNDS(call=call.pk)
     by_round: dict[int, list[InputRequest]] = {rnd.pk: [] for rnd in rounds}
-    for ir in _CALL_REQUESTS(call=call.pk):
-        if ir.round_id in by_round:  # a round opened between the two reads is left for the next read
+    # A round opened after the rounds' read is left for the next read, with its requests and its gate: so a
+    # call without rounds has no requests to read, and one without a gate round no gate (each gate comes
+    # with its round, in the transaction that opens it).
+    for ir in _CALL_REQUESTS(call=call.pk) if rounds else ():
+        if ir.round_id in by_round:
             by_round[ir.round_id].append(ir)
     for rnd in rounds:
         rnd.call = call
         for ir in by_round[rnd.pk]:
             ir.round = rnd
         _prefetched(rnd, "input_requests", by_round[rnd.pk])
-    gates = _CALL_GATES(call=call.pk)
+    gated = any(rnd.kind == Round.Kind.GATE for rnd in rounds)
+    gates = _CALL_GATES(call=call.pk) if gated else []
     for gate in gates:
         gate.call = call
     _prefetched(call, "rounds", rounds)

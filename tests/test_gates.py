@@ -225,6 +225,22 @@ def gate_request(call: ToolCall) -> InputRequest:
     return InputRequest.objects.get(round__call=call, round__kind=Round.Kind.GATE, status="pending")
 
 
+def test_an_agents_read_of_a_gated_call_has_its_gate(gated: dict[str, Any]) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from approvals import selectors
+    from approvals.api import endpoints
+
+    call = submit(gated)
+    expected = selectors.call_detail(selectors.calls_with_rounds().get(pk=call.pk))
+    assert expected["gate"]["status"] == "open"
+    with CaptureQueriesContext(connection) as queries:
+        got = endpoints._own_call(call.agent, call.pk, call.kind)
+    assert selectors.call_detail(got) == expected
+    assert len(queries) == 4  # the call, its rounds, their requests and, as one round is a gate's, its gates
+
+
 def test_a_policy_edited_between_approval_and_send_voids_the_approval(gated: dict[str, Any]) -> None:
     call = submit(gated)
     ir = gate_request(call)

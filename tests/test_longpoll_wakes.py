@@ -69,8 +69,34 @@ def test_a_long_poll_reads_the_call_only_for_a_notice_that_can_end_it() -> None:
 
     took = asyncio.run(scenario())
 
-    assert reads == ["queued", "completed"]
+    # The notice of the final status ends the wait by itself: the caller reads the whole call next.
+    assert reads == ["queued"]
     assert took < 4
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("live_db")
+def test_a_notice_that_names_no_status_wakes_the_long_poll_to_read() -> None:
+    call = factories.call(factories.server("deploy"), status=ToolCall.Status.QUEUED)
+    reads: list[str] = []
+
+    async def load() -> ToolCall:
+        row = await sync_to_async(ToolCall.objects.only("id", "status").get)(pk=call.pk)
+        reads.append(row.status)
+        return row
+
+    async def scenario() -> None:
+        waiting = asyncio.create_task(broadcast.wait_until_final(call.pk, 30, load))
+        while not reads:
+            await asyncio.sleep(0.01)
+        await sync_to_async(ToolCall.objects.filter(pk=call.pk).update)(status=ToolCall.Status.CANCELLED)
+        # A wake that says nothing of the status: the wait cannot know, so it reads the call.
+        await sync_to_async(broadcast.next_seq)(broadcast.call_group(call.pk), {"type": "call.changed"})
+        await asyncio.wait_for(waiting, timeout=4)
+
+    asyncio.run(scenario())
+
+    assert reads == ["queued", "cancelled"]
 
 
 @pytest.mark.parametrize(
@@ -86,6 +112,20 @@ def test_a_long_poll_reads_the_call_only_for_a_notice_that_can_end_it() -> None:
 )
 def test_which_notices_wake_a_call_long_poll(message: dict[str, str], wakes: bool) -> None:
     assert broadcast._final_notice(message) is wakes
+
+
+@pytest.mark.parametrize(
+    ("message", "ends"),
+    [
+        ({"type": "call.changed", "status": "completed"}, True),
+        ({"type": "call.changed", "status": "cancelled"}, True),
+        ({"type": "call.changed", "status": "resuming"}, False),
+        ({"type": "call.changed"}, False),  # the wait reads the call to know
+        ({"type": "queue.changed", "status": "completed"}, False),  # not the call's own notice
+    ],
+)
+def test_which_notices_end_a_call_long_poll_without_a_read(message: dict[str, str], ends: bool) -> None:
+    assert broadcast._names_final(message) is ends
 
 
 # ---- the wakes: one Redis subscription per process ---------------------------------------------------
