@@ -150,6 +150,7 @@ class WebhookReceiver:
 
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
+        self.httpd.server_close()
 
     @property
     def url(self) -> str:

@@ -63,6 +63,7 @@ class FaultyServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
+        self.httpd.server_close()
 
     @property
     def url(self) -> str:

@@ -152,7 +152,7 @@ def _agent_call(status: str, **extra: object) -> tuple[str, str]:
 
 def test_an_agents_call_read_never_runs_on_the_event_loop(hops: dict[str, list[str]]) -> None:
     token, call_id = _agent_call(ToolCall.Status.COMPLETED, result={"content": [], "isError": False})
-    assert asyncio.run(get(f"/api/v1/calls/{call_id}?wait=30", token)) == 200
+    assert asyncio.run(get(f"/api/v1/calls/{call_id}", token)) == 200
     # The API view (its token check, its rate limit in Redis, its reads) ran on the request's thread. As an
     # async view it ran on the event loop, its rate limit blocking the loop for a Redis round trip.
     assert hops["to_loop"] == []
@@ -160,11 +160,29 @@ def test_an_agents_call_read_never_runs_on_the_event_loop(hops: dict[str, list[s
     assert len(hops["to_thread"]) == 3, hops
 
 
-def test_only_a_long_polls_wait_runs_on_the_event_loop(hops: dict[str, list[str]]) -> None:
-    token, call_id = _agent_call(ToolCall.Status.RUNNING)
+@pytest.mark.parametrize("status", [ToolCall.Status.RUNNING, ToolCall.Status.COMPLETED])
+def test_only_a_long_polls_wait_runs_on_the_event_loop(
+    hops: dict[str, list[str]], status: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from approvals.api import endpoints
+
+    token, call_id = _agent_call(status, result={"content": [], "isError": False})
+    status_reads: list[str] = []
+    read_status = endpoints._own_status_released
+
+    def counted(*args: object) -> ToolCall:
+        status_reads.append(threading.current_thread().name)
+        return read_status(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(endpoints, "_own_status_released", counted)
     assert asyncio.run(get(f"/api/v1/calls/{call_id}?wait=1", token)) == 200
     assert hops["to_loop"] == ["wait_until_final"]
     assert all(name.startswith("request-") for name in hops["throttle"]), hops
+    # The status is read on the request's thread, once the wait listens for the call's notices, and not also
+    # before: a call already final costs one read of its status before the whole call is read.
+    assert status_reads and all(name.startswith("request-") for name in status_reads), status_reads
+    # A call already final: one read. One still running: a read as the wait starts, one as it ends.
+    assert len(status_reads) == (1 if status == ToolCall.Status.COMPLETED else 2), status_reads
 
 
 # --- the pool alone -------------------------------------------------------------------------------------

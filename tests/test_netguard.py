@@ -405,5 +405,6 @@ def test_redirects_are_not_followed(agent: Agent, settings) -> None:
             webhooks.webhook_attempt(delivery_id=delivery.pk)
         finally:
             redirector.shutdown()
+            redirector.server_close()
         assert WebhookAttempt.objects.get(delivery=delivery).error == "HTTP 302"
         assert target.received == []

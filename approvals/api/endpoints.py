@@ -191,8 +191,9 @@ def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
     """The call, once it is final or after ``wait`` seconds. Only the wait runs on the event loop; the reads
     run here, on the request's thread, like any sync view's."""
     wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
-    # The whole call (rounds, requests, gates) is read once, for the answer; waiting reads its status.
-    if wait and not _own_status_released(agent, call_id, kind).is_final:
+    # The whole call (rounds, requests, gates) is read once, for the answer; waiting reads its status, first
+    # once the wait listens for the call's notices (a status read before that would have to be read again).
+    if wait:
         status = sync_to_async(_own_status_released)
         async_to_sync(broadcast.wait_until_final)(call_id, wait, lambda: status(agent, call_id, kind))
     return _own_call_released(agent, call_id, kind)
