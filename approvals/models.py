@@ -562,7 +562,6 @@ class Round(models.Model):
     # Opaque and secret: echoed byte for byte on the retry, never shown, logged or audited. NULL = absent.
     request_state = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001  ("" is a value)
     opened_at = models.DateTimeField(default=timezone.now)  # when the input_required result arrived
-    visible_at = models.DateTimeField(null=True, blank=True)  # when the round was committed (inbox-visible)
     deadline = models.DateTimeField()
     answered_at = models.DateTimeField(null=True, blank=True)  # the last answer that made the round ready
     send_started_at = models.DateTimeField(null=True, blank=True)

@@ -1,9 +1,9 @@
 """Benchmark the whole loop against a running hub (`make run`): N calls, a bot reviewer on the API.
 
 The figures come from the hop timestamps the hub stores on each round, not from stopwatches here:
-  received -> visible   Round.opened_at (input_required arrived)   -> Round.visible_at (round committed)
   answer -> retry sent  Round.answered_at (the answer that completed it) -> Round.send_started_at
   throughput            calls / (last finished_at - first created_at)
+`bench load` measures from outside what a reviewer sees: received -> visible in the inbox and on a socket.
 
     make bench BENCH="loop --calls 200 --concurrency 20"
 """
@@ -134,7 +134,6 @@ class Command(BaseCommand):
 
     def _report(self, ids: list[str], wall: float) -> None:
         rounds = Round.objects.filter(call_id__in=ids)
-        visible = [(r.visible_at - r.opened_at).total_seconds() * 1000 for r in rounds if r.visible_at]
         resend = [
             (r.send_started_at - r.answered_at).total_seconds() * 1000
             for r in rounds
@@ -146,6 +145,5 @@ class Command(BaseCommand):
         last = max(c.finished_at for c in calls if c.finished_at)
         span = (last - first).total_seconds()
         self.stdout.write(f"calls: {len(ids)} {statuses}")
-        self.stdout.write(describe("input_required received -> visible in inbox", visible))
         self.stdout.write(describe("answer POST -> retry sent to the server", resend))
         self.stdout.write(f"throughput: {len(ids) / span:.1f} calls/s over {span:.1f} s (wall {wall:.1f} s)")

@@ -176,7 +176,6 @@ class Command(BaseCommand):
             number=1,
             request_state="",
             opened_at=now,
-            visible_at=now,
             deadline=now + timedelta(hours=1),
         )
         ir = InputRequest.objects.create(

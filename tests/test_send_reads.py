@@ -15,7 +15,7 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import AuditEvent, McpServer, ToolCall
-from approvals.services import answers, calls, sending, servers
+from approvals.services import answers, calls, rounds, sending, servers
 from tests import factories
 from tests.test_mcp_client import LiveServer
 
@@ -278,6 +278,28 @@ def test_a_servers_question_is_recorded_with_one_statement_on_the_call(
     call.refresh_from_db()
     assert call.status == ToolCall.Status.AWAITING_INPUT
     assert list(call.rounds.values_list("number", "status")) == [(1, "open")]
+
+
+def test_a_new_rounds_announcement_after_the_commit_writes_nothing(
+    mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """After the commit a new round's card is read and rendered and the queues are told. It also wrote the
+    time of that moment on the round, a statement per round that only a benchmark read."""
+    _, call = greeting_call(mcp_test_server)
+    statements: list[str] = []
+    announce = rounds._announce
+
+    def capturing(*args: Any) -> None:
+        with CaptureQueriesContext(connection) as queries:
+            announce(*args)
+        statements.extend(q["sql"] for q in queries)
+
+    monkeypatch.setattr(rounds, "_announce", capturing)
+    with django_capture_on_commit_callbacks(execute=True):
+        sending.call_send(call_id=call.pk)
+
+    assert statements, "the announcement ran"
+    assert [sql for sql in statements if not sql.startswith("SELECT")] == []
 
 
 def test_a_servers_result_is_recorded_with_one_statement_on_the_call(

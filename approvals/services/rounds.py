@@ -240,8 +240,7 @@ def round_open(
 
 def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
     """After commit: the round is in the inbox now (or with the agent's client); tell the queues (or the
-    gateway request waiting on the call) first, then note the hop's time."""
-    visible_at = timezone.now()
+    gateway request waiting on the call)."""
     queued = [ir for ir in pending if not ir.for_requester]
     if queued:
         # The card goes with the notice: the sockets send it without reading the round again.
@@ -251,7 +250,6 @@ def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
         call = ToolCall.objects.only("status").filter(pk=call_id).first()
         if call is not None:
             broadcast.call_changed(call)
-    Round.objects.filter(pk=round_id).update(visible_at=visible_at)
 
 
 def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
