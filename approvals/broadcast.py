@@ -47,6 +47,12 @@ class CallChanged(TypedDict):
     status: str
     group: str
     seq: int | None
+    event: NotRequired[str]  # ASKED: a round put questions to the agent's own client
+
+
+# A call's notice that a round passed questions through to the agent's own client (a rule whose requester
+# answers): the gateway's wait for the call ends on it, as it does on the call's end.
+ASKED = "requester.asked"
 
 
 class QueueChanged(TypedDict):
@@ -203,11 +209,12 @@ def _wake(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> 
     return wake
 
 
-def call_changed(call: ToolCall) -> None:
+def call_changed(call: ToolCall, event: str | None = None) -> None:
     group = call_group(call.pk)
-    _send(
-        group, CallChanged(type="call.changed", call=str(call.pk), status=call.status, group=group, seq=None)
-    )
+    message = CallChanged(type="call.changed", call=str(call.pk), status=call.status, group=group, seq=None)
+    if event is not None:
+        message["event"] = event
+    _send(group, message)
 
 
 def _groups_of(ir: InputRequest) -> set[str | None]:
@@ -472,9 +479,14 @@ async def wait_until_final(
 
 
 def _final_notice(message: dict[str, Any]) -> bool:
-    """False only for a call's notice naming a status that is not final. Every change to a final status
+    """False only for a call's notice naming a status that is not final, unless it tells of questions for
+    the agent's own client (`ASKED`: the gateway's wait ends on those too). Every change to a final status
     sends a notice naming it (`call_finish`); any other notice wakes the wait, which then reads the call."""
-    return message.get("type") != "call.changed" or message.get("status") not in ToolCall.Status.opens()
+    return (
+        message.get("type") != "call.changed"
+        or message.get("status") not in ToolCall.Status.opens()
+        or message.get("event") == ASKED
+    )
 
 
 def _names_final(message: dict[str, Any]) -> bool:

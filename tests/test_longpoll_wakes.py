@@ -24,7 +24,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from approvals import broadcast
-from approvals.models import ToolCall
+from approvals.models import InputRequest, ToolCall
 from approvals.services import calls
 from tests import factories
 
@@ -99,6 +99,46 @@ def test_a_notice_that_names_no_status_wakes_the_long_poll_to_read() -> None:
     assert reads == ["queued", "cancelled"]
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("live_db")
+def test_a_question_passed_through_to_the_requester_wakes_the_gateways_wait() -> None:
+    """The gateway's wait ends when the call is final or when a round asks the agent's own client
+    (`catalog.call_row`). The notice of such a round named the call's status, `awaiting_input`, which no
+    call's wait was woken by: the question reached the client at the wait's next re-read, 5 s later."""
+    from approvals.gateway import catalog
+    from approvals.services import rounds
+
+    call = factories.call(factories.server("deploy"), status=ToolCall.Status.RUNNING)
+    reads: list[bool] = []
+
+    async def load() -> catalog.Wake:
+        wake = await sync_to_async(catalog.call_row)(call.pk)
+        reads.append(wake.is_final)
+        return wake
+
+    def ask() -> None:
+        rnd = factories.open_round(call, keys=("sign_in",))
+        pending = list(rnd.input_requests.select_related("team", "escalation_team"))
+        InputRequest.objects.filter(round=rnd).update(for_requester=True)
+        for ir in pending:
+            ir.for_requester = True
+        rounds._announce(rnd.pk, call.pk, pending)  # what runs once the round is committed
+
+    async def scenario() -> float:
+        waiting = asyncio.create_task(broadcast.wait_until_final(call.pk, 30, load))
+        while not reads:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        await sync_to_async(ask)()
+        await asyncio.wait_for(waiting, timeout=10)
+        return time.monotonic() - started
+
+    took = asyncio.run(scenario())
+
+    assert reads == [False, True]
+    assert took < 2.5, took  # woken by the notice, not by the re-read at 5 s
+
+
 @pytest.mark.parametrize(
     ("message", "wakes"),
     [
@@ -107,6 +147,8 @@ def test_a_notice_that_names_no_status_wakes_the_long_poll_to_read() -> None:
         ({"type": "call.changed", "status": "completed"}, True),
         ({"type": "call.changed", "status": "answered"}, True),
         ({"type": "call.changed"}, True),  # names no status: the wait reads the call to know
+        # questions passed through to the agent's own client: the gateway's wait hands them over
+        ({"type": "call.changed", "status": "awaiting_input", "event": "requester.asked"}, True),
         ({"type": "queue.changed", "event": "round.opened"}, True),
     ],
 )
@@ -120,6 +162,7 @@ def test_which_notices_wake_a_call_long_poll(message: dict[str, str], wakes: boo
         ({"type": "call.changed", "status": "completed"}, True),
         ({"type": "call.changed", "status": "cancelled"}, True),
         ({"type": "call.changed", "status": "resuming"}, False),
+        ({"type": "call.changed", "status": "awaiting_input", "event": "requester.asked"}, False),
         ({"type": "call.changed"}, False),  # the wait reads the call to know
         ({"type": "queue.changed", "status": "completed"}, False),  # not the call's own notice
     ],

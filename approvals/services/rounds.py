@@ -249,7 +249,7 @@ def _announce(round_id: int, call_id: Any, pending: list[InputRequest]) -> None:
     if len(queued) < len(pending):
         call = ToolCall.objects.only("status").filter(pk=call_id).first()
         if call is not None:
-            broadcast.call_changed(call)
+            broadcast.call_changed(call, event=broadcast.ASKED)  # the gateway's wait hands them to the agent
 
 
 def round_mark_ready(*, rnd: Round, outcome: str) -> bool:
