@@ -21,17 +21,22 @@ from tests.live import wait_until
 
 def _off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A long-poll (the inbox, a call) hands its wait to async_to_sync, which refuses a thread with a running
-    event loop (Playwright's sync API keeps one): there, send from another thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return send(*args, **kwargs)
+    event loop (Playwright's sync API keeps one): there, send from another thread. A thread other than the
+    main one (a test's `anyio.to_thread` worker) gives its connection back after each request: it may end
+    at any time, and a connection left on an ended thread holds its session until a garbage collection."""
 
     def in_thread() -> Any:
         try:
             return send(*args, **kwargs)
         finally:
             connections.close_all()  # this thread's own database connection
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        if threading.current_thread() is threading.main_thread():
+            return send(*args, **kwargs)
+        return in_thread()
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(in_thread).result()
