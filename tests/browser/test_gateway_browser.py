@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from approvals.models import AuditEvent, ToolCall
 from approvals.services import servers, tokens
@@ -42,8 +43,14 @@ class Gw:
 @pytest.fixture
 def gw(hub: Hub, gateway_process: Any) -> Gw:
     # The stored tool list, from the real demo server; on a thread of its own, as Playwright's loop runs here.
+    def refresh() -> None:
+        try:
+            servers.server_refresh_tools(server=hub.server)
+        finally:
+            connections.close_all()  # the thread's own connection, before the thread ends
+
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(servers.server_refresh_tools, server=hub.server).result(60)
+        pool.submit(refresh).result(60)
     token = tokens.agent_token_rotate(agent=hub.server.agents.get())
     return Gw(hub, token, gateway_process.url)
 
