@@ -203,9 +203,10 @@ def _owners(backend: int) -> str:
     return f"Django connection(s) made on {made_on or 'none'}; {chains}"
 
 
-def _referrer_chain(obj: Any, *, ignore: list[Any], steps: int = 6) -> str:
-    """`obj`'s type, then what refers to it, and so on: at each step the referrers' types (frames aside) and
-    the chain goes on through the first of them."""
+def _referrer_chain(obj: Any, *, ignore: list[Any], steps: int = 14) -> str:
+    """`obj`'s type, then what refers to it, and so on: at each step the referrers' types and the chain goes
+    on through the first of them. Frames count (named by function, file and line): a connection kept by the
+    traceback of an exception goes frame <- traceback <- ... <- the exception <- whatever keeps that."""
     chain = [type(obj).__qualname__]
     seen = {id(obj), id(ignore), id(chain)}
     for _ in range(steps):
@@ -214,7 +215,9 @@ def _referrer_chain(obj: Any, *, ignore: list[Any], steps: int = 6) -> str:
         referrers = [
             ref
             for ref in found
-            if id(ref) not in seen and not isinstance(ref, types.FrameType | types.GeneratorType)
+            if id(ref) not in seen
+            and not isinstance(ref, types.GeneratorType)
+            and not (isinstance(ref, types.FrameType) and ref.f_code.co_filename == __file__)
         ]
         del found
         if not referrers:
@@ -228,6 +231,8 @@ def _referrer_chain(obj: Any, *, ignore: list[Any], steps: int = 6) -> str:
 
 def _describe(obj: Any) -> str:
     name = type(obj).__qualname__
+    if isinstance(obj, types.FrameType):
+        return f"frame {obj.f_code.co_name} ({obj.f_code.co_filename.rsplit('/', 2)[-1]}:{obj.f_lineno})"
     if isinstance(obj, dict):
         return f"dict({', '.join(sorted(map(str, list(obj)[:5])))})"
     if isinstance(obj, threading.Thread) or hasattr(obj, "get_name"):
