@@ -13,6 +13,7 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -42,16 +43,23 @@ def _finish(call_id: object) -> None:
         )
 
 
+def _status_reads(call_id: object) -> tuple[list[str], Callable[[], Awaitable[ToolCall]]]:
+    """A long-poll's check of the call's status, and the list of the statuses it read."""
+    reads: list[str] = []
+
+    async def load() -> ToolCall:
+        row = await sync_to_async(ToolCall.objects.only("id", "status").get)(pk=call_id)
+        reads.append(row.status)
+        return row
+
+    return reads, load
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("live_db")
 def test_a_long_poll_reads_the_call_only_for_a_notice_that_can_end_it() -> None:
     call = factories.call(factories.server("deploy"), status=ToolCall.Status.QUEUED)
-    reads: list[str] = []
-
-    async def load() -> ToolCall:
-        row = await sync_to_async(ToolCall.objects.only("id", "status").get)(pk=call.pk)
-        reads.append(row.status)
-        return row
+    reads, load = _status_reads(call.pk)
 
     async def scenario() -> float:
         waiting = asyncio.create_task(broadcast.wait_until_final(call.pk, 30, load))
@@ -78,12 +86,7 @@ def test_a_long_poll_reads_the_call_only_for_a_notice_that_can_end_it() -> None:
 @pytest.mark.usefixtures("live_db")
 def test_a_notice_that_names_no_status_wakes_the_long_poll_to_read() -> None:
     call = factories.call(factories.server("deploy"), status=ToolCall.Status.QUEUED)
-    reads: list[str] = []
-
-    async def load() -> ToolCall:
-        row = await sync_to_async(ToolCall.objects.only("id", "status").get)(pk=call.pk)
-        reads.append(row.status)
-        return row
+    reads, load = _status_reads(call.pk)
 
     async def scenario() -> None:
         waiting = asyncio.create_task(broadcast.wait_until_final(call.pk, 30, load))
