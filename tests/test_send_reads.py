@@ -302,6 +302,20 @@ def test_a_new_rounds_announcement_after_the_commit_writes_nothing(
     assert [sql for sql in statements if not sql.startswith("SELECT")] == []
 
 
+def test_the_dropped_visible_at_column_stays_for_a_previous_release_writing_it(
+    mcp_test_server: LiveServer,
+) -> None:
+    """The model no longer has `Round.visible_at`; its column stays for one release, nullable, so a worker of
+    the previous release still running in a rolling deploy can write it after a round's commit."""
+    _, call = greeting_call(mcp_test_server)
+    sending.call_send(call_id=call.pk)
+    rnd = call.rounds.get()
+    with connection.cursor() as cursor:
+        cursor.execute('UPDATE "approvals_round" SET "visible_at" = now() WHERE "id" = %s', [rnd.pk])
+        assert cursor.rowcount == 1
+    assert "visible_at" not in {field.name for field in type(rnd)._meta.get_fields()}
+
+
 def test_a_servers_result_is_recorded_with_one_statement_on_the_call(
     mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
