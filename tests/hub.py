@@ -19,9 +19,10 @@ from tests import factories
 from tests.live import wait_until
 
 
-def _off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A long-poll (the inbox, a call) hands its wait to async_to_sync, which refuses a thread with a running
-    event loop (Playwright's sync API keeps one): there, send from another thread. A thread other than the
+def off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`send(*args, **kwargs)` (a request, or any ORM work) where the ORM may run. Django refuses it, and a
+    long-poll's async_to_sync too, on a thread with a running event loop (Playwright's sync API keeps one):
+    there, it runs on another thread. A thread other than the
     main one (a test's `anyio.to_thread` worker) gives its connection back after each request: it may end
     at any time, and a connection left on an ended thread holds its session until a garbage collection."""
 
@@ -47,11 +48,11 @@ class ApiClient:
         self.client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
 
     def get(self, path: str, **params: Any) -> Any:
-        return _off_the_loop(self.client.get, f"/api/v1{path}", params)
+        return off_the_loop(self.client.get, f"/api/v1{path}", params)
 
     def post(self, path: str, body: Any) -> Any:
         raw = body if isinstance(body, str | bytes) else json.dumps(body)
-        return _off_the_loop(self.client.post, f"/api/v1{path}", raw, content_type="application/json")
+        return off_the_loop(self.client.post, f"/api/v1{path}", raw, content_type="application/json")
 
 
 class Agent(ApiClient):

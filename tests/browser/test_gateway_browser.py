@@ -11,12 +11,10 @@ import re
 import subprocess
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from approvals.models import AuditEvent, ToolCall
 from approvals.services import servers, tokens
@@ -24,7 +22,7 @@ from tests import demo_support
 from tests import test_gateway as gateway_tests
 from tests.browser.conftest import wait_live
 from tests.browser.test_dashboard import QUEUE_URL, pending_request
-from tests.hub import Hub
+from tests.hub import Hub, off_the_loop
 from tests.live import wait_until
 from tests.test_gateway import _node, _text, _ts_client, call_in_background
 
@@ -43,14 +41,7 @@ class Gw:
 @pytest.fixture
 def gw(hub: Hub, gateway_process: Any) -> Gw:
     # The stored tool list, from the real demo server; on a thread of its own, as Playwright's loop runs here.
-    def refresh() -> None:
-        try:
-            servers.server_refresh_tools(server=hub.server)
-        finally:
-            connections.close_all()  # the thread's own connection, before the thread ends
-
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(refresh).result(60)
+    off_the_loop(servers.server_refresh_tools, server=hub.server)
     token = tokens.agent_token_rotate(agent=hub.server.agents.get())
     return Gw(hub, token, gateway_process.url)
 
