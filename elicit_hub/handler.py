@@ -23,17 +23,29 @@ mode (``BaseHandler.get_response``) and called with one ``sync_to_async``. An as
 chain's bottom runs it with ``async_to_sync``, on the event loop, while the request's thread waits. The API's
 long-polls are sync views that hand only their wait to the loop (``approvals.api.endpoints``), so their
 token check, rate limit and reads never block the loop.
+
+And the request's other two hops are folded into that one. Django's handler sends ``request_started`` in a
+hop of its own before the chain, and closes the response (which sends ``request_finished``: the database
+connection goes back to the pool) in another after sending it. A response that is not streamed holds its
+whole body in memory once the chain returns, so closing it before it is sent changes nothing the client
+sees; the three hops become one. A streamed response (a file, an event stream) is still closed after its
+last chunk, as Django does.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpRequest, HttpResponseBase
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.urls import set_script_prefix
 
 IDLE_MAX = 64
 
@@ -92,6 +104,61 @@ class HubASGIHandler(ASGIHandler):
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         """The whole chain in one hop to the request's thread (``ASGIHandler.run_get_response`` calls it)."""
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+    def _serve(self, scope: dict[str, Any], request: HttpRequest | None, error: Any) -> HttpResponseBase:
+        """A request's whole sync part, on its thread: ``request_started``, the chain (or the error response
+        ``create_request`` made), and the response's close when it is not streamed."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        response: HttpResponseBase = error if request is None else self.get_response(request)
+        response._handler_class = self.__class__  # type: ignore[attr-defined]  # the sender of its close
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size  # as run_get_response: the server chunks the body
+        if not response.streaming:
+            response.close()
+        return response
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """``ASGIHandler.handle`` with one hop to the request's thread instead of three (module notes)."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error = self.create_request(scope, body_file)
+
+        async def process_request() -> HttpResponseBase:
+            response = await sync_to_async(self._serve, thread_sensitive=True)(scope, request, error)
+            with contextlib.suppress(asyncio.CancelledError):  # the client left while it was being sent
+                await self.send_response(response, send)
+            return response
+
+        # As Django does: a client that disconnects before its response is sent cancels the response.
+        listening = asyncio.create_task(self.listen_for_disconnect(receive))
+        serving = asyncio.create_task(process_request())
+        await asyncio.wait([listening, serving], return_when=asyncio.FIRST_COMPLETED)
+        for task in (listening, serving):
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            response = serving.result()
+        except asyncio.CancelledError:
+            # Its thread may still be running the chain: it closes the response when done. This releases
+            # what the request may hold meanwhile, as Django's handler does.
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            if response.streaming:
+                await sync_to_async(response.close)()
+        body_file.close()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

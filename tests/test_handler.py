@@ -1,5 +1,6 @@
-"""The web process's ASGI handler: each request's sync code runs on one thread, taken from a pool, and the
-middleware chain and the view run there in one hop from the event loop.
+"""The web process's ASGI handler: each request's sync code runs on one thread, taken from a pool, and
+``request_started``, the middleware chain, the view and the response's close run there in one hop from the
+event loop (a streamed response is closed after its last chunk).
 
 Django's own handler made a thread per request (and another to shut it down); these tests fail on it: its
 threads are never used twice. It also ran the view apart from the chain (the chain's bottom was async), so
@@ -11,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from asgiref.sync import AsyncToSync, SyncToAsync
 from channels.testing import HttpCommunicator
+from django.conf import settings
 from django.core.signals import request_finished, request_started
+from django.test import Client
 
 from approvals import ratelimit
 from approvals.models import ToolCall
@@ -134,13 +138,56 @@ def hops(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     return seen
 
 
-def test_a_page_runs_its_chain_and_view_in_one_hop(hops: dict[str, list[str]]) -> None:
+def test_a_page_runs_in_one_hop(hops: dict[str, list[str]]) -> None:
     assert asyncio.run(get()) == 200
-    # request_started; the chain with the view and its template; the response's close (request_finished).
-    # Django's handler: the chain, then the view, then the template's render, each a hop of its own, and
-    # the chain's bottom a trip back to the event loop.
-    assert len(hops["to_thread"]) == 3, hops
+    # request_started, the chain with the view and its template, and the response's close (request_finished)
+    # in one hop. Django's handler: request_started, then the chain, then the view, then the template's
+    # render, then the close, each a hop of its own, and the chain's bottom a trip back to the event loop.
+    assert len(hops["to_thread"]) == 1, hops
     assert hops["to_loop"] == []
+
+
+async def _served(path: str, headers: list[tuple[bytes, bytes]], seen: list[tuple[str, str]]) -> None:
+    """Serve one GET, adding what the handler sends the server to `seen`, in order with the signals."""
+
+    async def app(scope: dict[str, object], receive: object, send: Any) -> None:
+        async def recorded(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                seen.append(("start", str(message["status"])))
+            elif message["type"] == "http.response.body":
+                seen.append(("body", "more" if message.get("more_body") else "last"))
+            await send(message)
+
+        await django_asgi_app(scope, receive, recorded)
+
+    request = HttpCommunicator(app, "GET", path, headers=[(b"host", HOST.encode()), *headers])
+    await request.send_input({"type": "http.request", "body": b""})
+    while True:  # not get_response: a streamed response's last message may have no body
+        message = await request.receive_output(timeout=20)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            break
+    await request.wait(timeout=20)
+
+
+def test_a_page_is_closed_on_its_thread_before_it_is_sent(threads_seen: list[tuple[str, str]]) -> None:
+    asyncio.run(_served(PATH, [], threads_seen))
+    signals = [signal for signal, _ in threads_seen]
+    assert signals == ["started", "finished", "start", "body"], threads_seen
+    assert threads_seen[0][1] == threads_seen[1][1]  # one thread, the request's
+
+
+def test_a_streamed_response_is_closed_after_its_last_chunk(threads_seen: list[tuple[str, str]]) -> None:
+    """The audit export streams: its reads go on while it is sent, so it closes (request_finished gives
+    the database connection back) only after its last chunk, as under Django's handler."""
+    client = Client()
+    client.force_login(factories.user("root", is_superuser=True, is_staff=True))
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    asyncio.run(_served("/audit/export.jsonl", [(b"cookie", cookie.encode())], threads_seen))
+    signals = [signal for signal, _ in threads_seen]
+    assert signals[:2] == ["started", "start"], threads_seen
+    assert signals.count("body") >= 2  # streamed: the header line, then the trailer at least
+    assert signals[-2:] == ["body", "finished"], threads_seen
+    assert ("body", "last") in threads_seen
 
 
 def _agent_call(status: str, **extra: object) -> tuple[str, str]:
@@ -157,7 +204,7 @@ def test_an_agents_call_read_never_runs_on_the_event_loop(hops: dict[str, list[s
     # async view it ran on the event loop, its rate limit blocking the loop for a Redis round trip.
     assert hops["to_loop"] == []
     assert hops["throttle"] and all(name.startswith("request-") for name in hops["throttle"]), hops
-    assert len(hops["to_thread"]) == 3, hops
+    assert len(hops["to_thread"]) == 1, hops
 
 
 @pytest.mark.parametrize("status", [ToolCall.Status.RUNNING, ToolCall.Status.COMPLETED])
