@@ -19,9 +19,11 @@ It runs ``--duration`` seconds (or ``--calls`` calls) after ``--warmup`` seconds
 Prints: calls/s and errors; submit -> visible in the inbox; input_required received (the stored
 Round.opened_at) -> visible to a reviewer, in the inbox and on the socket; answer POST -> retry received
 by the MCP server; the CPU time per completed call of each hub process kind (utime + stime of its process
-tree from /proc); what the engines did per completed call (Redis commands, PostgreSQL transactions); the
-machine's load average; and the engines' floor measured in the same run by the
-project's own code (a PostgreSQL commit, a Redis round trip, a channel-layer send -> receive).
+tree from /proc), and beside it, not in the hub's total, the engines', the load generator's (this process:
+the agents, reviewers and sockets) and the MCP server's; what the engines did per completed call (Redis
+commands, PostgreSQL transactions, the Redis commands run most); the machine's load average; and the
+engines' floor measured in the same run by the project's own code (a PostgreSQL commit, a Redis round
+trip, a channel-layer send -> receive).
 
     make bench                                    (closed loop, 30 s)
     make bench BENCH="load --rate 20 --duration 30"
@@ -65,6 +67,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
 KINDS = ("web", "api", "gateway", "holder", "worker")
 FINAL = {"completed", "failed", "cancelled", "expired", "outcome_unknown"}
+# Measured beside the hub, not counted in its total: the engines, and the benchmark's own agents, reviewers,
+# sockets and MCP server, which share the machine's cores with it.
+NOT_THE_HUB = frozenset({"engines", "load generator", "MCP server"})
 # How a hub process is told apart when discovered (--web without --pid): a marker in its command line, the
 # first kind that matches ("elicit_hub.serve_api" before "elicit_hub.serve").
 MARKERS = {
@@ -156,8 +161,12 @@ class EngineCounts:
     difference is close, not exact). Read with the hub's own Redis client and a plain PostgreSQL connection
     (not Django's, which refuses to run on an event loop), so it may be read on one."""
 
-    redis_commands: int
+    redis_by_command: dict[str, int]
     pg_transactions: int
+
+    @property
+    def redis_commands(self) -> int:
+        return sum(self.redis_by_command.values())
 
     @classmethod
     def read(cls) -> EngineCounts:
@@ -166,17 +175,31 @@ class EngineCounts:
             row = conn.execute(
                 "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
             ).fetchone()
-        return cls(sum(int(v["calls"]) for v in stats.values()), int(row[0]) if row else 0)
+        by_command = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+        return cls(by_command, int(row[0]) if row else 0)
 
     def __sub__(self, other: EngineCounts) -> EngineCounts:
+        names = self.redis_by_command.keys() | other.redis_by_command.keys()
+        by_command = {
+            name: self.redis_by_command.get(name, 0) - other.redis_by_command.get(name, 0) for name in names
+        }
         return EngineCounts(
-            self.redis_commands - other.redis_commands, self.pg_transactions - other.pg_transactions
+            {name: n for name, n in by_command.items() if n}, self.pg_transactions - other.pg_transactions
         )
+
+    def top_redis(self, calls: int, n: int = 30) -> str:
+        """The Redis commands run most, per completed call (``evalsha`` counts the script's call; the
+        commands inside it count under their own names)."""
+        top = sorted(self.redis_by_command.items(), key=lambda item: -item[1])[:n]
+        return ", ".join(f"{name} {count / calls:.1f}" for name, count in top)
 
 
 @dataclass
 class CpuSample:
     roots: dict[str, set[int]]
+    # Kinds measured as their root processes alone, without their descendants: the load generator is the
+    # parent of the hub processes it starts.
+    alone: frozenset[str] = frozenset({"load generator"})
     start: dict[int, float] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
     started_at: float = 0.0
@@ -185,7 +208,7 @@ class CpuSample:
     def begin(self) -> None:
         self.started_at = time.monotonic()
         for kind, roots in self.roots.items():
-            for pid in tree(roots):
+            for pid in self._pids(kind, roots):
                 self.kinds[pid] = kind
                 self.start[pid] = cpu_seconds(pid)
         self.counts_at_start = EngineCounts.read()
@@ -195,10 +218,13 @@ class CpuSample:
         what the engines did meanwhile (None if the sample never began)."""
         used = dict.fromkeys(self.roots, 0.0)
         for kind, roots in self.roots.items():
-            for pid in tree(roots) | {p for p, k in self.kinds.items() if k == kind}:
+            for pid in self._pids(kind, roots) | {p for p, k in self.kinds.items() if k == kind}:
                 used[kind] += max(0.0, cpu_seconds(pid) - self.start.get(pid, 0.0))
         counts = None if self.counts_at_start is None else EngineCounts.read() - self.counts_at_start
         return used, time.monotonic() - self.started_at, counts
+
+    def _pids(self, kind: str, roots: set[int]) -> set[int]:
+        return set(roots) if kind in self.alone else tree(roots)
 
 
 def _logged(proc: Proc, text: str) -> bool:
@@ -353,6 +379,9 @@ class Command(BaseCommand):
             if settings.USING_EMBEDDED_ENGINES:
                 # PostgreSQL's backends are the postmaster's children: the tree counts them.
                 roots["engines"] = engine_pids()
+            # Not the hub's, but on the same cores: what is left for the hub shows beside them.
+            roots["load generator"] = {os.getpid()}
+            roots["MCP server"] = {server.pid}
             shown = ", ".join(f"{kind} {sorted(pids)}" for kind, pids in roots.items())
             api = f"; API: {', '.join(apis)}" if apis else ""
             self.stdout.write(f"hub: {', '.join(webs)}{api}; processes measured: {shown}")
@@ -703,7 +732,7 @@ class Command(BaseCommand):
         parts = []
         for kind, seconds in used.items():
             per_call = 1000 * seconds / max(len(completed), 1)
-            total += per_call if kind != "engines" else 0.0
+            total += per_call if kind not in NOT_THE_HUB else 0.0
             parts.append(f"{kind} {per_call:.1f} ms ({100 * seconds / cpu_wall:.0f} % of a core)")
         self.stdout.write(f"CPU per completed call: {'; '.join(parts)}; hub total {total:.1f} ms")
         counts = ", ".join(
@@ -717,6 +746,8 @@ class Command(BaseCommand):
                 f"PostgreSQL about {engine_counts.pg_transactions / calls:.1f} transactions (a statement "
                 "outside one counts as one); background work (beat, heartbeats, idle polls) included"
             )
+            top = engine_counts.top_redis(calls)
+            self.stdout.write(f"Redis commands per completed call, most run: {top}")
         self.throughput, self.cpu_per_call = len(completed) / span, total
         self.stdout.write(
             "load average (1/5/15 min): before "
