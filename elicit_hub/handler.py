@@ -30,6 +30,13 @@ connection goes back to the pool) in another after sending it. A response that i
 whole body in memory once the chain returns, so closing it before it is sent changes nothing the client
 sees; the three hops become one. A streamed response (a file, an event stream) is still closed after its
 last chunk, as Django does.
+
+A client that leaves before its response is sent (an agent whose read timeout is shorter than its long-poll's
+``wait``) cancels the response, as under Django's handler, but the view goes on on its thread until it
+returns: no thread can be stopped. The handler returns at once, and the request's executor goes back to the
+pool only once that work is done (``ExecutorPool.release_when_done``). Django's handler instead waited on
+that thread to send ``request_finished`` until the server cancelled it (Daphne does, 10 s after the client
+left), and the executor then went back to the pool still busy: the next request queued behind the wait.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -76,6 +84,12 @@ class ExecutorPool:
                 return
         executor.shutdown(wait=False)  # its thread ends once the work queued on it (if any) is done
 
+    def release_when_done(self, executor: ThreadPoolExecutor, then: Callable[[], None] | None = None) -> None:
+        """``release`` once the work queued on `executor` now is done, running `then` there first: a request
+        whose client left may still run there (a long-poll waits out its wait), and the next request must not
+        queue behind it."""
+        executor.submit(then or _nothing).add_done_callback(lambda _: self.release(executor))
+
     def idle_executors(self) -> list[ThreadPoolExecutor]:
         """The executors waiting for a request now (a copy: lending goes on meanwhile)."""
         with self._lock:
@@ -88,6 +102,10 @@ class ExecutorPool:
     @property
     def made(self) -> int:
         return self._made
+
+
+def _nothing() -> None:
+    return None
 
 
 class HubASGIHandler(ASGIHandler):
@@ -109,7 +127,11 @@ class HubASGIHandler(ASGIHandler):
         """A request's whole sync part, on its thread: ``request_started``, the chain (or the error response
         ``create_request`` made), and the response's close when it is not streamed."""
         signals.request_started.send(sender=self.__class__, scope=scope)
-        response: HttpResponseBase = error if request is None else self.get_response(request)
+        try:
+            response: HttpResponseBase = error if request is None else self.get_response(request)
+        except BaseException:  # not an Exception (the chain turns those into responses): a cancellation
+            signals.request_finished.send(sender=self.__class__)
+            raise
         response._handler_class = self.__class__  # type: ignore[attr-defined]  # the sender of its close
         if isinstance(response, FileResponse):
             response.block_size = self.chunk_size  # as run_get_response: the server chunks the body
@@ -118,11 +140,19 @@ class HubASGIHandler(ASGIHandler):
         return response
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """``ASGIHandler.handle`` with one hop to the request's thread instead of three (module notes)."""
+        leftover = await self._handle(scope, receive, send)
+        if leftover is not None:
+            await sync_to_async(leftover)()
+
+    async def _handle(self, scope: dict[str, Any], receive: Any, send: Any) -> Callable[[], None] | None:
+        """``ASGIHandler.handle`` with one hop to the request's thread instead of three (module notes). None
+        when the request's sync code is done. When its client left before the response was sent, the view
+        may still run on the request's thread (it closes its own response when it returns): what to run
+        there after it (closing the request's body, which the view may still read)."""
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
-            return
+            return None
         set_script_prefix(get_script_prefix(scope))
         request, error = self.create_request(scope, body_file)
 
@@ -152,20 +182,30 @@ class HubASGIHandler(ASGIHandler):
         try:
             response = serving.result()
         except asyncio.CancelledError:
-            # Its thread may still be running the chain: it closes the response when done. This releases
-            # what the request may hold meanwhile, as Django's handler does.
-            await signals.request_finished.asend(sender=self.__class__)
-        else:
-            if response.streaming:
-                await sync_to_async(response.close)()
+            # Its thread may still be running the chain. Once it is done there, request_finished (as Django's
+            # handler sends it here, on the same thread, which waited for the view; a response not streamed
+            # has sent it already, and a second changes nothing) and the body's close.
+            def leftover() -> None:
+                signals.request_finished.send(sender=self.__class__)
+                body_file.close()
+
+            return leftover
+        if response.streaming:
+            await sync_to_async(response.close)()
         body_file.close()
+        return None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         executor = self.threads.acquire()
+        done, leftover = False, None
         try:
             async with ThreadSensitiveContext(executor=executor):
-                await self.handle(scope, receive, send)
+                leftover = await self._handle(scope, receive, send)
+                done = True
         finally:
-            self.threads.release(executor)
+            if done and leftover is None:
+                self.threads.release(executor)
+            else:  # the request's thread may still be busy with it: lent again once it is done
+                self.threads.release_when_done(executor, leftover)

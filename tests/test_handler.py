@@ -10,19 +10,22 @@ a sync view cost two more hops and a trip back to the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from asgiref.sync import AsyncToSync, SyncToAsync
+from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
 from channels.testing import HttpCommunicator
 from django.conf import settings
 from django.core.signals import request_finished, request_started
+from django.db import transaction
 from django.test import Client
 
 from approvals import ratelimit
 from approvals.models import ToolCall
+from approvals.services import calls
 from elicit_hub.asgi import application, django_asgi_app
 from elicit_hub.handler import ExecutorPool
 from tests import factories
@@ -232,6 +235,61 @@ def test_only_a_long_polls_wait_runs_on_the_event_loop(
     assert len(status_reads) == (1 if status == ToolCall.Status.COMPLETED else 2), status_reads
 
 
+def _finish(call_id: str) -> None:
+    with transaction.atomic():
+        call = ToolCall.objects.select_related("server").get(pk=call_id)
+        calls.call_finish(
+            call=call, status=ToolCall.Status.COMPLETED, result={"content": [], "isError": False}
+        )
+
+
+def test_a_long_poll_its_client_left_holds_up_no_other_request(
+    threads_seen: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent whose client gives up on a long-poll (its read timeout shorter than its `wait`) before the
+    view has begun to wait: the handler gives the response up at once, while the view goes on into its wait
+    on its thread, which is lent again only once the wait is over. Before, the handler waited on that thread
+    (Django's request_finished) until the server cancelled it (Daphne does 10 s after the client left; here
+    the communicator, after 5 s), and the thread then went back to the pool still waiting: the next request
+    (here the sign-in page) queued behind the wait. (A client that leaves once the wait has begun cancels the
+    wait itself: asgiref passes the cancellation on.)"""
+    token, call_id = _agent_call(ToolCall.Status.RUNNING)
+    headers = [(b"host", HOST.encode()), (b"authorization", f"Bearer {token}".encode())]
+    left = threading.Event()
+    allow_request = ratelimit.SlidingWindowMixin.allow_request
+
+    def once_the_client_left(self: ratelimit.SlidingWindowMixin, request: object) -> bool:
+        left.wait(10)  # the view goes on only once its client has left
+        return allow_request(self, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ratelimit.SlidingWindowMixin, "allow_request", once_the_client_left)
+
+    async def main() -> int:
+        poll = HttpCommunicator(application, "GET", f"/api/v1/calls/{call_id}?wait=15", headers=headers)
+        await poll.send_input({"type": "http.request", "body": b""})
+        while not threads_seen:  # the long-poll runs on its thread
+            await asyncio.sleep(0.01)
+        await poll.send_input({"type": "http.disconnect"})
+        with contextlib.suppress(asyncio.TimeoutError):
+            await poll.wait(timeout=5)  # the handler gives up on the response
+        left.set()
+        monkeypatch.setattr(ratelimit.SlidingWindowMixin, "allow_request", allow_request)
+        try:
+            return await asyncio.wait_for(get(), timeout=10)
+        finally:
+            await sync_to_async(_finish)(call_id)  # the wait ends; the view closes its request
+            for _ in range(500):
+                if ("finished", threads_seen[0][1]) in threads_seen:
+                    break
+                await asyncio.sleep(0.01)
+
+    assert asyncio.run(main()) == 200
+    polled = threads_seen[0][1]
+    page = [name for signal, name in threads_seen[1:] if signal == "started"]
+    assert page and page[0] != polled, threads_seen  # the long-poll's thread was still waiting
+    assert ("finished", polled) in threads_seen  # the long-poll's request ended on its own thread
+
+
 # --- the pool alone -------------------------------------------------------------------------------------
 
 
@@ -241,6 +299,23 @@ def test_a_released_executor_is_lent_again() -> None:
     pool.release(first)
     assert pool.acquire() is first
     assert pool.made == 1
+
+
+def test_an_executor_still_busy_is_lent_again_only_once_its_work_is_done() -> None:
+    pool = ExecutorPool(idle_max=4)
+    busy = pool.acquire()
+    go_on = threading.Event()
+    done: list[str] = []
+    busy.submit(go_on.wait, 10)
+    pool.release_when_done(busy, then=lambda: done.append("then"))
+    assert pool.acquire() is not busy  # still waiting: the next request gets another thread
+    go_on.set()
+    for _ in range(500):
+        if pool.idle:
+            break
+        threading.Event().wait(0.01)
+    assert done == ["then"]
+    assert pool.acquire() is busy
 
 
 def test_executors_lent_at_once_are_distinct_and_none_is_waited_for() -> None:
