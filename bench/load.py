@@ -69,7 +69,8 @@ KINDS = ("web", "api", "gateway", "holder", "worker")
 FINAL = {"completed", "failed", "cancelled", "expired", "outcome_unknown"}
 # Measured beside the hub, not counted in its total: the engines, and the benchmark's own agents, reviewers,
 # sockets and MCP server, which share the machine's cores with it.
-NOT_THE_HUB = frozenset({"engines", "load generator", "MCP server"})
+LOAD_GENERATOR = "load generator"
+NOT_THE_HUB = frozenset({"engines", LOAD_GENERATOR, "MCP server"})
 # How a hub process is told apart when discovered (--web without --pid): a marker in its command line, the
 # first kind that matches ("elicit_hub.serve_api" before "elicit_hub.serve").
 MARKERS = {
@@ -199,7 +200,7 @@ class CpuSample:
     roots: dict[str, set[int]]
     # Kinds measured as their root processes alone, without their descendants: the load generator is the
     # parent of the hub processes it starts.
-    alone: frozenset[str] = frozenset({"load generator"})
+    alone: frozenset[str] = frozenset({LOAD_GENERATOR})
     start: dict[int, float] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
     started_at: float = 0.0
@@ -380,7 +381,7 @@ class Command(BaseCommand):
                 # PostgreSQL's backends are the postmaster's children: the tree counts them.
                 roots["engines"] = engine_pids()
             # Not the hub's, but on the same cores: what is left for the hub shows beside them.
-            roots["load generator"] = {os.getpid()}
+            roots[LOAD_GENERATOR] = {os.getpid()}
             roots["MCP server"] = {server.pid}
             shown = ", ".join(f"{kind} {sorted(pids)}" for kind, pids in roots.items())
             api = f"; API: {', '.join(apis)}" if apis else ""

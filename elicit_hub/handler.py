@@ -199,13 +199,13 @@ class HubASGIHandler(ASGIHandler):
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         executor = self.threads.acquire()
-        done, leftover = False, None
+        # Until the request is handled (and if it raises), its thread may still be busy with it.
+        leftover: Callable[[], None] | None = _nothing
         try:
             async with ThreadSensitiveContext(executor=executor):
                 leftover = await self._handle(scope, receive, send)
-                done = True
         finally:
-            if done and leftover is None:
+            if leftover is None:
                 self.threads.release(executor)
-            else:  # the request's thread may still be busy with it: lent again once it is done
+            else:  # lent again once the work queued on it is done
                 self.threads.release_when_done(executor, leftover)

@@ -6,10 +6,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import AgentClient, InputRequest, McpServer, Membership, Round, Team, ToolCall
-from approvals.services import tokens
+from approvals.services import calls, tokens
 
 ENVIRONMENT_SCHEMA = {
     "type": "object",
@@ -49,6 +50,13 @@ def call(srv: McpServer, ag: AgentClient | None = None, **extra: Any) -> ToolCal
         arguments=extra.pop("arguments", {"branch": "main"}),
         **extra,
     )
+
+
+def finish_call(call_id: Any) -> None:
+    """Complete the call as a server's result does (``calls.call_finish``: its notice goes once committed)."""
+    with transaction.atomic():
+        c = ToolCall.objects.select_related("server").get(pk=call_id)
+        calls.call_finish(call=c, status=ToolCall.Status.COMPLETED, result={"content": [], "isError": False})
 
 
 def open_round(

@@ -22,9 +22,9 @@ from tests.live import wait_until
 def off_the_loop(send: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`send(*args, **kwargs)` (a request, or any ORM work) where the ORM may run. Django refuses it, and a
     long-poll's async_to_sync too, on a thread with a running event loop (Playwright's sync API keeps one):
-    there, it runs on another thread. A thread other than the
-    main one (a test's `anyio.to_thread` worker) gives its connection back after each request: it may end
-    at any time, and a connection left on an ended thread holds its session until a garbage collection."""
+    there, it runs on another thread. A thread other than the main one (a test's `anyio.to_thread` worker)
+    gives its connection back after each request: it may end at any time, and a connection left on an ended
+    thread holds its session until a garbage collection."""
 
     def in_thread() -> Any:
         try:

@@ -20,12 +20,10 @@ from asgiref.sync import AsyncToSync, SyncToAsync, sync_to_async
 from channels.testing import HttpCommunicator
 from django.conf import settings
 from django.core.signals import request_finished, request_started
-from django.db import transaction
 from django.test import Client
 
 from approvals import ratelimit
 from approvals.models import ToolCall
-from approvals.services import calls
 from elicit_hub.asgi import application, django_asgi_app
 from elicit_hub.handler import ExecutorPool
 from tests import factories
@@ -235,14 +233,6 @@ def test_only_a_long_polls_wait_runs_on_the_event_loop(
     assert len(status_reads) == (1 if status == ToolCall.Status.COMPLETED else 2), status_reads
 
 
-def _finish(call_id: str) -> None:
-    with transaction.atomic():
-        call = ToolCall.objects.select_related("server").get(pk=call_id)
-        calls.call_finish(
-            call=call, status=ToolCall.Status.COMPLETED, result={"content": [], "isError": False}
-        )
-
-
 def test_a_long_poll_its_client_left_holds_up_no_other_request(
     threads_seen: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -277,7 +267,7 @@ def test_a_long_poll_its_client_left_holds_up_no_other_request(
         try:
             return await asyncio.wait_for(get(), timeout=10)
         finally:
-            await sync_to_async(_finish)(call_id)  # the wait ends; the view closes its request
+            await sync_to_async(factories.finish_call)(call_id)  # the wait ends; the view closes its request
             for _ in range(500):
                 if ("finished", threads_seen[0][1]) in threads_seen:
                     break

@@ -21,26 +21,16 @@ import redis
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
 from django.test import override_settings
 
 from approvals import broadcast
 from approvals.models import InputRequest, ToolCall
-from approvals.services import calls
 from tests import factories
 
 
 def _move(call_id: object, status: str) -> None:
     ToolCall.objects.filter(pk=call_id).update(status=status)
     broadcast.call_changed(ToolCall.objects.only("id", "status").get(pk=call_id))
-
-
-def _finish(call_id: object) -> None:
-    with transaction.atomic():
-        call = ToolCall.objects.select_related("server").get(pk=call_id)
-        calls.call_finish(
-            call=call, status=ToolCall.Status.COMPLETED, result={"content": [], "isError": False}
-        )
 
 
 def _status_reads(call_id: object) -> tuple[list[str], Callable[[], Awaitable[ToolCall]]]:
@@ -71,7 +61,7 @@ def test_a_long_poll_reads_the_call_only_for_a_notice_that_can_end_it() -> None:
         await asyncio.sleep(1.0)  # time for those four notices to arrive (and be passed over)
         assert not waiting.done()
         started = time.monotonic()
-        await sync_to_async(_finish)(call.pk)
+        await sync_to_async(factories.finish_call)(call.pk)
         await asyncio.wait_for(waiting, timeout=4)  # woken by the notice, well before the 5 s re-read
         return time.monotonic() - started
 
