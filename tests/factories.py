@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,15 @@ ENVIRONMENT_SCHEMA = {
     "properties": {"environment": {"type": "string", "enum": ["staging", "production"]}},
     "required": ["environment"],
 }
+
+
+def client_address() -> str:
+    """A client address no other test and no earlier run has used (IPv6 documentation range, 96 random
+    bits): rate limit counters live in Redis past the end of a run, so a shared or small range of addresses
+    could find a count left by another test or an earlier run on the same Redis."""
+    bits = uuid.uuid4().int
+    groups = [(bits >> shift) & 0xFFFF for shift in range(0, 96, 16)]
+    return "2001:db8:" + ":".join(f"{group:x}" for group in groups)
 
 
 def user(username: str, **extra: Any) -> Any:

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from approvals.models import AuditEvent, McpServer, ToolCall
 from approvals.services import servers, tokens
-from tests import demo_support
+from tests import demo_support, factories
 from tests.hub import Agent, Hub, set_up_hub
 from tests.live import ROOT, Process, child_env, free_port, wait_until
 
@@ -183,7 +182,7 @@ def test_requests_without_a_valid_token_are_limited_per_address_like_the_rest_ap
     from django.conf import settings
 
     limit = int(settings.ELICIT_API_ANON_RATE.split("/")[0])
-    address = f"203.0.113.{uuid.uuid4().int % 250 + 1}"
+    address = factories.client_address()
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     with httpx.Client() as client:
         statuses = [

@@ -132,7 +132,7 @@ def test_while_redis_is_away_the_limit_is_kept_in_process_memory(caplog: pytest.
 
 
 def test_anonymous_requests_are_counted_per_address() -> None:
-    here, there = (f"198.51.100.{uuid.uuid4().int % 250}", f"203.0.113.{uuid.uuid4().int % 250}")
+    here, there = factories.client_address(), factories.client_address()
     throttle = AnonymousRateThrottle("2/h")
     assert [throttle.allow_request(_request(None, here)) for _ in range(3)] == [True, True, False]
     assert throttle.allow_request(_request("agent-x", here))  # a credential is not anonymous

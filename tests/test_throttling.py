@@ -26,7 +26,7 @@ def fast_passwords(settings) -> None:
 @pytest.fixture
 def address() -> Iterator[str]:
     """A client address of this test's own (documentation range), its counters cleared before and after."""
-    addr = f"198.51.100.{uuid.uuid4().int % 250 + 1}"
+    addr = factories.client_address()
 
     def forget() -> None:
         request = Client().get("/").wsgi_request
@@ -73,7 +73,7 @@ def test_after_too_many_wrong_passwords_even_the_right_one_is_refused(settings, 
     wrong = Client().post(
         "/admin/login/",
         {"username": other, "password": "wrong"},
-        REMOTE_ADDR=f"192.0.2.{uuid.uuid4().int % 250 + 1}",
+        REMOTE_ADDR=factories.client_address(),
     )
     assert wrong.status_code == 200
 
