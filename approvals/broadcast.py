@@ -85,6 +85,14 @@ def team_group(team_slug: str | None) -> str:
     return f"team.{team_slug or UNROUTED}"
 
 
+# A call's counter lives until CALL_SEQ_TTL seconds after the call's last notice; a team's never expires.
+# There is a call group per call ever made, so counters kept for good grew Redis by a key per call. Only a
+# socket watching the call reads its counter: one still open after a day without a notice sees the next one
+# numbered from 1 again, and resyncs the call as after any counter lost (`consumers._in_sequence`). A team's
+# counter also makes its queue's Inbox-Version, which must not come back to a value it had before.
+CALL_SEQ_TTL = 24 * 3600
+
+
 def _seq_key(group: str) -> str:
     return f"broadcast-seq:{group}"
 
@@ -92,18 +100,22 @@ def _seq_key(group: str) -> str:
 def next_seq(group: str, wake: dict[str, Any] | None = None) -> int | None:
     """The next number of `group`'s sequence (one INCRBY; a counter Redis lost starts again at 1); with
     `wake`, in the same round trip, the wake of every long-poll on the group in any process (a PUBLISH on
-    its wake channel, `_Wakes`). None when Redis is unreachable: the notice goes without a number, and the
-    long-polls read again within seconds."""
+    its wake channel, `_Wakes`). A call's counter is given CALL_SEQ_TTL more seconds to live, in the same
+    round trip too. None when Redis is unreachable: the notice goes without a number, and the long-polls
+    read again within seconds."""
     store = cast(RedisCache, cache)
     try:
-        if wake is None:
+        expires = group.startswith(CALL_GROUPS)
+        if wake is None and not expires:
             return store.count(_seq_key(group))
         key = store.make_and_validate_key(_seq_key(group))
         pipe = store._cache.get_client(key, write=True).pipeline(transaction=False)
         pipe.incrby(key, 1)
-        pipe.publish(wake_channel(group), json.dumps(wake))
-        seq, _ = pipe.execute()
-        return int(seq)
+        if expires:
+            pipe.expire(key, CALL_SEQ_TTL)
+        if wake is not None:
+            pipe.publish(wake_channel(group), json.dumps(wake))
+        return int(pipe.execute()[0])
     except Exception:
         logger.exception("sequence counter for %s unavailable", group)
         return None

@@ -66,6 +66,27 @@ def test_the_counter_never_expires_and_the_sockets_read_the_same_value(group: st
     assert cache.get(broadcast._seq_key(group)) == 4
 
 
+def _ttl(group: str) -> int:
+    key = cache.make_and_validate_key(broadcast._seq_key(group))
+    return int(cache._cache.get_client(key).ttl(key))  # type: ignore[attr-defined]
+
+
+def test_a_calls_counter_expires_a_day_after_the_calls_last_notice() -> None:
+    """There is a call group per call ever made: a counter kept for good for each grew Redis by a key per
+    call. A team's (the test above) has no expiry; a call's is renewed with every notice."""
+    group = broadcast.call_group(uuid.uuid4())
+    try:
+        assert [broadcast.next_seq(group) for _ in range(2)] == [1, 2]
+        assert 0 < _ttl(group) <= broadcast.CALL_SEQ_TTL == 24 * 3600
+        key = cache.make_and_validate_key(broadcast._seq_key(group))
+        cache._cache.get_client(key).expire(key, 5)  # type: ignore[attr-defined]  # as the day runs out
+        # A notice that wakes the call's long-polls renews it too, in the same round trip.
+        assert broadcast.next_seq(group, {"type": "call.changed", "status": "completed"}) == 3
+        assert _ttl(group) > broadcast.CALL_SEQ_TTL - 60
+    finally:
+        cache.delete(broadcast._seq_key(group))
+
+
 def test_an_unreachable_counter_gives_no_number(monkeypatch: pytest.MonkeyPatch) -> None:
     def down(self: redis.Redis, *args: Any, **options: Any) -> Any:
         raise redis.ConnectionError("Redis is down")

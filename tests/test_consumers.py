@@ -397,6 +397,38 @@ def test_an_escalated_request_reaches_the_fallback_teams_socket(world) -> None:
     run(scenario)
 
 
+def test_a_watched_calls_counter_that_expired_resyncs_the_call_page(world) -> None:
+    """A call's counter expires a day after its last notice (`broadcast.CALL_SEQ_TTL`): a page still
+    watching it then gets the next notice numbered from 1, asks for a resync of the call, and is redrawn."""
+
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        call = ir.round.call
+        group = broadcast.call_group(call.pk)
+        await sync_to_async(broadcast.next_seq)(group)
+        await sync_to_async(broadcast.next_seq)(group)  # the call's counter is at 2
+        await alice.send_json_to({"type": "watch_call", "call": str(call.pk)})
+        assert await alice.receive_json_from(timeout=10) == {"type": "watching", "call": str(call.pk)}
+
+        await sync_to_async(cache.delete)(f"broadcast-seq:{group}")  # what its expiry does
+        await sync_to_async(broadcast.call_changed)(call)
+        assert await alice.receive_json_from(timeout=10) == {
+            "type": "resync",
+            "reason": "gap",
+            "groups": [group],
+        }
+        message = await alice.receive_json_from(timeout=10)
+        assert message["type"] == "call" and message["call"] == str(call.pk)
+        # From there on the call's notices are in sequence again: no second resync.
+        await sync_to_async(broadcast.call_changed)(call)
+        assert (await alice.receive_json_from(timeout=10))["type"] == "call"
+        await alice.disconnect()
+
+    run(scenario)
+
+
 def test_progress_redraws_the_watched_call_page_and_the_queue_card(world) -> None:
     from approvals.models import ToolCall
     from approvals.services import sending
