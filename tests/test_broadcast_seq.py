@@ -54,7 +54,7 @@ def test_a_number_costs_one_redis_command(group: str, commands: list[str]) -> No
     assert commands == ["INCRBY"]  # not SET NX + EXISTS + INCRBY
 
 
-def test_the_counter_never_expires_and_the_sockets_read_the_same_value(group: str) -> None:
+def test_a_teams_counter_never_expires_and_the_sockets_read_the_same_value(group: str) -> None:
     for _ in range(4):
         broadcast.next_seq(group)
     key = cache.make_and_validate_key(broadcast._seq_key(group))
