@@ -6,8 +6,10 @@ Services queue these by name through ``approvals.queueing`` and never import thi
 from __future__ import annotations
 
 from datetime import timedelta
+from importlib import import_module
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
@@ -74,6 +76,13 @@ def escalate_and_warn() -> int:
 def refresh_tool_lists() -> int:
     """Probe the servers whose tool list is older than ELICIT_TOOLS_REFRESH_INTERVAL."""
     return servers.servers_refresh_stale()
+
+
+@shared_task
+def clear_expired_sessions() -> None:
+    """Delete the reviewers' expired sign-in sessions, as ``manage.py clearsessions`` does: Django leaves them
+    in the table until something does, one row per sign-in for good."""
+    import_module(settings.SESSION_ENGINE).SessionStore.clear_expired()
 
 
 @shared_task(bind=True, max_retries=None)

@@ -362,6 +362,7 @@ CELERY_BEAT_SCHEDULE = {
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
     "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
     "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
+    "clear-expired-sessions": {"task": "approvals.tasks.clear_expired_sessions", "schedule": 86400.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------
