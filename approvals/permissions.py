@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.signals import post_delete, post_save
@@ -87,8 +88,46 @@ _ANSWERING_TEAMS = approvals.prepared.PreparedRead(
 )
 
 
+def with_answering_teams(user_id: Any) -> dict[str, ArraySubquery]:
+    """Annotations that bring a user's answering teams along with a read of them (their token's), as two
+    columns of the same statement: ``answering_team_ids`` and ``answering_team_slugs``, by id. Then
+    `remember_teams`."""
+    memberships = Membership.objects.filter(user=user_id, role__in=ANSWERING_ROLES).order_by("team_id")
+    return {
+        "answering_team_ids": ArraySubquery(memberships.values("team_id")),
+        "answering_team_slugs": ArraySubquery(memberships.values("team__slug")),
+    }
+
+
+# Where a user object carries its answering teams as (id, slug), read with the user in this request.
+_TEAMS_IN_HAND = "_answering_teams"
+
+
+def remember_teams(user: Any, row: Any) -> None:
+    """The user's answering teams, read with them (`row`, annotated by `with_answering_teams`) in this
+    request: the request's reads of its teams use them instead of a statement of their own, until
+    `forget_teams`."""
+    teams = list(zip(row.answering_team_ids, row.answering_team_slugs, strict=True))
+    setattr(user, _TEAMS_IN_HAND, teams)
+
+
+def forget_teams(user: Any) -> None:
+    """Read the user's teams again from here on (a long-poll after its wait: a membership may have gone)."""
+    if hasattr(user, _TEAMS_IN_HAND):
+        delattr(user, _TEAMS_IN_HAND)
+
+
+def teams_in_hand(user: Any) -> list[tuple[int, str]] | None:
+    """The (id, slug) of the user's answering teams as `remember_teams` left them, or None."""
+    return getattr(user, _TEAMS_IN_HAND, None)
+
+
 def answering_team_ids(user: Any) -> list[int]:
-    """The ids of the teams whose requests this (signed-in) user answers: one prepared read."""
+    """The ids of the teams whose requests this (signed-in) user answers: one prepared read, or none when
+    they were read with the user in this request (`remember_teams`)."""
+    teams = teams_in_hand(user)
+    if teams is not None:
+        return [pk for pk, _ in teams]
     return _ANSWERING_TEAMS(user=user.pk)
 
 

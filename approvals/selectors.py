@@ -23,7 +23,13 @@ from approvals.models import (
     Team,
     ToolCall,
 )
-from approvals.permissions import answerable_by, answerable_input_requests, reviewer_teams, visible_calls
+from approvals.permissions import (
+    answerable_by,
+    answerable_input_requests,
+    reviewer_teams,
+    teams_in_hand,
+    visible_calls,
+)
 from approvals.prepared import Many, PreparedRead
 
 
@@ -294,7 +300,11 @@ _EVERY_TEAM = PreparedRead(lambda: Team.objects.values_list("pk", "slug"))
 def inbox_teams(user: Any) -> list[tuple[int, str]]:
     """The teams whose queues hold this user's inbox, (id, slug) by slug: their answering teams, every team
     for a superuser (the unrouted queue comes on top: requests assigned to them, staff's unrouted ones)."""
-    teams = _EVERY_TEAM() if user.is_superuser else _TEAMS_BY_MEMBER(user=user.pk)
+    if user.is_superuser:
+        teams = _EVERY_TEAM()
+    else:
+        in_hand = teams_in_hand(user)
+        teams = _TEAMS_BY_MEMBER(user=user.pk) if in_hand is None else in_hand
     return sorted(teams, key=lambda team: team[1])
 
 

@@ -142,6 +142,29 @@ def test_leaving_the_team_changes_the_version_and_empties_the_inbox(web: Daphne)
     assert after.headers["Inbox-Version"] != before.headers["Inbox-Version"]
 
 
+def test_a_reviewer_removed_during_the_wait_is_answered_without_the_teams_requests(web: Daphne) -> None:
+    """The teams a long-poll starts with come with the reviewer's token (one statement); after the wait they
+    are read again, so a membership removed meanwhile takes effect at once."""
+    alice, team, token = _reviewer(f"release-{uuid.uuid4().hex[:6]}")
+    _open_request(team)
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        async with _client(web, token) as client:
+            before = await client.get("/api/v1/inbox")
+            poll = asyncio.ensure_future(
+                client.get("/api/v1/inbox", params={"version": before.headers["Inbox-Version"], "wait": 30})
+            )
+            await asyncio.sleep(1.0)
+            assert not poll.done()  # waiting, with her team's queue in its version
+            await sync_to_async(Membership.objects.filter(user=alice).delete)()
+            await sync_to_async(_open_request)(team)  # her former team's queue changes: the wait ends
+            return before, await poll
+
+    before, after = async_to_sync(scenario)()
+    assert len(before.json()) == 1
+    assert after.status_code == 200 and after.json() == []
+
+
 def test_wait_and_version_are_checked(web: Daphne) -> None:
     _, _, token = _reviewer(f"release-{uuid.uuid4().hex[:6]}")
     with httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:

@@ -22,10 +22,22 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-def test_an_inbox_answer_reads_the_reviewers_teams_once() -> None:
+def _reads_of_teams(queries: CaptureQueriesContext) -> list[str]:
+    """The statements that read teams or memberships as their own rows, but for the token's (which brings
+    the teams along)."""
+    return [
+        q["sql"]
+        for q in queries
+        if ('FROM "approvals_team"' in q["sql"] or 'FROM "approvals_membership"' in q["sql"])
+        and 'FROM "approvals_personaltoken"' not in q["sql"]
+    ]
+
+
+def test_an_inbox_answer_reads_the_reviewers_teams_with_their_token() -> None:
     rita = factories.user("rita")
     release = factories.team("release", (rita, "reviewer"))
     ops = factories.team("ops")
+    factories.team("viewers", (rita, "viewer"))  # a team she sees but does not answer for
     server = factories.server("deploy", default_team=release)
     factories.open_round(factories.call(server), team_=release)
     factories.open_round(factories.call(server, tool="rollback"), keys=("reason",), team_=ops)
@@ -34,8 +46,46 @@ def test_an_inbox_answer_reads_the_reviewers_teams_once() -> None:
         response = Client().get("/api/v1/inbox", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 200
     assert [item["key"] for item in response.json()] == ["environment"]  # ops' request is not hers
-    teams = [q["sql"] for q in queries if 'FROM "approvals_team"' in q["sql"]]
-    assert len(teams) == 1, teams
+    # Her teams came with the token's statement (once, for the queues' version and for the page alike).
+    assert _reads_of_teams(queries) == []
+    tokens_read = [q["sql"] for q in queries if 'FROM "approvals_personaltoken"' in q["sql"]]
+    assert len(tokens_read) == 1 and '"approvals_membership"' in tokens_read[0], tokens_read
+
+
+def test_an_answer_reads_the_reviewers_teams_with_their_token() -> None:
+    rita = factories.user("rita")
+    release = factories.team("release", (rita, "reviewer"))
+    server = factories.server("deploy", default_team=release)
+    rnd = factories.open_round(factories.call(server), team_=release)
+    ir = rnd.input_requests.get()
+    _, token = tokens.personal_token_create(user=rita)
+    with CaptureQueriesContext(connection) as queries:
+        response = Client().post(
+            f"/api/v1/input-requests/{ir.pk}/respond",
+            {"action": "accept", "content": {"environment": "staging"}},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+    assert response.status_code == 200, response.content
+    assert _reads_of_teams(queries) == []
+
+
+def test_an_answer_by_someone_not_on_the_team_is_still_refused() -> None:
+    rita, sam = factories.user("rita"), factories.user("sam")
+    release = factories.team("release", (rita, "reviewer"))
+    factories.team("ops", (sam, "reviewer"))
+    factories.team("release-viewers", (sam, "viewer"))
+    server = factories.server("deploy", default_team=release)
+    ir = factories.open_round(factories.call(server), team_=release).input_requests.get()
+    _, token = tokens.personal_token_create(user=sam)
+    response = Client().post(
+        f"/api/v1/input-requests/{ir.pk}/respond",
+        {"action": "accept", "content": {"environment": "staging"}},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "not_a_reviewer"
 
 
 def test_an_inbox_answer_leaves_the_servers_tool_list_and_configuration_unread() -> None:

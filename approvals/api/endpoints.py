@@ -19,7 +19,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
 from ninja.parser import Parser
 
-from approvals import broadcast, outage, ratelimit, safejson, selectors
+from approvals import broadcast, outage, permissions, ratelimit, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
@@ -306,6 +306,7 @@ def inbox(
         # Only the wait runs on the event loop (the request's thread waits for it, as it would for an async
         # view); the reads run on the request's thread.
         async_to_sync(broadcast.wait_until)(groups, wait, changed)
+        permissions.forget_teams(request.user)  # a membership may have gone during the wait
         read = _inbox_read(request.user, size, cursor, None)
     if read.version is not None:
         response["Inbox-Version"] = read.version

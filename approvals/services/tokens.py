@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import OuterRef
 from django.utils import timezone
 
+from approvals import permissions
 from approvals.models import AgentClient, McpServer, PersonalToken, Team
 from approvals.prepared import PreparedRead
 
@@ -94,6 +96,7 @@ _AGENT_BY_HASH = PreparedRead(
 _PERSONAL_BY_HASH = PreparedRead(
     lambda token_hash: (
         PersonalToken.objects.select_related("user")
+        .annotate(**permissions.with_answering_teams(OuterRef("user_id")))
         .filter(token_hash=token_hash, user__is_active=True)
         .order_by("pk")[:1]
     ),
@@ -112,6 +115,9 @@ def authenticate(token: str) -> AgentClient | PersonalToken | None:
         return agent
     if token.startswith(PERSONAL_PREFIX):
         personal = _PERSONAL_BY_HASH.first(token_hash=digest)
+        if personal is not None:
+            # Read with the token: the request's first reads of the user's teams need no statement.
+            permissions.remember_teams(personal.user, personal)
         if personal and _stale(personal.last_used_at, now):
             PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
             personal.last_used_at = now
