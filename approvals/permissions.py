@@ -38,7 +38,8 @@ def visible_teams(user: Any) -> QuerySet[Team]:
 def answerable_input_requests(user: Any, team_ids: list[int] | None = None) -> InputRequestQuerySet:
     """Input requests this user may answer (pending or not): their teams' and escalated ones, unrouted ones
     for staff. A url-mode request made for one person (its assignee) is theirs alone, superusers included:
-    the URL was made for them. Membership is read on every call, so removing someone takes effect at once.
+    the URL was made for them. Membership is read for every request (with a reviewer's token, by the token's
+    own statement: `remember_teams`), so removing someone takes effect at once.
     """
     if not user.is_authenticated:
         return InputRequest.objects.none()
