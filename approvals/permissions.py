@@ -93,10 +93,10 @@ def with_answering_teams(user_id: Any) -> dict[str, ArraySubquery]:
     """Annotations that bring a user's answering teams along with a read of them (their token's), as two
     columns of the same statement: ``answering_team_ids`` and ``answering_team_slugs``, by id. Then
     `remember_teams`."""
-    memberships = Membership.objects.filter(user=user_id, role__in=ANSWERING_ROLES).order_by("team_id")
+    teams = reviewer_teams(user_id).order_by("pk")
     return {
-        "answering_team_ids": ArraySubquery(memberships.values("team_id")),
-        "answering_team_slugs": ArraySubquery(memberships.values("team__slug")),
+        "answering_team_ids": ArraySubquery(teams.values("pk")),
+        "answering_team_slugs": ArraySubquery(teams.values("slug")),
     }
 
 

@@ -120,7 +120,9 @@ class HubASGIHandler(ASGIHandler):
         super().load_middleware(is_async=False)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        """The whole chain in one hop to the request's thread (``ASGIHandler.run_get_response`` calls it)."""
+        """The whole chain in one hop to the request's thread, for a caller of Django's async API: the
+        handler's own requests go through `_serve`. (The chain is loaded in sync mode, so Django's own
+        ``get_response_async`` would fail here.)"""
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 
     def _serve(self, scope: dict[str, Any], request: HttpRequest | None, error: Any) -> HttpResponseBase:
