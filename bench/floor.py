@@ -17,10 +17,7 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from bench.stats import pct
 
 
 @dataclass

@@ -30,13 +30,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from approvals.models import McpServer, RoutingRule
 from approvals.services import tokens
+from bench.stats import pct
 
 TOOL = "create_deployment"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def describe(values: list[float]) -> str:

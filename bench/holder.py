@@ -41,12 +41,8 @@ from approvals.models import Holder, McpServer, Membership, Round, Team
 from approvals.services import calls, tokens
 from bench.procs import Proc, cpu_seconds, free_port, memory_kib
 from bench.procs import answers as _answers
+from bench.stats import pct
 from elicit_hub import engines
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class Command(BaseCommand):

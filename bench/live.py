@@ -30,6 +30,7 @@ from approvals.models import McpServer, Membership, Round, Team
 from approvals.services import calls, tokens
 from bench import floor
 from bench.procs import load_average
+from bench.stats import pct
 
 ENV_FORM = {
     "method": "elicitation/create",
@@ -38,11 +39,6 @@ ENV_FORM = {
         "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
     },
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class Command(BaseCommand):

@@ -59,7 +59,9 @@ from django.db import connection, transaction
 
 from approvals.models import Membership, Round, Team
 from approvals.services import tokens
+from bench import targets
 from bench.procs import Proc, answers, cpu_seconds, free_port, hub_env, stat_fields
+from bench.stats import pct
 from elicit_hub import engines
 from elicit_hub.launch import Layout, commands
 
@@ -80,11 +82,6 @@ MARKERS = {
     "holder": ("run_holder",),
     "worker": ("celery",),
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def describe(values: list[float]) -> str:
@@ -480,8 +477,22 @@ class Command(BaseCommand):
         used, cpu_wall, engine_counts = cpu.end()
         load_after = os.getloadavg()
         retries = httpx.get(mcp_base + "/retries", timeout=10).json()
-        self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, engine_counts)
-        self._floor(o["floor"])
+        figures = self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, engine_counts)
+        commits, layer = self._floor(o["floor"])
+        for line in targets.judge(
+            targets.Figures(
+                rate=o["rate"],
+                throughput=self.throughput,
+                errors=len(run.errors),
+                cpu_per_call=self.cpu_per_call,
+                to_inbox=figures["input_required received -> visible in inbox"],
+                to_socket=figures["input_required received -> card on socket"],
+                to_retry=figures["answer POST -> retry received by the MCP server"],
+                floor_commits=commits,
+                floor_layer=layer,
+            )
+        ):
+            self.stdout.write(f"target: {line}")
         # For a caller in the same process (bench/scale.py): what ran, to compare and to check.
         self.outcome = {
             "server": slug,
@@ -687,7 +698,8 @@ class Command(BaseCommand):
         load_before: tuple[float, float, float],
         load_after: tuple[float, float, float],
         engine_counts: EngineCounts | None,
-    ) -> None:
+    ) -> dict[str, list[float]]:
+        """Prints the run's figures; answers its latency samples (ms) by the label printed."""
         counted = [r for r in run.records if r.counted]
         ids = {r.call: r for r in counted if r.call}
         completed = [r for r in counted if r.status == "completed"]
@@ -757,8 +769,9 @@ class Command(BaseCommand):
             + " ".join(f"{x:.2f}" for x in load_after)
             + f", {os.cpu_count()} cores"
         )
+        return dict(rows)
 
-    def _floor(self, n: int) -> None:
+    def _floor(self, n: int) -> tuple[list[float], list[float]]:
         """The engines' floor with the project's own code: a commit, a cache round trip, a layer hop."""
         commits: list[float] = []
         with connection.cursor() as cursor:
@@ -780,6 +793,7 @@ class Command(BaseCommand):
         self.stdout.write(f"floor: PostgreSQL commit {describe(commits)}")
         self.stdout.write(f"floor: Redis round trip {describe(redis_trips)}")
         self.stdout.write(f"floor: channel layer send -> receive {describe(hops)}")
+        return commits, hops
 
     async def _layer_floor(self, n: int) -> list[float]:
         from channels.layers import get_channel_layer

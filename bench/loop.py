@@ -20,11 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals.models import McpServer, Membership, Round, Team, ToolCall
 from approvals.services import tokens
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from bench.stats import pct
 
 
 def describe(name: str, values: list[float]) -> str:

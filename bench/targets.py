@@ -1,0 +1,99 @@
+"""Issue 15's targets, judged on one run of the load benchmark (pure logic: `bench.load` passes its figures).
+
+Which targets a run can speak to depends on its load:
+- a closed loop (no offered rate): the throughput with zero errors, and the hub's CPU per completed call;
+- an offered rate of 20 calls/s or more: the p99 of ``input_required`` received -> visible to a reviewer
+  (inbox and socket) and of answer POST -> retry received by the MCP server;
+- an offered rate of 1 call/s or less (unloaded): a new round's card on an open socket against the engines'
+  floor for one hop, a PostgreSQL commit plus a channel-layer send -> receive, paired sample by sample as
+  ``shared/tools/floor.py`` pairs its commit and publish.
+
+Any other rate judges nothing: its figures are printed, not held against a target they were not made for.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from bench.stats import pct
+
+MIN_THROUGHPUT = 40.0  # calls/s, closed loop, zero errors
+MAX_CPU_PER_CALL = 25.0  # ms of hub CPU per completed call, closed loop
+LOADED_RATE = 20.0  # calls/s offered for the latency targets
+MAX_VISIBLE_P99 = 100.0  # ms, input_required received -> inbox and -> socket
+MAX_RETRY_P99 = 250.0  # ms, answer POST -> retry received
+UNLOADED_RATE = 1.0  # calls/s offered at most for the floor ratio
+MAX_FLOOR_RATIO = 10.0
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What one run measured; latencies in ms, one sample per counted call."""
+
+    rate: float  # offered calls/s; 0 for a closed loop
+    throughput: float
+    errors: int
+    cpu_per_call: float
+    to_inbox: list[float]
+    to_socket: list[float]
+    to_retry: list[float]
+    floor_commits: list[float]
+    floor_layer: list[float]
+
+
+def floor_hop(commits: list[float], layer: list[float]) -> float | None:
+    """The median of commit + layer hop, paired sample by sample; None without samples of both."""
+    hops = [c + h for c, h in zip(commits, layer, strict=False)]
+    return statistics.median(hops) if hops else None
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def judge(f: Figures) -> list[str]:
+    """One line per target the run speaks to: the figure, the target and whether it was met."""
+    lines: list[str] = []
+    if f.rate <= 0:
+        ok = f.throughput >= MIN_THROUGHPUT and f.errors == 0
+        lines.append(
+            f"closed loop >= {MIN_THROUGHPUT:g} calls/s with 0 errors: {f.throughput:.1f} calls/s, "
+            f"{f.errors} errors: {_verdict(ok)}"
+        )
+        lines.append(
+            f"hub CPU per completed call <= {MAX_CPU_PER_CALL:g} ms: {f.cpu_per_call:.1f} ms: "
+            f"{_verdict(f.cpu_per_call <= MAX_CPU_PER_CALL)}"
+        )
+        return lines
+    if f.rate >= LOADED_RATE:
+        for label, values, limit in (
+            ("input_required received -> inbox", f.to_inbox, MAX_VISIBLE_P99),
+            ("input_required received -> socket", f.to_socket, MAX_VISIBLE_P99),
+            ("answer POST -> retry received", f.to_retry, MAX_RETRY_P99),
+        ):
+            if not values:
+                lines.append(f"{label} p99 <= {limit:g} ms: no samples: NOT met")
+                continue
+            lines.append(
+                f"{label} p99 <= {limit:g} ms at an offered {f.rate:g} calls/s: {pct(values, 0.99):.1f} ms: "
+                f"{_verdict(pct(values, 0.99) <= limit)}"
+            )
+        if f.throughput < f.rate * 0.9:
+            lines.append(
+                f"(the hub completed {f.throughput:.1f} calls/s of the {f.rate:g} offered: "
+                "it did not keep up)"
+            )
+        return lines
+    if f.rate <= UNLOADED_RATE:
+        floor = floor_hop(f.floor_commits, f.floor_layer)
+        if floor is None or not f.to_socket:
+            lines.append(f"unloaded, socket within {MAX_FLOOR_RATIO:g}x the floor: no samples: NOT met")
+            return lines
+        seen = statistics.median(f.to_socket)
+        ratio = seen / floor if floor > 0 else float("inf")
+        lines.append(
+            f"unloaded, card on socket p50 within {MAX_FLOOR_RATIO:g}x the floor (commit + layer hop, "
+            f"p50 {floor:.2f} ms): {seen:.1f} ms, {ratio:.1f}x: {_verdict(ratio <= MAX_FLOOR_RATIO)}"
+        )
+    return lines

@@ -1,0 +1,90 @@
+"""How the load benchmark judges a run against issue 15's targets (pure logic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.stats import pct
+from bench.targets import Figures, floor_hop, judge
+
+
+def figures(**given: Any) -> Figures:
+    values: dict[str, Any] = {
+        "rate": 0.0,
+        "throughput": 0.0,
+        "errors": 0,
+        "cpu_per_call": 0.0,
+        "to_inbox": [],
+        "to_socket": [],
+        "to_retry": [],
+        "floor_commits": [],
+        "floor_layer": [],
+    }
+    values.update(given)
+    return Figures(**values)
+
+
+def test_a_closed_loop_is_judged_on_throughput_errors_and_cpu() -> None:
+    met = judge(figures(throughput=41.0, cpu_per_call=24.0))
+    assert met == [
+        "closed loop >= 40 calls/s with 0 errors: 41.0 calls/s, 0 errors: met",
+        "hub CPU per completed call <= 25 ms: 24.0 ms: met",
+    ]
+    slow = judge(figures(throughput=18.2, cpu_per_call=74.5))
+    assert [line.rsplit(": ", 1)[1] for line in slow] == ["NOT met", "NOT met"]
+
+
+def test_errors_fail_the_throughput_target_however_fast() -> None:
+    (line, _) = judge(figures(throughput=90.0, errors=1, cpu_per_call=10.0))
+    assert line.endswith("90.0 calls/s, 1 errors: NOT met")
+
+
+def test_an_offered_twenty_calls_is_judged_on_the_three_p99s() -> None:
+    fast = [10.0] * 99 + [99.0]
+    lines = judge(
+        figures(rate=20.0, throughput=19.8, to_inbox=fast, to_socket=fast + [101.0] * 5, to_retry=[240.0])
+    )
+    assert lines == [
+        "input_required received -> inbox p99 <= 100 ms at an offered 20 calls/s: 99.0 ms: met",
+        "input_required received -> socket p99 <= 100 ms at an offered 20 calls/s: 101.0 ms: NOT met",
+        "answer POST -> retry received p99 <= 250 ms at an offered 20 calls/s: 240.0 ms: met",
+    ]
+
+
+def test_a_hub_that_did_not_keep_up_with_the_offered_rate_is_said_to_have_fallen_behind() -> None:
+    lines = judge(figures(rate=20.0, throughput=15.0, to_inbox=[1.0], to_socket=[1.0], to_retry=[1.0]))
+    assert lines[-1] == "(the hub completed 15.0 calls/s of the 20 offered: it did not keep up)"
+
+
+def test_a_loaded_target_without_samples_is_not_met() -> None:
+    lines = judge(figures(rate=20.0, throughput=20.0, to_inbox=[5.0], to_retry=[5.0]))
+    assert "input_required received -> socket p99 <= 100 ms: no samples: NOT met" in lines
+
+
+def test_unloaded_the_socket_is_held_against_commit_plus_layer_paired() -> None:
+    # Paired hops 1.5, 1.7, 2.0: the median 1.7 ms; 16 ms is 9.4x, 18 ms 10.6x.
+    floor = {"floor_commits": [0.5, 0.4, 1.0], "floor_layer": [1.0, 1.3, 1.0]}
+    assert floor_hop(floor["floor_commits"], floor["floor_layer"]) == pytest.approx(1.7)
+    (met,) = judge(figures(rate=1.0, to_socket=[15.0, 16.0, 17.0], **floor))
+    assert met.endswith("(commit + layer hop, p50 1.70 ms): 16.0 ms, 9.4x: met")
+    (over,) = judge(figures(rate=0.5, to_socket=[18.0], **floor))
+    assert over.endswith("18.0 ms, 10.6x: NOT met")
+
+
+def test_unloaded_without_a_floor_is_not_met() -> None:
+    (line,) = judge(figures(rate=1.0, to_socket=[5.0]))
+    assert line.endswith("no samples: NOT met")
+    assert floor_hop([], [1.0]) is None
+
+
+def test_a_rate_between_unloaded_and_loaded_judges_nothing() -> None:
+    assert judge(figures(rate=5.0, throughput=5.0, to_inbox=[500.0], to_socket=[500.0])) == []
+
+
+def test_a_percentile_is_the_sample_at_index_q_times_n() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert pct(samples, 0.99) == 100.0
+    assert pct(samples, 0.5) == 51.0
+    assert pct([3.0], 0.99) == 3.0
