@@ -28,7 +28,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-import httpx
+import httpx2
 import websockets
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -169,7 +169,7 @@ class Command(BaseCommand):
         ws_at, inbox_at, timed, submitted = asyncio.run(
             self._latency(hub, agent_token, reviewer_token, cookie, server.slug, o, base=o["sessions"])
         )
-        sent = httpx.get(mcp_base + "/sent", timeout=10).json()
+        sent = httpx2.get(mcp_base + "/sent", timeout=10).json()
         numbers = {call_id: n for n, call_id in timed.items()}
         rounds = Round.objects.filter(call_id__in=list(timed.values())).values_list("call_id", "opened_at")
         opened = {str(call_id): at for call_id, at in rounds}
@@ -239,8 +239,8 @@ class Command(BaseCommand):
         agent_headers = {"Authorization": f"Bearer {agent_token}"}
         reviewer_headers = {"Authorization": f"Bearer {reviewer_token}"}
         async with (
-            httpx.AsyncClient(base_url=hub, headers=agent_headers, timeout=30) as agent,
-            httpx.AsyncClient(base_url=hub, headers=reviewer_headers, timeout=30) as reviewer,
+            httpx2.AsyncClient(base_url=hub, headers=agent_headers, timeout=30) as agent,
+            httpx2.AsyncClient(base_url=hub, headers=reviewer_headers, timeout=30) as reviewer,
         ):
             for i in range(o["calls"]):
                 n = base + i

@@ -19,7 +19,7 @@ import statistics
 import time
 from typing import Any
 
-import httpx
+import httpx2
 import websockets
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -129,7 +129,7 @@ class Command(BaseCommand):
         listeners = [asyncio.create_task(listen(c, r)) for c, r in zip(cookies, readies, strict=True)]
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
         ids = []
-        async with httpx.AsyncClient(base_url=hub, headers={"Authorization": f"Bearer {token}"}) as agent:
+        async with httpx2.AsyncClient(base_url=hub, headers={"Authorization": f"Bearer {token}"}) as agent:
             for i in range(count):
                 response = await agent.post(
                     "/api/v1/calls",

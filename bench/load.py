@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2  # not httpx 0.x: its httpcore tries to import sniffio (absent) on every async request
 import psycopg
 import websockets
 from django.conf import settings
@@ -55,11 +55,10 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.core.cache import cache
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
 
 from approvals.models import Membership, Round, Team
 from approvals.services import tokens
-from bench import targets
+from bench import floor, targets
 from bench.procs import Proc, answers, cpu_seconds, free_port, hub_env, stat_fields
 from bench.stats import pct
 from elicit_hub import engines
@@ -333,6 +332,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--workers", type=int, default=1, help="Celery workers to start (no --web)")
         parser.add_argument("--holders", type=int, default=1, help="holders to start (no --web)")
+        parser.add_argument(
+            "--worker-concurrency",
+            type=int,
+            default=Layout.worker_concurrency,
+            help="Celery pool size of each worker started (no --web)",
+        )
         parser.add_argument("--agents", type=int, default=8)
         parser.add_argument("--reviewers", type=int, default=2)
         parser.add_argument("--rate", type=float, default=0.0, help="offered calls/s (0: closed loop)")
@@ -408,6 +413,7 @@ class Command(BaseCommand):
             api=o["api_processes"],
             workers=o["workers"],
             holders=o["holders"],
+            worker_concurrency=o["worker_concurrency"],
             port=base,
             demo_port=None,
         )
@@ -476,9 +482,9 @@ class Command(BaseCommand):
         wall = asyncio.run(self._drive(o, stamp, hub, agent_tokens, reviewers, run, cpu))
         used, cpu_wall, engine_counts = cpu.end()
         load_after = os.getloadavg()
-        retries = httpx.get(mcp_base + "/retries", timeout=10).json()
+        retries = httpx2.get(mcp_base + "/retries", timeout=10).json()
         figures = self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, engine_counts)
-        commits, layer = self._floor(o["floor"])
+        hops = self._floor(o["floor"])
         for line in targets.judge(
             targets.Figures(
                 rate=o["rate"],
@@ -488,8 +494,7 @@ class Command(BaseCommand):
                 to_inbox=figures["input_required received -> visible in inbox"],
                 to_socket=figures["input_required received -> card on socket"],
                 to_retry=figures["answer POST -> retry received by the MCP server"],
-                floor_commits=commits,
-                floor_layer=layer,
+                floor_hops=hops,
             )
         ):
             self.stdout.write(f"target: {line}")
@@ -513,9 +518,9 @@ class Command(BaseCommand):
         run: Run,
         cpu: CpuSample,
     ) -> float:
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+        limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=1000)
         agents = [
-            httpx.AsyncClient(
+            httpx2.AsyncClient(
                 base_url=hub.apis[i % len(hub.apis)],
                 headers={"Authorization": f"Bearer {t}"},
                 timeout=90,
@@ -524,7 +529,7 @@ class Command(BaseCommand):
             for i, t in enumerate(agent_tokens)
         ]
         bots = [
-            httpx.AsyncClient(
+            httpx2.AsyncClient(
                 base_url=hub.apis[i % len(hub.apis)], headers={"Authorization": f"Bearer {t}"}, timeout=30
             )
             for i, (t, _) in enumerate(reviewers)
@@ -593,7 +598,7 @@ class Command(BaseCommand):
             await client.aclose()
         return wall
 
-    async def _call(self, client: httpx.AsyncClient, record: Record, run: Run) -> None:
+    async def _call(self, client: httpx2.AsyncClient, record: Record, run: Run) -> None:
         record.submitted = time.time()
         run.count("submit")
         try:
@@ -622,11 +627,11 @@ class Command(BaseCommand):
                     if status != "completed":
                         run.error(f"call {record.call} ended {status}")
                     return
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             run.error(f"{type(exc).__name__}: {exc}")
 
     async def _bot(
-        self, k: int, n: int, client: httpx.AsyncClient, run: Run, poll: float, done: asyncio.Event
+        self, k: int, n: int, client: httpx2.AsyncClient, run: Run, poll: float, done: asyncio.Event
     ) -> None:
         """A reviewer bot: polls the inbox (every `poll` s; long-polls it when 0), notes when each call's
         request first showed, answers its share."""
@@ -666,7 +671,7 @@ class Command(BaseCommand):
                         mine.append(item)
                 if mine:
                     await asyncio.gather(*(answer(item) for item in mine))
-            except httpx.HTTPError as exc:
+            except httpx2.HTTPError as exc:
                 run.error(f"bot: {type(exc).__name__}: {exc}")
             if poll:
                 await asyncio.sleep(poll)
@@ -771,29 +776,24 @@ class Command(BaseCommand):
         )
         return dict(rows)
 
-    def _floor(self, n: int) -> tuple[list[float], list[float]]:
-        """The engines' floor with the project's own code: a commit, a cache round trip, a layer hop."""
-        commits: list[float] = []
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, body text)"
-            )
-        for i in range(n):
-            t0 = time.perf_counter()
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("INSERT INTO bench_floor (body) VALUES (%s)", [f"probe {i}"])
-            commits.append((time.perf_counter() - t0) * 1000)
+    def _floor(self, n: int) -> list[float]:
+        """The engines' floor with the project's own code: one hop, a commit plus a Redis publish reaching a
+        subscriber, paired (``bench.floor``, as ``shared/tools/floor.py`` measures it); beside it, a cache
+        round trip and a channel-layer send -> receive. Answers the hops (ms)."""
+        measured = floor.measure(n)
         redis_trips: list[float] = []
         cache.get("bench-floor")
         for _ in range(n):
             t0 = time.perf_counter()
             cache.get("bench-floor")
             redis_trips.append((time.perf_counter() - t0) * 1000)
-        hops = asyncio.run(self._layer_floor(n))
-        self.stdout.write(f"floor: PostgreSQL commit {describe(commits)}")
-        self.stdout.write(f"floor: Redis round trip {describe(redis_trips)}")
-        self.stdout.write(f"floor: channel layer send -> receive {describe(hops)}")
-        return commits, hops
+        layer = asyncio.run(self._layer_floor(n))
+        self.stdout.write(f"floor: PostgreSQL commit {describe(measured.commits)}")
+        self.stdout.write(f"floor: Redis publish -> subscriber {describe(measured.publishes)}")
+        self.stdout.write(f"floor: one hop (commit + publish, paired) {describe(measured.hops)}")
+        self.stdout.write(f"beside the floor: Redis round trip through the cache {describe(redis_trips)}")
+        self.stdout.write(f"beside the floor: channel layer send -> receive {describe(layer)}")
+        return measured.hops
 
     async def _layer_floor(self, n: int) -> list[float]:
         from channels.layers import get_channel_layer

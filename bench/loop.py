@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any
 
-import httpx
+import httpx2
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals.models import McpServer, Membership, Round, Team, ToolCall
@@ -68,12 +68,12 @@ class Command(BaseCommand):
     async def _drive(
         self, hub: str, server: str, calls: int, concurrency: int, agent_token: str, reviewer_token: str
     ) -> list[str]:
-        limits = httpx.Limits(max_connections=concurrency + 4)
+        limits = httpx2.Limits(max_connections=concurrency + 4)
         async with (
-            httpx.AsyncClient(
+            httpx2.AsyncClient(
                 base_url=hub, headers={"Authorization": f"Bearer {agent_token}"}, limits=limits, timeout=90
             ) as agent,
-            httpx.AsyncClient(
+            httpx2.AsyncClient(
                 base_url=hub, headers={"Authorization": f"Bearer {reviewer_token}"}, timeout=30
             ) as reviewer,
         ):
@@ -109,7 +109,7 @@ class Command(BaseCommand):
             await bot
             return ids
 
-    async def _bot(self, reviewer: httpx.AsyncClient, done: asyncio.Event) -> None:
+    async def _bot(self, reviewer: httpx2.AsyncClient, done: asyncio.Event) -> None:
         """A reviewer bot: polls the inbox and accepts every environment question with staging."""
         answered: set[str] = set()
         while not done.is_set():

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from bench.stats import pct
-from bench.targets import Figures, floor_hop, judge
+from bench.targets import Figures, judge
 
 
 def figures(**given: Any) -> Figures:
@@ -19,8 +17,7 @@ def figures(**given: Any) -> Figures:
         "to_inbox": [],
         "to_socket": [],
         "to_retry": [],
-        "floor_commits": [],
-        "floor_layer": [],
+        "floor_hops": [],
     }
     values.update(given)
     return Figures(**values)
@@ -63,20 +60,18 @@ def test_a_loaded_target_without_samples_is_not_met() -> None:
     assert "input_required received -> socket p99 <= 100 ms: no samples: NOT met" in lines
 
 
-def test_unloaded_the_socket_is_held_against_commit_plus_layer_paired() -> None:
-    # Paired hops 1.5, 1.7, 2.0: the median 1.7 ms; 16 ms is 9.4x, 18 ms 10.6x.
-    floor = {"floor_commits": [0.5, 0.4, 1.0], "floor_layer": [1.0, 1.3, 1.0]}
-    assert floor_hop(floor["floor_commits"], floor["floor_layer"]) == pytest.approx(1.7)
-    (met,) = judge(figures(rate=1.0, to_socket=[15.0, 16.0, 17.0], **floor))
-    assert met.endswith("(commit + layer hop, p50 1.70 ms): 16.0 ms, 9.4x: met")
-    (over,) = judge(figures(rate=0.5, to_socket=[18.0], **floor))
-    assert over.endswith("18.0 ms, 10.6x: NOT met")
+def test_unloaded_the_socket_is_held_against_the_median_hop() -> None:
+    # Hops (commit + publish, paired) 0.4, 0.5, 0.9: the median 0.5 ms; 4.5 ms is 9.0x, 5.5 ms 11.0x.
+    hops = [0.9, 0.4, 0.5]
+    (met,) = judge(figures(rate=1.0, to_socket=[4.0, 4.5, 30.0], floor_hops=hops))
+    assert met.endswith("(commit + publish, p50 0.50 ms): 4.5 ms, 9.0x: met")
+    (over,) = judge(figures(rate=0.5, to_socket=[5.5], floor_hops=hops))
+    assert over.endswith("5.5 ms, 11.0x: NOT met")
 
 
 def test_unloaded_without_a_floor_is_not_met() -> None:
     (line,) = judge(figures(rate=1.0, to_socket=[5.0]))
     assert line.endswith("no samples: NOT met")
-    assert floor_hop([], [1.0]) is None
 
 
 def test_a_rate_between_unloaded_and_loaded_judges_nothing() -> None:
