@@ -35,6 +35,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from approvals.models import McpServer, Membership, Team
 from approvals.services import calls, tokens
+from bench import targets
 from bench.procs import Proc, answers, cpu_seconds, free_port, load_average, memory_kib
 from elicit_hub import engines
 
@@ -235,4 +236,10 @@ class Command(BaseCommand):
             f"a new round (call {call_id}) reached {len(cards)} of {len(cookies)} sockets"
             + (f", the first in {first:.0f} ms, the last in {last:.0f} ms" if cards else ""),
             f"load average: {load_average()}",
+            *(
+                f"target: {line}"
+                for line in targets.judge_idle_sockets(
+                    sockets=len(cookies), cpu_percent=cpu, reached=len(cards)
+                )
+            ),
         ]

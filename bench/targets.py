@@ -9,6 +9,8 @@ Which targets a run can speak to depends on its load:
   (``bench.floor``, as ``shared/tools/floor.py`` measures it).
 
 Any other rate judges nothing: its figures are printed, not held against a target they were not made for.
+``bench sockets`` judges the last target (``judge_idle_sockets``): 1,000 idle reviewer sockets on one Daphne
+process cost at most a tenth of a core, and a new round still reaches every one of them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ MAX_VISIBLE_P99 = 100.0  # ms, input_required received -> inbox and -> socket
 MAX_RETRY_P99 = 250.0  # ms, answer POST -> retry received
 UNLOADED_RATE = 1.0  # calls/s offered at most for the floor ratio
 MAX_FLOOR_RATIO = 10.0
+IDLE_SOCKETS = 1000
+MAX_IDLE_CPU = 10.0  # % of one core
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,15 @@ def judge(f: Figures) -> list[str]:
             f"p50 {floor:.2f} ms): {seen:.1f} ms, {ratio:.1f}x: {_verdict(ratio <= MAX_FLOOR_RATIO)}"
         )
     return lines
+
+
+def judge_idle_sockets(*, sockets: int, cpu_percent: float, reached: int) -> list[str]:
+    """The idle sockets' target: at least IDLE_SOCKETS held at most MAX_IDLE_CPU % of a core, and every one
+    of them got the new round's card (an idle socket that no longer hears is cheap for the wrong reason)."""
+    if sockets < IDLE_SOCKETS:
+        return [f"{IDLE_SOCKETS:,} idle sockets: only {sockets:,} held: not judged"]
+    ok = cpu_percent <= MAX_IDLE_CPU and reached == sockets
+    return [
+        f"{sockets:,} idle sockets on one Daphne process <= {MAX_IDLE_CPU:g} % of a core, every one reached: "
+        f"{cpu_percent:.1f} %, {reached:,} of {sockets:,} reached: {_verdict(ok)}"
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.stats import pct
-from bench.targets import Figures, judge
+from bench.targets import Figures, judge, judge_idle_sockets
 
 
 def figures(**given: Any) -> Figures:
@@ -83,3 +83,21 @@ def test_a_percentile_is_the_sample_at_index_q_times_n() -> None:
     assert pct(samples, 0.99) == 100.0
     assert pct(samples, 0.5) == 51.0
     assert pct([3.0], 0.99) == 3.0
+
+
+def test_a_thousand_idle_sockets_are_judged_on_cpu_and_on_every_one_hearing_the_new_round() -> None:
+    (met,) = judge_idle_sockets(sockets=1000, cpu_percent=5.7, reached=1000)
+    assert met == (
+        "1,000 idle sockets on one Daphne process <= 10 % of a core, every one reached: "
+        "5.7 %, 1,000 of 1,000 reached: met"
+    )
+    (busy,) = judge_idle_sockets(sockets=1000, cpu_percent=10.1, reached=1000)
+    assert busy.endswith("NOT met")
+    (deaf,) = judge_idle_sockets(sockets=1000, cpu_percent=1.0, reached=999)
+    assert deaf.endswith("999 of 1,000 reached: NOT met")
+
+
+def test_fewer_idle_sockets_than_the_target_names_are_not_judged() -> None:
+    assert judge_idle_sockets(sockets=50, cpu_percent=0.5, reached=50) == [
+        "1,000 idle sockets: only 50 held: not judged"
+    ]
