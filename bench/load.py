@@ -83,6 +83,12 @@ MARKERS = {
 }
 
 
+# The latencies the targets judge, as printed.
+TO_INBOX = "input_required received -> visible in inbox"
+TO_SOCKET = "input_required received -> card on socket"
+TO_RETRY = "answer POST -> retry received by the MCP server"
+
+
 def describe(values: list[float]) -> str:
     if not values:
         return "no samples"
@@ -491,9 +497,9 @@ class Command(BaseCommand):
                 throughput=self.throughput,
                 errors=len(run.errors),
                 cpu_per_call=self.cpu_per_call,
-                to_inbox=figures["input_required received -> visible in inbox"],
-                to_socket=figures["input_required received -> card on socket"],
-                to_retry=figures["answer POST -> retry received by the MCP server"],
+                to_inbox=figures[TO_INBOX],
+                to_socket=figures[TO_SOCKET],
+                to_retry=figures[TO_RETRY],
                 floor_hops=hops,
             )
         ):
@@ -738,9 +744,9 @@ class Command(BaseCommand):
         retry_at = {c: retries[r.branch] for c, r in ids.items() if r.branch in retries}
         rows = (
             ("submit -> visible in inbox", samples(run.inbox_seen, submitted)),
-            ("input_required received -> visible in inbox", samples(run.inbox_seen, opened)),
-            ("input_required received -> card on socket", samples(run.socket_seen, opened)),
-            ("answer POST -> retry received by the MCP server", samples(retry_at, run.answer_posted)),
+            (TO_INBOX, samples(run.inbox_seen, opened)),
+            (TO_SOCKET, samples(run.socket_seen, opened)),
+            (TO_RETRY, samples(retry_at, run.answer_posted)),
             ("answer POST -> agent sees the call completed", samples(finished, run.answer_posted)),
             ("submit -> agent sees the call completed", samples(finished, submitted)),
         )
