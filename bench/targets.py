@@ -72,9 +72,10 @@ def judge(f: Figures) -> list[str]:
             if not values:
                 lines.append(f"{label} p99 <= {limit:g} ms: no samples: NOT met")
                 continue
+            p99 = pct(values, 0.99)
             lines.append(
-                f"{label} p99 <= {limit:g} ms at an offered {f.rate:g} calls/s: {pct(values, 0.99):.1f} ms: "
-                f"{_verdict(pct(values, 0.99) <= limit)}"
+                f"{label} p99 <= {limit:g} ms at an offered {f.rate:g} calls/s: {p99:.1f} ms: "
+                f"{_verdict(p99 <= limit)}"
             )
         if f.throughput < f.rate * 0.9:
             lines.append(
