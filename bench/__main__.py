@@ -1,5 +1,6 @@
 """Run one benchmark: ``python -m bench NAME [options]`` (``make bench BENCH="NAME [options]"``).
 
+    suite        every target of the performance issue: the runs below that judge them, one after the other
     load         agents and bot reviewers under load through the API: calls/s, latencies, CPU per call
     requests     the web process's CPU per API request, endpoint by endpoint
     sends        the MCP client's CPU per send, as a worker sends (no database work)
@@ -24,6 +25,7 @@ import os
 import sys
 
 NAMES = (
+    "suite",
     "load",
     "requests",
     "sends",

@@ -318,6 +318,7 @@ class Run:
 class Command(BaseCommand):
     help = __doc__
     outcome: dict[str, Any]
+    verdicts: list[str]
     throughput = 0.0
     cpu_per_call = 0.0
 
@@ -491,7 +492,7 @@ class Command(BaseCommand):
         retries = httpx2.get(mcp_base + "/retries", timeout=10).json()
         figures = self._report(o, run, wall, used, cpu_wall, retries, load_before, load_after, engine_counts)
         hops = self._floor(o["floor"])
-        for line in targets.judge(
+        self.verdicts = targets.judge(
             targets.Figures(
                 rate=o["rate"],
                 throughput=self.throughput,
@@ -502,7 +503,8 @@ class Command(BaseCommand):
                 to_retry=figures[TO_RETRY],
                 floor_hops=hops,
             )
-        ):
+        )
+        for line in self.verdicts:
             self.stdout.write(f"target: {line}")
         # For a caller in the same process (bench/scale.py): what ran, to compare and to check.
         self.outcome = {

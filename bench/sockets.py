@@ -62,6 +62,7 @@ def _raise_open_files(wanted: int) -> None:
 
 class Command(BaseCommand):
     help = __doc__
+    verdicts: list[str]
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--sockets", type=int, default=1000)
@@ -102,6 +103,8 @@ class Command(BaseCommand):
                 web.stop()
         for line in result:
             self.stdout.write(line)
+        # For a caller in the same process (bench/suite.py): the verdicts, without their prefix.
+        self.verdicts = [line.removeprefix("target: ") for line in result if line.startswith("target: ")]
 
     def _reviewers(self, count: int) -> tuple[Team, list[str]]:
         """`count` reviewers of one team, each with a fresh session (users are reused across runs)."""

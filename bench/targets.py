@@ -106,3 +106,28 @@ def judge_idle_sockets(*, sockets: int, cpu_percent: float, reached: int) -> lis
         f"{sockets:,} idle sockets on one Daphne process <= {MAX_IDLE_CPU:g} % of a core, every one reached: "
         f"{cpu_percent:.1f} %, {reached:,} of {sockets:,} reached: {_verdict(ok)}"
     ]
+
+
+def tally(runs: list[tuple[str, list[str] | None]]) -> list[str]:
+    """``bench suite``'s closing table: each run's name, its verdicts under it, how many were met.
+
+    A run given None did not finish (its error is printed above the table): it counts as a target not met,
+    never as one left out. Lines that are not verdicts (a note such as "did not keep up") are shown, not
+    counted; nor is a target a run could not judge."""
+    lines: list[str] = []
+    met = judged = 0
+    for name, verdicts in runs:
+        lines.append(f"{name}:")
+        if verdicts is None:
+            lines.append("  the run did not finish: NOT met")
+            judged += 1
+            continue
+        for verdict in verdicts or ["no target judged"]:
+            lines.append(f"  {verdict}")
+            if verdict.endswith(": met"):
+                met += 1
+                judged += 1
+            elif verdict.endswith(": NOT met"):
+                judged += 1
+    lines.append(f"{met} of {judged} targets met")
+    return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.stats import pct
-from bench.targets import Figures, judge, judge_idle_sockets
+from bench.targets import Figures, judge, judge_idle_sockets, tally
 
 
 def figures(**given: Any) -> Figures:
@@ -100,4 +100,42 @@ def test_a_thousand_idle_sockets_are_judged_on_cpu_and_on_every_one_hearing_the_
 def test_fewer_idle_sockets_than_the_target_names_are_not_judged() -> None:
     assert judge_idle_sockets(sockets=50, cpu_percent=0.5, reached=50) == [
         "1,000 idle sockets: only 50 held: not judged"
+    ]
+
+
+def test_the_suite_tallies_every_run_and_counts_a_failed_run_as_not_met() -> None:
+    lines = tally(
+        [
+            ("closed loop", ["closed loop >= 40 calls/s with 0 errors: 35.2 calls/s, 0 errors: NOT met"]),
+            (
+                "offered 20 calls/s",
+                [
+                    "input_required received -> inbox p99 <= 100 ms at an offered 20 calls/s: 29.5 ms: met",
+                    "(the hub completed 12.7 calls/s of the 20 offered: it did not keep up)",
+                ],
+            ),
+            ("unloaded", None),
+            ("idle sockets", ["1,000 idle sockets: only 200 held: not judged"]),
+        ]
+    )
+    # Met: the inbox. Judged: the loop, the inbox, the failed run. Neither: the note, "not judged".
+    assert lines == [
+        "closed loop:",
+        "  closed loop >= 40 calls/s with 0 errors: 35.2 calls/s, 0 errors: NOT met",
+        "offered 20 calls/s:",
+        "  input_required received -> inbox p99 <= 100 ms at an offered 20 calls/s: 29.5 ms: met",
+        "  (the hub completed 12.7 calls/s of the 20 offered: it did not keep up)",
+        "unloaded:",
+        "  the run did not finish: NOT met",
+        "idle sockets:",
+        "  1,000 idle sockets: only 200 held: not judged",
+        "1 of 3 targets met",
+    ]
+
+
+def test_a_run_that_judged_nothing_says_so() -> None:
+    assert tally([("offered 5 calls/s", [])]) == [
+        "offered 5 calls/s:",
+        "  no target judged",
+        "0 of 0 targets met",
     ]
