@@ -26,13 +26,15 @@ import secrets
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, TypeGuard, cast
 
+import redis
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 from redis import asyncio as aioredis
 
+from approvals.channel_layer import ChannelLayer
 from approvals.models import InputRequest, ToolCall
 from approvals.redis_cache import RedisCache
 
@@ -74,6 +76,8 @@ class PresenceChanged(TypedDict):
     seq: int | None
 
 
+Notice = CallChanged | QueueChanged | PresenceChanged
+
 CALL_GROUPS = "call."
 
 
@@ -105,20 +109,25 @@ def next_seq(group: str, wake: dict[str, Any] | None = None) -> int | None:
     read again within seconds."""
     store = cast(RedisCache, cache)
     try:
-        expires = group.startswith(CALL_GROUPS)
-        if wake is None and not expires:
+        if wake is None and not group.startswith(CALL_GROUPS):
             return store.count(_seq_key(group))
         key = store.make_and_validate_key(_seq_key(group))
         pipe = store._cache.get_client(key, write=True).pipeline(transaction=False)
-        pipe.incrby(key, 1)
-        if expires:
-            pipe.expire(key, CALL_SEQ_TTL)
-        if wake is not None:
-            pipe.publish(wake_channel(group), json.dumps(wake))
+        _queue_number(pipe, key, group, wake)
         return int(pipe.execute()[0])
     except Exception:
         logger.exception("sequence counter for %s unavailable", group)
         return None
+
+
+def _queue_number(pipe: redis.client.Pipeline, key: str, group: str, wake: dict[str, Any] | None) -> None:
+    """Queue `group`'s next number on `pipe` (its first result), a call's counter's new lease of life, and
+    the long-polls' wake."""
+    pipe.incrby(key, 1)
+    if group.startswith(CALL_GROUPS):
+        pipe.expire(key, CALL_SEQ_TTL)
+    if wake is not None:
+        pipe.publish(wake_channel(group), json.dumps(wake))
 
 
 COUNTER_CONNECTIONS = 8
@@ -199,19 +208,47 @@ def _run(coroutine: Coroutine[Any, Any, None]) -> None:
     asyncio.run_coroutine_threadsafe(coroutine, _loop).result(timeout=10)
 
 
-def _send(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> None:
+def _send(group: str, message: Notice) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        message["seq"] = next_seq(group, _wake(group, message))
-        _run(layer.group_send(group, dict(message)))
+        if _blocking(layer):
+            _send_blocking(layer, group, message)
+        else:
+            message["seq"] = next_seq(group, _wake(group, message))
+            _run(layer.group_send(group, dict(message)))
     except Exception:
         # A lost notice is recovered by the clients' resync; it must never undo the committed change.
         logger.exception("broadcast to %s failed", group)
 
 
-def _wake(group: str, message: CallChanged | QueueChanged | PresenceChanged) -> dict[str, Any] | None:
+def _blocking(layer: Any) -> TypeGuard[ChannelLayer]:
+    """Whether a notice can go from this thread, on the cache's client: the hub's layer, on the one Redis the
+    cache is on (as the settings make it)."""
+    if not isinstance(layer, ChannelLayer) or layer.ring_size != 1:
+        return False
+    return bool(layer.hosts[0].get("address") == settings.CACHES["default"]["LOCATION"])
+
+
+def _send_blocking(layer: ChannelLayer, group: str, message: Notice) -> None:
+    """A notice in two round trips, without leaving the sending thread: its number (with the long-polls'
+    wake) and the group's members in one pipeline, then the message to them in one script (none when nobody
+    listens: a call no page watches). The layer's ``group_send`` from here took a hop to this process's
+    broadcast loop and back, and a round trip more."""
+    store = cast(RedisCache, cache)
+    key = store.make_and_validate_key(_seq_key(group))
+    client = store._cache.get_client(key, write=True)
+    pipe = client.pipeline(transaction=False)
+    _queue_number(pipe, key, group, _wake(group, message))
+    layer.queue_members_read(pipe, group)
+    results = pipe.execute()
+    message["seq"] = int(results[0])
+    if results[-1]:
+        layer.deliver_blocking(client, results[-1], dict(message), group)
+
+
+def _wake(group: str, message: Notice) -> dict[str, Any] | None:
     """What the long-polls on `group` are woken with by this notice (its `WAKE_FIELDS`), or None when none
     of them can want it: a call's long-polls wait for its end (`wait_until_final`), so a call's notice of a
     status that is not final (most of a call's notices) wakes nobody and is not published."""

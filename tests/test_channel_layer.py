@@ -12,10 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
+from django.core.cache import cache
 from redis.asyncio.connection import AbstractConnection
+from redis.connection import AbstractConnection as SyncConnection
 
+from approvals import broadcast
 from approvals.channel_layer import ChannelLayer
 
 T = TypeVar("T")
@@ -135,3 +138,89 @@ def test_expired_messages_are_dropped_before_the_new_one_is_counted() -> None:
     first, second = with_layer(scenario, capacity=1, expiry=1)
     assert first is not None and first["seq"] == 1
     assert second is None
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """One entry per packet this process's Redis clients send from now on, sync or asyncio, in any thread
+    (a pipeline is one)."""
+    sent: list[str] = []
+    real_sync, real_async = SyncConnection.send_packed_command, AbstractConnection.send_packed_command
+
+    def counting(self: SyncConnection, command: Any, check_health: bool = True) -> None:
+        sent.append("sync")
+        real_sync(self, command, check_health)
+
+    async def counting_async(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        sent.append("asyncio")
+        await real_async(self, command, check_health)
+
+    monkeypatch.setattr(SyncConnection, "send_packed_command", counting)
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting_async)
+    return sent
+
+
+def notice(group: str) -> broadcast.QueueChanged:
+    return broadcast.QueueChanged(
+        type="queue.changed",
+        event="round.opened",
+        call="c",
+        input_requests=[],
+        round=1,
+        group=group,
+        seq=None,
+    )
+
+
+def test_a_notice_from_sync_code_is_numbered_and_reaches_every_member_in_two_round_trips(
+    monkeypatch: pytest.MonkeyPatch, round_trips: list[str]
+) -> None:
+    """A worker's notice: its number and the group's members in one pipeline, the message in one script; no
+    hop to an event loop (the layer's asyncio ``group_send`` took one, and a round trip more)."""
+    group = f"team.sync-{uuid.uuid4().hex[:8]}"
+
+    async def scenario(layer: ChannelLayer) -> tuple[list[Any], list[int]]:
+        monkeypatch.setattr(broadcast, "get_channel_layer", lambda: layer)
+        first, second = await layer.new_channel(), "queue-listener"
+        for channel in (first, second):
+            await layer.group_add(group, channel)
+        await sync_to_async(broadcast._send)(group, notice(group))  # the script is cached from here
+        round_trips.clear()
+        await sync_to_async(broadcast._send)(group, notice(group))
+        trips = len(round_trips)
+        got = [await receive(layer, channel) for channel in (first, second, first, second)]
+        return got, [trips]
+
+    try:
+        got, (trips,) = with_layer(scenario)
+    finally:
+        cache.delete(broadcast._seq_key(group))
+    assert [message["seq"] if message else None for message in got] == [1, 1, 2, 2]
+    assert {message["event"] for message in got if message} == {"round.opened"}
+    assert trips == 2
+
+
+def test_a_notice_nobody_listens_to_takes_one_round_trip(
+    monkeypatch: pytest.MonkeyPatch, round_trips: list[str]
+) -> None:
+    group = f"call.{uuid.uuid4()}"  # a call no page watches: most of a call's notices
+
+    async def scenario(layer: ChannelLayer) -> int:
+        monkeypatch.setattr(broadcast, "get_channel_layer", lambda: layer)
+        round_trips.clear()
+        await sync_to_async(broadcast._send)(group, notice(group))
+        return len(round_trips)
+
+    try:
+        assert with_layer(scenario) == 1
+        assert broadcast.next_seq(group) == 2  # it was numbered all the same
+    finally:
+        cache.delete(broadcast._seq_key(group))
+
+
+def test_a_layer_on_another_redis_than_the_cache_sends_through_its_own_loop() -> None:
+    hosts = settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+    elsewhere = [{**hosts[0], "address": "redis://127.0.0.1:1/0"}]
+    assert broadcast._blocking(ChannelLayer(hosts=hosts))
+    assert not broadcast._blocking(ChannelLayer(hosts=elsewhere))
+    assert not broadcast._blocking(ChannelLayer(hosts=[*hosts, *hosts]))  # a sharded layer

@@ -25,6 +25,7 @@ CORE = (
     "approvals.broadcast",
     "approvals.canonical",
     "approvals.cards",
+    "approvals.channel_layer",
     "approvals.mcp_client",
     "approvals.netguard",
     "approvals.permissions",
