@@ -39,7 +39,7 @@ conformance: $(STAMP)
 interop-install:
 	bash .ci/interop.sh
 
-# Benchmarks, not shipped with the hub. The default runs every performance target in turn (about five minutes);
+# Benchmarks, not shipped with the hub. The default runs every performance target in turn (about four minutes);
 # one run alone: BENCH="load", "load --rate 20", "loop --calls 200", "live", "seed_audit --count N", "audit".
 BENCH ?= suite
 bench: $(STAMP)

@@ -8,7 +8,7 @@
 4. 1,000 idle reviewer sockets on one Daphne process (``sockets``).
 
 Each run prints its own report and ``target:`` lines as it does alone; the suite then prints them together,
-with how many were met. A run that fails is reported and the others still run. About five minutes.
+with how many were met. A run that fails is reported and the others still run. About four minutes.
 
     make bench                                   # this suite (the Makefile's default)
     make bench BENCH="suite --duration 60 --idle 120"

@@ -224,3 +224,26 @@ def test_a_layer_on_another_redis_than_the_cache_sends_through_its_own_loop() ->
     assert broadcast._blocking(ChannelLayer(hosts=hosts))
     assert not broadcast._blocking(ChannelLayer(hosts=elsewhere))
     assert not broadcast._blocking(ChannelLayer(hosts=[*hosts, *hosts]))  # a sharded layer
+
+
+def test_a_redis_that_forgot_the_script_still_gets_a_notice_from_sync_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = f"team.sync-{uuid.uuid4().hex[:8]}"
+
+    async def scenario(layer: ChannelLayer) -> Any:
+        monkeypatch.setattr(broadcast, "get_channel_layer", lambda: layer)
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        await sync_to_async(broadcast._send)(group, notice(group))
+        await receive(layer, channel)
+        await layer.connection(0).script_flush()  # as after a restart of Redis
+
+        await sync_to_async(broadcast._send)(group, notice(group))
+        return await receive(layer, channel)
+
+    try:
+        message = with_layer(scenario)
+    finally:
+        cache.delete(broadcast._seq_key(group))
+    assert message is not None and message["seq"] == 2
