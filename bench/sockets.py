@@ -103,8 +103,6 @@ class Command(BaseCommand):
                 web.stop()
         for line in result:
             self.stdout.write(line)
-        # For a caller in the same process (bench/suite.py): the verdicts, without their prefix.
-        self.verdicts = [line.removeprefix("target: ") for line in result if line.startswith("target: ")]
 
     def _reviewers(self, count: int) -> tuple[Team, list[str]]:
         """`count` reviewers of one team, each with a fresh session (users are reused across runs)."""
@@ -230,6 +228,8 @@ class Command(BaseCommand):
             ((min(cards.values()) - sent) * 1000, (max(cards.values()) - sent) * 1000) if cards else (0, 0)
         )
         pinging = f"a ping every {interval:g} s" if interval else "no pings"
+        # Kept for a caller in the same process (bench/suite.py) as well as printed.
+        self.verdicts = targets.judge_idle_sockets(sockets=len(cookies), cpu_percent=cpu, reached=len(cards))
         return [
             f"sockets={len(cookies)} opened in {opened:.1f} s; idle {o['idle']:.0f} s, {pinging}",
             f"daphne (pid {pid}): cpu {cpu:.1f} % of one core, rss {memory.get('VmRSS', 0) / 1024:.0f} MiB, "
@@ -239,10 +239,5 @@ class Command(BaseCommand):
             f"a new round (call {call_id}) reached {len(cards)} of {len(cookies)} sockets"
             + (f", the first in {first:.0f} ms, the last in {last:.0f} ms" if cards else ""),
             f"load average: {load_average()}",
-            *(
-                f"target: {line}"
-                for line in targets.judge_idle_sockets(
-                    sockets=len(cookies), cpu_percent=cpu, reached=len(cards)
-                )
-            ),
+            *(f"target: {line}" for line in self.verdicts),
         ]
