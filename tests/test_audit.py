@@ -6,6 +6,7 @@ import ast
 import contextlib
 import io
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,49 @@ def test_batches_and_single_appends_from_many_connections_keep_one_chain(live_db
     for name in ("batch-a", "batch-b"):  # a batch's events are consecutive in the chain
         at = [n for n, data in enumerate(rows) if data["w"] == name]
         assert at == list(range(at[0], at[0] + 3))
+
+
+def test_an_append_that_waited_for_the_lock_links_to_the_append_it_waited_for(live_db) -> None:
+    """The lock and the read of the chain's head are one round trip: the read must still come after the
+    grant, and see the append that held the lock and committed meanwhile."""
+    first_recorded, release = threading.Event(), threading.Event()
+    events: dict[str, AuditEvent] = {}
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                events["first"] = audit.record(
+                    actor=Actor.system(), verb="call.retry_scheduled", data={"n": 1}
+                )
+                first_recorded.set()
+                release.wait(30)  # the chain lock is held until this commits
+        finally:
+            connection.close()
+
+    def waiter() -> None:
+        try:
+            events["second"] = audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"n": 2})
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=holder), threading.Thread(target=waiter)]
+    threads[0].start()
+    assert first_recorded.wait(30)
+    threads[1].start()
+    with connection.cursor() as cursor:  # the second append is waiting for the lock, its statement sent
+        for _ in range(300):
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the second append never waited for the chain's lock")
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    assert events["second"].prev_hash == events["first"].hash
+    assert events["second"].id > events["first"].id
+    assert audit.verify().ok and audit.verify().checked == 2
 
 
 @pytest.mark.parametrize(

@@ -83,12 +83,13 @@ def test_a_send_and_an_answer_read_each_row_once_and_never_reload_it(mcp_test_se
 
     # The audit chain's appends join the step's transaction: no savepoint of their own (the test's own
     # transaction turns every transaction of the code into a savepoint; the audit's would come just before
-    # the chain lock).
+    # the chain lock). Each is two statements: the lock with the ids and the head's hash, then the INSERT.
     for queries in (first.captured_queries, answer.captured_queries, retry.captured_queries):
         sqls = [q["sql"] for q in queries]
-        locks = [i for i, sql in enumerate(sqls) if sql.startswith("SELECT pg_advisory_xact_lock")]
+        locks = [i for i, sql in enumerate(sqls) if "approvals_audit_reserve" in sql]
         assert locks, sqls
         assert not [i for i in locks if sqls[i - 1].startswith("SAVEPOINT")], sqls
+        assert all(sqls[i + 1].startswith('INSERT INTO "approvals_auditevent"') for i in locks), sqls
 
     # The finish sets on the call what it wrote: the result is not read back (nor decoded again).
     finished = [
@@ -259,8 +260,9 @@ def test_a_servers_question_is_recorded_with_one_statement_on_the_call(
     mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The call's lock, its last round's number and its new status (`awaiting_input`) are one UPDATE; then the
-    routing rules, the round, its request and the audit chain's three. Seven statements, where there were
-    nine: each is a round trip while the call's new round waits to be seen."""
+    routing rules, the round, its request and the audit chain's two (its lock with the ids and the head's hash,
+    then the events). Six statements, where there were nine: each is a round trip while the call's new round
+    waits to be seen."""
     _, call = greeting_call(mcp_test_server)
     runs = _applied(monkeypatch)
     sending.call_send(call_id=call.pk)
@@ -272,9 +274,7 @@ def test_a_servers_question_is_recorded_with_one_statement_on_the_call(
     assert on_call[0].startswith("UPDATE approvals_toolcall"), on_call
     assert "approvals_round" in on_call[0]  # the last round's number, in the same statement
     kinds = [sql.split(" ")[0] for sql in statements]
-    assert kinds == ["UPDATE", "SELECT", "INSERT", "INSERT", "SELECT", "SELECT", "INSERT"], "\n".join(
-        statements
-    )
+    assert kinds == ["UPDATE", "SELECT", "INSERT", "INSERT", "SELECT", "INSERT"], "\n".join(statements)
     call.refresh_from_db()
     assert call.status == ToolCall.Status.AWAITING_INPUT
     assert list(call.rounds.values_list("number", "status")) == [(1, "open")]

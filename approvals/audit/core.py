@@ -34,13 +34,10 @@ from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, AuditHead, InputRequest, ToolCall
 
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
-# Reserves the next N ids (the last is returned) and reads the chain's head hash, in one round trip; run
-# only while the chain lock is held, as every allocation of ids is (append_many reserves the same way).
-_RESERVE_AND_LAST = (
-    "SELECT setval(pg_get_serial_sequence('approvals_auditevent', 'id'),"
-    " nextval(pg_get_serial_sequence('approvals_auditevent', 'id')) + %s - 1),"
-    " (SELECT hash FROM approvals_auditevent ORDER BY id DESC LIMIT 1)"
-)
+# Takes the chain lock, then reserves the next N ids (the last is returned) and reads the chain's head hash,
+# in one round trip (migration 0015: the read is a statement of its own inside the function, so its snapshot
+# sees every append committed before the lock was granted). Every allocation of ids goes through it.
+_RESERVE = "SELECT last_id, head_hash FROM approvals_audit_reserve(%s, %s)"
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(
     r"(request_?state|password|passwd|secret|token|api_?key|authorization|cookie|credential|headers|card_?number|cvv)",
@@ -141,17 +138,12 @@ def batched() -> Iterator[None]:
 def _chain(events: list[AuditEvent]) -> None:
     """Give `events` their ids, time and hashes under the chain lock and insert them, in this order.
 
-    Inside the caller's transaction without a savepoint of its own (two round trips per append): the events
-    belong to the step that records them, and an append that fails fails that step."""
+    Inside the caller's transaction without a savepoint of its own (a savepoint would cost two round trips
+    more): the events belong to the step that records them, and an append that fails fails that step. Two
+    round trips in all: the lock with the ids and the head's hash, then the INSERT."""
     with transaction.atomic(savepoint=False):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
-            # A statement of its own after the lock: its snapshot sees every append committed before the lock
-            # was granted (in one statement with the lock the snapshot could predate it).
-            cursor.execute(_RESERVE_AND_LAST, [len(events)])
-            last_id, previous = cursor.fetchone()
+        last_id, previous = _reserve(len(events))
         at = timezone.now()
-        previous = previous or GENESIS
         for event_id, event in enumerate(events, start=last_id - len(events) + 1):
             event.id, event.at, event.prev_hash = event_id, at, previous
             event.hash = previous = compute_hash(event)
@@ -159,6 +151,15 @@ def _chain(events: list[AuditEvent]) -> None:
             events[0].save(force_insert=True)
         else:
             AuditEvent.objects.bulk_create(events)
+
+
+def _reserve(count: int) -> tuple[int, str]:
+    """Take the chain lock (held until the transaction ends) and reserve `count` ids: the last of them, and
+    the hash the first must link to. Only inside a transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RESERVE, [count, _CHAIN_LOCK])
+        last_id, previous = cursor.fetchone()
+    return last_id, previous or GENESIS
 
 
 def append_many(rows: Sequence[Mapping[str, Any]]) -> int:
@@ -193,11 +194,7 @@ def append_many(rows: Sequence[Mapping[str, Any]]) -> int:
         )
     columns = list(ROW_FIELDS)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
-        seq = "pg_get_serial_sequence('approvals_auditevent', 'id')"
-        cursor.execute(f"SELECT setval({seq}, nextval({seq}) + %s - 1)", [len(prepared)])
-        (last_id,) = cursor.fetchone()
-        previous = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+        last_id, previous = _reserve(len(prepared))
         with cursor.cursor.copy(f"COPY approvals_auditevent ({', '.join(columns)}) FROM STDIN") as copy:
             for event_id, values in enumerate(prepared, start=last_id - len(prepared) + 1):
                 values.update(id=event_id, prev_hash=previous, hash="")
