@@ -4,6 +4,9 @@ A hub delivery needs at least one PostgreSQL commit (the row) and one Redis publ
 (the channel layer). This measures both on the engines the settings name, the commit through Django's own
 connection (the hub's driver, pool and settings), the publish with redis-py on ``REDIS_URL``, paired into a
 hop (commit + publish) per sample, so a ratio hub / floor holds when the machine is slow or busy.
+
+Beside it, the machine's speed at the hub's kind of work (``cpu_reference``): the same fixed CPU-only workload
+every run, so CPU per call measured on two machines (or on one machine, busy and quiet) can be compared.
 """
 
 from __future__ import annotations
@@ -17,7 +20,29 @@ import redis
 from django.conf import settings
 from django.db import connection, transaction
 
+from approvals.audit.verify import GENESIS, event_hash
 from bench.stats import pct
+
+# One audit event as the chain hashes it: the reference workload canonicalises and hashes it again and again.
+_REFERENCE_ROW = {
+    "id": 1,
+    "at": "2026-01-01T00:00:00+00:00",
+    "actor_type": "system",
+    "actor_id": "",
+    "actor_label": "hub",
+    "verb": "input.requested",
+    "call_id": "00000000-0000-0000-0000-000000000001",
+    "input_request_id": "00000000-0000-0000-0000-000000000002",
+    "server": "deploys",
+    "team": "release",
+    "tool": "create_deployment",
+    "action": "",
+    "outcome": "",
+    "data": {"key": "approve", "mode": "form", "message": "Deploy 2.4.1 to production?", "flags": []},
+    "prev_hash": GENESIS,
+    "hash": "",
+}
+REFERENCE_HASHES = 2000
 
 
 @dataclass
@@ -40,6 +65,26 @@ class Floor:
             for name, values in rows
             if values
         ]
+
+
+def reference_workload() -> str:
+    """A fixed CPU-only piece of the hub's own work: REFERENCE_HASHES audit hashes, each chained to the last."""
+    previous = GENESIS
+    for _ in range(REFERENCE_HASHES):
+        previous = event_hash(previous, _REFERENCE_ROW)
+    return previous
+
+
+def cpu_reference(runs: int = 7) -> list[float]:
+    """How long the reference workload takes here (ms per run, in process CPU time, so waiting for a core
+    does not count): a faster machine takes less. Printed beside the floor to compare CPU per call."""
+    reference_workload()  # warm
+    timings = []
+    for _ in range(runs):
+        t0 = time.process_time()
+        reference_workload()
+        timings.append((time.process_time() - t0) * 1000)
+    return timings
 
 
 def measure(n: int = 500) -> Floor:

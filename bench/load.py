@@ -801,6 +801,12 @@ class Command(BaseCommand):
         self.stdout.write(f"floor: one hop (commit + publish, paired) {describe(measured.hops)}")
         self.stdout.write(f"beside the floor: Redis round trip through the cache {describe(redis_trips)}")
         self.stdout.write(f"beside the floor: channel layer send -> receive {describe(layer)}")
+        reference = floor.cpu_reference()
+        self.stdout.write(
+            f"beside the floor: this machine's speed, {floor.REFERENCE_HASHES:,} audit hashes (CPU time, "
+            f"compare CPU per call across runs with it): p50={statistics.median(reference):.1f} ms "
+            f"min={min(reference):.1f} ms n={len(reference)}"
+        )
         return measured.hops
 
     async def _layer_floor(self, n: int) -> list[float]:

@@ -139,3 +139,14 @@ def test_a_run_that_judged_nothing_says_so() -> None:
         "  no target judged",
         "0 of 0 targets met",
     ]
+
+
+def test_the_machine_speed_reference_chains_audit_hashes_and_times_each_run(monkeypatch) -> None:
+    from approvals.audit.verify import GENESIS, event_hash
+    from bench import floor
+
+    monkeypatch.setattr(floor, "REFERENCE_HASHES", 2)
+    once = event_hash(GENESIS, floor._REFERENCE_ROW)
+    assert floor.reference_workload() == event_hash(once, floor._REFERENCE_ROW) != once
+    timings = floor.cpu_reference(runs=3)
+    assert len(timings) == 3 and all(t >= 0 for t in timings)
