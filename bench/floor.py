@@ -68,7 +68,7 @@ class Floor:
 
 
 def reference_workload() -> str:
-    """A fixed CPU-only piece of the hub's own work: REFERENCE_HASHES audit hashes, each chained to the last."""
+    """A fixed CPU-only piece of the hub's work: REFERENCE_HASHES audit hashes, each chained to the last."""
     previous = GENESIS
     for _ in range(REFERENCE_HASHES):
         previous = event_hash(previous, _REFERENCE_ROW)

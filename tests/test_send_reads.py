@@ -260,9 +260,9 @@ def test_a_servers_question_is_recorded_with_one_statement_on_the_call(
     mcp_test_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The call's lock, its last round's number and its new status (`awaiting_input`) are one UPDATE; then the
-    routing rules, the round, its request and the audit chain's two (its lock with the ids and the head's hash,
-    then the events). Six statements, where there were nine: each is a round trip while the call's new round
-    waits to be seen."""
+    routing rules, the round, its request and the audit chain's two (its lock with the ids and the head's
+    hash, then the events). Six statements, where there were nine: each is a round trip while the call's new
+    round waits to be seen."""
     _, call = greeting_call(mcp_test_server)
     runs = _applied(monkeypatch)
     sending.call_send(call_id=call.pk)
