@@ -1,4 +1,4 @@
-"""`approvals_audit_reserve(n)`: an append's chain lock, its ids and the chain's head hash in one round trip.
+"""`approvals_audit_reserve(n, lock)`: an append's chain lock, ids and head hash in one round trip.
 
 An append used to take the lock in one statement and read the head in the next: a statement that both waits
 for the lock and reads would read with a snapshot taken before the lock was granted, and could miss the
