@@ -53,6 +53,7 @@ from approvals.mcp_client.outcomes import (
     ServerConfig,
     TransientError,
 )
+from approvals.mcp_client.toollist import ToolList
 from approvals.mcp_client.transport import TeeTransport, Wire
 from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
@@ -71,7 +72,6 @@ T = TypeVar("T")
 ProgressFn = ProgressFnT
 
 CLIENT_NAME = "elicit-hub"
-MAX_TOOL_PAGES = 100
 # Opening a connection is never slow for a healthy server, however long its tools run.
 CONNECT_TIMEOUT = 10.0
 # The HTTP read timeout of a tools/call stays this far above its limit, so the session's own timeout
@@ -301,35 +301,37 @@ async def _send(client: Client, send: Callable[[], Awaitable[T]]) -> T:
         return await send()
 
 
-async def _list_all(client: Client, wire: Wire) -> tuple[list[dict[str, Any]], set[str]]:
-    """``tools/list``, every page: (the valid tools as received, the names of the dropped tools).
+async def _list_all(client: Client, wire: Wire) -> tuple[ToolList, set[str]]:
+    """``tools/list``, page after page while the list is not full (`toollist`): (the valid tools as
+    received, at most what the hub keeps; the names of the tools with invalid headers).
 
     The SDK drops tools with invalid ``x-mcp-header`` annotations and remembers the valid ones'
     header maps and output schemas for the calls that follow.
     """
-    tools: list[dict[str, Any]] = []
+    tools = ToolList()
     dropped: set[str] = set()
     cursor: str | None = None
-    for _ in range(MAX_TOOL_PAGES):
+    pages = 0
+    while True:
         params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
 
         async def send_page(p: mcp_types.PaginatedRequestParams | None = params) -> mcp_types.ListToolsResult:
             return await client.session.list_tools(params=p)
 
         page = await _send(client, send_page)
+        pages += 1
         kept = {tool.name for tool in page.tools}
         raw = wire.last_result or {}
         for tool in raw.get("tools") or []:
             if not isinstance(tool, dict):
                 continue
             if tool.get("name") in kept and invalid_header_reason(tool.get("inputSchema")) is None:
-                tools.append(tool)
+                tools.offer(tool)  # refused once the list is full; the page's invalid names still count
             elif isinstance(tool.get("name"), str):
                 dropped.add(tool["name"])
+        if not tools.more(page.next_cursor, pages):
+            return tools, dropped
         cursor = page.next_cursor
-        if not cursor:
-            break
-    return tools, dropped
 
 
 async def _call_once(
@@ -547,11 +549,12 @@ async def call_tool(
     return outcome
 
 
-async def list_tools(server: ServerConfig) -> list[dict[str, Any]]:
-    """Every tool the server lists (all pages), as received; tools with invalid ``x-mcp-header``
-    annotations are dropped. Schemas are stored verbatim and never dereferenced."""
+async def list_tools(server: ServerConfig) -> ToolList:
+    """The tools the server lists (page after page, as many as the hub keeps: `toollist`), as received;
+    tools with invalid ``x-mcp-header`` annotations or that cannot be stored are dropped. Schemas are
+    stored verbatim and never dereferenced."""
 
-    async def op(client: Client, wire: Wire) -> list[dict[str, Any]]:
+    async def op(client: Client, wire: Wire) -> ToolList:
         tools, _ = await _list_all(client, wire)
         return tools
 

@@ -28,7 +28,6 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from approvals import safejson
 from approvals.mcp_client.client import (
     CLIENT_INFO,
-    MAX_TOOL_PAGES,
     _check_url,
     _classify,
     _guarded_http,
@@ -40,6 +39,7 @@ from approvals.mcp_client.client import (
 )
 from approvals.mcp_client.outcomes import McpError, PermanentError, ServerConfig, TransientError
 from approvals.mcp_client.session import list_tools_on
+from approvals.mcp_client.toollist import ToolList, bounded
 from approvals.mcp_client.transport import TeeTransport, Wire
 from approvals.mcp_client.wire import MAX_DEPTH, PROTOCOL_VERSION, handshake_hint
 
@@ -76,7 +76,6 @@ HINTS = {
 MAX_TEXT = 200  # a server's name, title or version
 MAX_CAPABILITIES = 20_000  # bytes of capabilities JSON kept in full; beyond, only their names
 MAX_DISCOVER = 100_000  # bytes of server/discover result stored for later calls
-MAX_TOOLS = 2_000
 DEFAULT_HINT = "the server answered in a way the hub does not understand: check that it is an MCP server"
 
 
@@ -84,8 +83,9 @@ DEFAULT_HINT = "the server answered in a way the hub does not understand: check 
 class ProbeResult:
     """What one probe found. `as_json()` is what the hub stores in ``McpServer.probe``.
 
-    `tools` (every tool as received, all pages) and `discover` (the ``server/discover`` result, for
-    2026-07-28 servers) are stored on their own, not in the probe JSON.
+    `tools` (the tools as received, as many as the hub keeps: `toollist`) and `discover` (the
+    ``server/discover`` result, for 2026-07-28 servers) are stored on their own, not in the probe JSON.
+    `tools_truncated`: the server listed more tools than the hub keeps (the probe JSON says so only then).
     """
 
     ok: bool
@@ -100,6 +100,7 @@ class ProbeResult:
     probed_at: str
     tools: list[dict[str, Any]] | None = field(default=None, repr=False)
     discover: dict[str, Any] | None = field(default=None, repr=False)
+    tools_truncated: bool = False
 
     @property
     def reachable(self) -> bool:
@@ -107,7 +108,7 @@ class ProbeResult:
         return self.ok or self.era is not None or (self.error or {}).get("code") not in UNREACHABLE
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        found = {
             "ok": self.ok,
             "era": self.era,
             "protocol_version": self.protocol_version,
@@ -119,6 +120,9 @@ class ProbeResult:
             "hint": self.hint,
             "probed_at": self.probed_at,
         }
+        if self.tools_truncated:
+            found["tools_truncated"] = True
+        return found
 
 
 UNREACHABLE = {"connect_failed", "timeout", "network_error", "url_refused", "invalid_url"}
@@ -204,7 +208,7 @@ async def _connect(
 
 
 async def _modern(target: Target, timeout: float) -> _Found:
-    """``server/discover``, then ``tools/list`` (every page) on the same client."""
+    """``server/discover``, then ``tools/list`` (its pages: `toollist`) on the same client."""
     timings: dict[str, int] = {}
 
     async def op(client: Client, wire: Wire) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -232,7 +236,8 @@ async def _modern(target: Target, timeout: float) -> _Found:
 
 
 async def _handshake(target: Target, timeout: float) -> _Found:
-    """``initialize`` (the SDK's legacy mode), then ``tools/list`` (every page) on the same session."""
+    """``initialize`` (the SDK's legacy mode), then ``tools/list`` (its pages: `toollist`) on the same
+    session."""
     found: dict[str, Any] = {}
 
     async def op(client: Client, wire: Wire) -> list[dict[str, Any]]:
@@ -283,15 +288,10 @@ def _bounded(value: dict[str, Any], limit: int) -> dict[str, Any]:
     return {str(key)[:MAX_TEXT]: {} for key in list(value)[:50] if safejson.text_problem(str(key)) is None}
 
 
-def _storable_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tools the hub can store (no NUL or lone surrogates, no absurd nesting), at most MAX_TOOLS."""
-    return [tool for tool in tools if safejson.problem(tool, max_depth=MAX_DEPTH) is None][:MAX_TOOLS]
-
-
 def _success(
     found: _Found, *, ok: bool = True, error: McpError | None = None, hint: str | None = None
 ) -> ProbeResult:
-    tools = _storable_tools(found.tools)
+    tools = bounded(found.tools)  # listed under the rule already; a list from elsewhere is checked here
     discover = found.discover
     if discover is not None and (
         safejson.problem(discover, max_depth=MAX_DEPTH) is not None or safejson.size(discover) > MAX_DISCOVER
@@ -310,6 +310,7 @@ def _success(
         probed_at=_now(),
         tools=tools,
         discover=discover,
+        tools_truncated=tools.truncated,
     )
 
 
@@ -378,8 +379,8 @@ async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None
 
 async def probe_open(client: Client, *, latency_ms: int | None = None) -> ProbeResult:
     """Describe the server behind an already open client (a stdio server's session, say): its era,
-    version, identity and capabilities as negotiated, and every tool page listed on it now. Never raises an
-    `McpError`: a failed listing gives ``ok`` false."""
+    version, identity and capabilities as negotiated, and the tools listed on it now (`toollist`). Never
+    raises an `McpError`: a failed listing gives ``ok`` false."""
     version = client.protocol_version
     era = HANDSHAKE if version in HANDSHAKE_PROTOCOL_VERSIONS else MODERN
     discover = client.session.discover_result
@@ -400,11 +401,11 @@ async def probe_open(client: Client, *, latency_ms: int | None = None) -> ProbeR
     return _success(found)
 
 
-async def _list_open(client: Client, wire: Wire) -> list[dict[str, Any]]:
-    """Every tool page on an open client (not wired through a `Wire`: the tools are read from the SDK's
+async def _list_open(client: Client, wire: Wire) -> ToolList:
+    """The tools listed on an open client (not wired through a `Wire`: the tools are read from the SDK's
     models)."""
     try:
-        return await list_tools_on(client, timeout=OPEN_LIST_TIMEOUT, max_pages=MAX_TOOL_PAGES)
+        return await list_tools_on(client, timeout=OPEN_LIST_TIMEOUT)
     except Exception as exc:
         raise _classify(exc, wire, "tools/list", []) from None
 

@@ -56,6 +56,7 @@ from approvals.mcp_client.outcomes import (
     ToolError,
     TransientError,
 )
+from approvals.mcp_client.toollist import ToolList
 from approvals.mcp_client.transport import Wire
 from approvals.mcp_client.wire import read_call_result, scrub
 
@@ -382,18 +383,22 @@ async def expect_output(
     _prepare_output_check(client, name)
 
 
-async def list_tools_on(client: Client, *, timeout: float, max_pages: int = 100) -> list[dict[str, Any]]:
-    """Every tool the server lists on this open session (all pages, at most `max_pages`), as JSON."""
-    tools: list[dict[str, Any]] = []
+async def list_tools_on(client: Client, *, timeout: float) -> ToolList:
+    """The tools the server lists on this open session (page after page, as many as the hub keeps:
+    `toollist`), as JSON."""
+    tools = ToolList()
     cursor: str | None = None
+    pages = 0
     with anyio.fail_after(timeout):
-        for _ in range(max_pages):
+        while True:
             page = await client.list_tools(cursor=cursor)
-            tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            pages += 1
+            for tool in page.tools:
+                if not tools.offer(tool.model_dump(by_alias=True, mode="json", exclude_none=True)):
+                    break
+            if not tools.more(page.next_cursor, pages):
+                return tools
             cursor = page.next_cursor
-            if not cursor:
-                break
-    return tools
 
 
 __all__ = [

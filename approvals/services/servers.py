@@ -16,6 +16,7 @@ from approvals import mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.mcp_client import probe as mcp_probe
+from approvals.mcp_client import toollist
 from approvals.models import McpServer
 
 logger = logging.getLogger(__name__)
@@ -46,13 +47,25 @@ def server_config(server: McpServer) -> mcp_client.ServerConfig:
     )
 
 
-def _store_tools(server: McpServer, tools: list[dict[str, Any]], **more: Any) -> None:
+def _store_tools(server: McpServer, tools: list[dict[str, Any]], *, why: str | None = None) -> list[dict]:
+    """Store a tool list read from the server and audit it (``server.tools_refreshed``).
+
+    The list goes under the one rule every listing follows (`toollist`: a bounded number of storable tools,
+    marked when the server listed more); one listed under it already is stored as it is. The audit event
+    names a bounded number of them, so neither the JSONB write nor the event grows with what a server sends.
+    """
+    kept = toollist.bounded(tools)
+    if kept.truncated:
+        logger.warning("server %s lists more tools than the hub keeps: kept %d", server.slug, len(kept))
     now = timezone.now()
-    McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_fetched_at=now, **more)
-    server.tools = tools
+    McpServer.objects.filter(pk=server.pk).update(tools=kept, tools_fetched_at=now)
+    server.tools = kept
     server.tools_fetched_at = now
-    for name, value in more.items():
-        setattr(server, name, value)
+    data = {"server": server.slug, **kept.summary()}
+    audit.record(
+        actor=Actor.system(), verb="server.tools_refreshed", data=data | ({"why": why} if why else {})
+    )
+    return kept
 
 
 def server_probe(
@@ -103,6 +116,7 @@ def server_probe(
             "era": result.era,
             "protocol_version": result.protocol_version,
             "tool_count": result.tool_count,
+            "tools_truncated": result.tools_truncated,
             "latency_ms": result.latency_ms,
             "error": result.error,
         },
@@ -111,21 +125,15 @@ def server_probe(
 
 
 def server_refresh_tools(*, server: McpServer) -> list[dict]:
-    """Fetch tools/list (every page; tools with invalid x-mcp-header annotations dropped) and cache it.
+    """Fetch tools/list (its pages, as many tools as the hub keeps; tools with invalid x-mcp-header
+    annotations or that cannot be stored dropped) and cache it.
 
     A server that needs a session (handshake era, stdio) is probed instead, which lists its tools on one.
     """
     if server.needs_session:
         server_probe(server)
         return list(server.tools or [])
-    tools = mcp_client.run(mcp_client.list_tools(server_config(server)))
-    _store_tools(server, tools)
-    audit.record(
-        actor=Actor.system(),
-        verb="server.tools_refreshed",
-        data={"server": server.slug, "tools": [tool.get("name") for tool in tools]},
-    )
-    return tools
+    return _store_tools(server, mcp_client.run(mcp_client.list_tools(server_config(server))))
 
 
 def server_tools_changed(server_id: Any, *, tools: list[dict[str, Any]] | None = None) -> list[dict] | None:
@@ -139,17 +147,7 @@ def server_tools_changed(server_id: Any, *, tools: list[dict[str, Any]] | None =
     if server is None:
         return None
     if tools is not None:
-        _store_tools(server, tools)
-        audit.record(
-            actor=Actor.system(),
-            verb="server.tools_refreshed",
-            data={
-                "server": server.slug,
-                "tools": [tool.get("name") for tool in tools],
-                "why": "list_changed",
-            },
-        )
-        return tools
+        return _store_tools(server, tools, why="list_changed")
     try:
         return server_refresh_tools(server=server)
     except mcp_client.McpError as exc:
@@ -239,7 +237,8 @@ def probe_summary(found: dict[str, Any] | None) -> str:
     if info.get("name"):
         parts.append(f"server {info['name']} {info.get('version') or ''}".rstrip())
     if found.get("tool_count") is not None:
-        parts.append(f"{found['tool_count']} tool(s)")
+        kept = " (the first ones: the server lists more)" if found.get("tools_truncated") else ""
+        parts.append(f"{found['tool_count']} tool(s){kept}")
     if found.get("latency_ms") is not None:
         parts.append(f"{found['latency_ms']} ms")
     state = "ok" if found.get("ok") else ("unreachable" if probe_unreachable(found) else "NOT USABLE")

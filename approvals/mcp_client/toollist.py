@@ -1,0 +1,95 @@
+"""The one rule for every tool list the hub reads from a server: what it keeps, and when it stops asking.
+
+Every path that lists tools follows it: the probe, a refresh, the listing before a send, and a list read on
+a session after ``notifications/tools/list_changed``. A server answers ``tools/list`` a page at a time,
+each up to the response cap, and a hostile one can page without end. The hub keeps at most `MAX_TOOLS`
+tools and `MAX_TOOLS_BYTES` of them as JSON (one JSONB column holds the list), stops paging once the list
+is full, and marks the list ``truncated``. It keeps the first tools rather than refusing the whole list:
+calls to those still work, and the rest are a hostile server's problem, not the hub's. Tools PostgreSQL
+cannot store (a NUL or a lone surrogate anywhere, absurd nesting: `approvals.safejson`) are left out one
+by one, so the write never fails.
+
+Pure: no Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from approvals import safejson
+from approvals.mcp_client.wire import MAX_DEPTH
+
+MAX_TOOL_PAGES = 100
+MAX_TOOLS = 2_000
+MAX_TOOLS_BYTES = 4 * 1024 * 1024  # the kept tools as compact JSON
+MAX_NAMED = 50  # tool names an audit event lists
+MAX_NAME = 128  # characters of each (MCP's own limit on a tool name)
+
+
+class ToolList(list[dict[str, Any]]):
+    """The tools kept from one listing, in the server's order: a plain list (stored as it is), which
+    also says what was left out. `truncated`: the server listed more than the hub keeps (tools, bytes or
+    pages). `unstorable`: how many tools were left out because they cannot be stored.
+
+    Copies and slices are plain lists: only the listing that applied the rule carries the marks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.truncated = False
+        self.unstorable = 0
+        self.size = 0
+
+    @property
+    def full(self) -> bool:
+        return self.truncated or len(self) >= MAX_TOOLS
+
+    def offer(self, tool: dict[str, Any]) -> bool:
+        """Keep `tool` if it can be stored and fits; False once the list is full (stop reading)."""
+        if self.truncated:
+            return False
+        if safejson.problem(tool, max_depth=MAX_DEPTH) is not None:
+            self.unstorable += 1
+            return True
+        cost = safejson.size(tool)
+        if len(self) >= MAX_TOOLS or self.size + cost > MAX_TOOLS_BYTES:
+            self.truncated = True
+            return False
+        self.append(tool)
+        self.size += cost
+        return True
+
+    def more(self, cursor: str | None, pages: int) -> bool:
+        """After `pages` pages, the last naming `cursor`: whether to ask for the next one. A list full
+        already, or past `MAX_TOOL_PAGES`, is truncated instead (the server had more to say)."""
+        if not cursor:
+            return False
+        if self.full or pages >= MAX_TOOL_PAGES:
+            self.truncated = True
+            return False
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        """For an audit event: how many tools, the first `MAX_NAMED` names, and whether it was truncated
+        (an event stays small however many tools a server lists)."""
+        names = [str(tool.get("name"))[:MAX_NAME] for tool in self[:MAX_NAMED]]
+        return {
+            "tool_count": len(self),
+            "tools": names,
+            "truncated": self.truncated,
+            "unstorable": self.unstorable,
+        }
+
+
+def bounded(tools: Iterable[dict[str, Any]]) -> ToolList:
+    """`tools` under the rule: a `ToolList` as it is; any other list (read elsewhere) checked tool by tool."""
+    if isinstance(tools, ToolList):
+        return tools
+    kept = ToolList()
+    for tool in tools:
+        if not kept.offer(tool):
+            break
+    return kept
+
+
+__all__ = ["MAX_TOOLS", "MAX_TOOLS_BYTES", "MAX_TOOL_PAGES", "ToolList", "bounded"]
