@@ -20,6 +20,7 @@ import functools
 import ipaddress
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -360,7 +361,24 @@ def client(*, timeout: float, allow: Allow | None = None) -> httpx.Client:
     )
 
 
+# Bytes of a receiver's answer to `post` read at most. Its callers (agents' webhooks, teams' chat webhooks:
+# URLs that outsiders name) want the status alone; reading a short answer to its end spares a well-behaved
+# receiver a reset connection.
+MAX_REPLY = 64 * 1024
+
+
 def post(url: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
-    """POST to `url` through the guard; raises `OutboundRefused` (an ``httpx.TransportError``) if refused."""
-    with client(timeout=timeout) as http:
-        return http.post(url, **kwargs)
+    """POST to `url` through the guard; raises `OutboundRefused` (an ``httpx.TransportError``) if refused.
+
+    The answer's status and headers come back; its body is read as sent (never decompressed) up to
+    `MAX_REPLY` bytes or for `timeout` seconds at most, dropped, and the connection closed, so a receiver
+    answering with an endless or trickling body holds neither the worker nor its memory. The body is not
+    kept: ``.content`` raises ``ResponseNotRead``.
+    """
+    with client(timeout=timeout) as http, http.stream("POST", url, **kwargs) as response:
+        read, until = 0, time.monotonic() + timeout  # a trickle of bytes stops at the same deadline
+        for chunk in response.iter_raw():
+            read += len(chunk)
+            if read >= MAX_REPLY or time.monotonic() > until:
+                break
+    return response

@@ -1,6 +1,7 @@
 """While an engine (PostgreSQL or Redis) is down: 503 with Retry-After, never a 500, nothing stored half-way.
 
-- The API answers ``{"error": {"code": "engine_unavailable", ...}}`` (handlers installed on the NinjaAPI).
+- The API answers ``{"error": {"code": "engine_unavailable", ...}}`` (handlers installed on the NinjaAPI); so
+  does the MCP gateway (``approvals.gateway.server.Guard``).
 - Dashboard pages get the readable ``503.html`` (``OutageMiddleware``, and ``handler500`` for faults raised
   outside a view).
 - Writes need both engines: a write's side effects (Celery tasks, live notices) go through Redis after its
@@ -76,7 +77,8 @@ def _named(exc: BaseException | type[BaseException]) -> str:
     return type(exc).__name__
 
 
-def _body(engine: str) -> dict[str, Any]:
+def error_body(engine: str) -> dict[str, Any]:
+    """The JSON error of a 503 for `engine` down (the API's, and the MCP gateway's)."""
     return {
         "error": {
             "code": "engine_unavailable",
@@ -87,7 +89,7 @@ def _body(engine: str) -> dict[str, Any]:
 
 
 def api_response(engine: str) -> HttpResponse:
-    response = JsonResponse(_body(engine), status=503)
+    response = JsonResponse(error_body(engine), status=503)
     response["Retry-After"] = str(RETRY_AFTER)
     return response
 

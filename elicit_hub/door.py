@@ -24,11 +24,16 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]  # (scope, receive, send); Django's handler types them its own way
 
 
+def json_error(code: str, message: str) -> tuple[bytes, bytes]:
+    """The content type and body of the API's JSON error (``code``, ``message``)."""
+    return b"application/json", json.dumps({"error": {"code": code, "message": message}}).encode()
+
+
 def answer(path: str, code: str, title: str, message: str) -> tuple[bytes, bytes]:
     """The content type and body of a refusal at the door: the API's JSON error (``code``, ``message``)
     under /api/, a short readable page elsewhere."""
     if path.startswith("/api/"):
-        return b"application/json", json.dumps({"error": {"code": code, "message": message}}).encode()
+        return json_error(code, message)
     page = (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"</head><body><h1>{html.escape(title)}</h1><p>{html.escape(message)} "

@@ -60,12 +60,16 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     def _refuse_head(self) -> None:
         self._head_open = False
         message = f"The request's line and headers are larger than {MAX_HEAD} bytes, the most the hub reads."
-        self._refuse(431, answer(self._path(), "head_too_large", "Too much to send", message))
+        self._refuse(431, self._answer("head_too_large", "Too much to send", message))
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request it cannot parse, in the hub's shapes (JSON under /api/)."""
         message = "The request is not valid HTTP/1.1."
-        self._refuse(400, answer(self._path(), "bad_request", "Not understood", message))
+        self._refuse(400, self._answer("bad_request", "Not understood", message))
+
+    def _answer(self, code: str, title: str, message: str) -> tuple[bytes, bytes]:
+        """A refusal's content type and body, in the shape of the errors of the request's path."""
+        return answer(self._path(), code, title, message)
 
     def _path(self) -> str:
         return getattr(self, "url", b"").decode("latin-1")  # set at a message's first byte

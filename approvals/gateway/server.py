@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from approvals import broadcast, safejson
+from approvals import broadcast, outage, safejson
 from approvals.gateway import catalog, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
 from approvals.models import AgentClient, ToolCall
@@ -98,6 +98,16 @@ def _agent_of(token: str) -> AgentClient | None:
     return found if isinstance(found, AgentClient) else None
 
 
+def _unavailable(exc: Exception) -> Response:
+    """An engine the guard needs (PostgreSQL, for the agent's token) is down: the REST API's 503, with its
+    Retry-After, instead of the server's bare 500."""
+    engine = outage.engine_of(exc) or "postgresql"
+    logger.warning("gateway: %s unavailable (%s)", engine, type(exc).__name__)
+    return JSONResponse(
+        outage.error_body(engine), status_code=503, headers={"Retry-After": str(outage.RETRY_AFTER)}
+    )
+
+
 class Guard:
     """Every request to `/mcp` or `/mcp/<slug>`: an agent's bearer token, and (under a slug) a server that
     agent may use, before the MCP session manager sees it."""
@@ -106,6 +116,18 @@ class Guard:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            refusal = await self._refusal(scope)
+        except outage.ENGINE_ERRORS as exc:
+            refusal = _unavailable(exc)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _refusal(self, scope: Scope) -> Response | None:
+        """The answer to a request the guard turns away, or None for one it lets through (`scope` then
+        names its agent)."""
         request = Request(scope)
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         agent = await _db(_agent_of, token.strip()) if scheme.lower() == "bearer" and token.strip() else None
@@ -113,33 +135,27 @@ class Guard:
             client = scope.get("client") or ("", 0)
             wait = await _db(_anonymous_wait, client[0], request.headers.get("x-forwarded-for"))
             if wait is not None:
-                await _error(
+                return _error(
                     429,
                     "rate_limited",
                     "Too many requests; retry after the time in Retry-After.",
                     {"Retry-After": str(math.ceil(wait))},
-                )(scope, receive, send)
-                return
-            response = _error(
+                )
+            return _error(
                 401,
                 "unauthorized",
                 "An agent's bearer token is required (Authorization: Bearer eha_...).",
                 {"WWW-Authenticate": 'Bearer realm="elicit-hub"'},
             )
-            await response(scope, receive, send)
-            return
         slug = scope.get("path_params", {}).get("slug")
         if slug is not None and not await _db(catalog.may_use, agent.pk, slug):
             # The same answer whether the server does not exist or the agent may not use it.
-            await _error(404, "unknown_server", f"This agent has no MCP server {slug!r}.")(
-                scope, receive, send
-            )
-            return
+            return _error(404, "unknown_server", f"This agent has no MCP server {slug!r}.")
         scope[SCOPE_KEY] = {"agent": agent.pk, "slug": slug}
         # The session manager binds a handshake-era session to this principal: another agent presenting
         # the session's id gets 404. Only the agent's id is kept, never its token.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
-        await self.app(scope, receive, send)
+        return None
 
 
 def _who(ctx: ServerRequestContext[Any, Any]) -> tuple[int, str | None]:

@@ -5,6 +5,18 @@ from typing import Any
 import uvicorn
 from django.core.management.base import BaseCommand
 
+from elicit_hub.door import json_error
+from elicit_hub.serve_api import HeadLimitedProtocol
+
+
+class GatewayProtocol(HeadLimitedProtocol):
+    """The API server's httptools protocol: a request head over ``MAX_HEAD`` bytes is answered 431, not
+    collected (httptools alone would buffer an endless header before the guard sees the token). Its
+    refusals are JSON on every path, like the gateway's other errors: its clients are programs."""
+
+    def _answer(self, code: str, title: str, message: str) -> tuple[bytes, bytes]:
+        return json_error(code, message)
+
 
 class Command(BaseCommand):
     help = (
@@ -25,6 +37,7 @@ class Command(BaseCommand):
             application,
             host=host,
             port=port,
+            http=GatewayProtocol,
             access_log=False,  # paths only, but a proxy's log is the place for them
             timeout_graceful_shutdown=5,
             lifespan="on",
