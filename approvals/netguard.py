@@ -42,10 +42,11 @@ class Refused(ValueError):
     """The URL may not be used. `message` is safe to show (it never repeats credentials or the path);
     `transient` is true when only the name lookup failed, which may succeed later."""
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    def __init__(self, message: str, *, transient: bool = False, reason: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.transient = transient
+        self.reason = reason or message  # what is wrong with the address, without what the hub does about it
 
 
 @dataclass(frozen=True)
@@ -198,8 +199,30 @@ def check_url(
         problem = address_problem(ip)
         if problem:
             shown = host if literal is not None else f"{host} ({ip})"
-            raise Refused(f"the host {shown} is {problem}; the hub does not send requests there")
+            reason = f"the host {shown} is {problem}"
+            raise Refused(f"{reason}; the hub does not send requests there", reason=reason)
     return Checked(url, parsed.scheme, host, port, tuple(addresses))
+
+
+def _numeric_only(host: str, port: int) -> list[str]:
+    """The addresses a host stands for without a lookup: an address in any numeric form, or a ``localhost``
+    name (always the loopback, RFC 6761); a name that needs DNS raises ``OSError``."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return ["127.0.0.1", "::1"]
+    flags = socket.AI_NUMERICHOST
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=flags)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def private_link(url: str, *, allow: Allow | None = None) -> str:
+    """Why a link the hub would send a reviewer's browser to points into a private network, or "": the same
+    rule and allowlist as the hub's own requests, judged without a lookup (the browser resolves names for
+    itself, elsewhere), so only addresses written as numbers and ``localhost`` names are caught."""
+    try:
+        check_url(url, allow=allow, resolve=_numeric_only)
+    except Refused as refused:
+        return "" if refused.transient else refused.reason
+    return ""
 
 
 def _pinned(checked: Checked, request: Any) -> Any:

@@ -1,8 +1,9 @@
 """URL-mode consent: what a reviewer must know about a URL before opening it.
 
-Pure: no database, no network. The registrable domain comes from the Public Suffix List snapshot
-bundled with ``publicsuffixlist`` (never fetched at run time), so "login.example.co.uk" is shown as
-"example.co.uk", not "co.uk".
+Pure: no database, no network (not even a name lookup). The registrable domain comes from the Public Suffix
+List snapshot bundled with ``publicsuffixlist`` (never fetched at run time), so "login.example.co.uk" is
+shown as "example.co.uk", not "co.uk". An address into a private network is refused by the hub's one
+outbound guard (``netguard.private_link``), allowlist included.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from urllib.parse import urlsplit
 
 from django.utils.translation import gettext as _
 from publicsuffixlist import PublicSuffixList
+
+from approvals import netguard
 
 
 @cache
@@ -42,6 +45,11 @@ class UrlAnalysis:
     @property
     def openable(self) -> bool:
         return not self.refused
+
+    @property
+    def origin(self) -> str:
+        """What a refused address may show of itself: where it goes, not what it carries."""
+        return origin(self.url)
 
     @property
     def codes(self) -> list[str]:
@@ -82,6 +90,15 @@ def analyse(url: str, *, server_url: str = "") -> UrlAnalysis:
     host, host_unicode = _host_forms(hostname)
     if host is None:
         return UrlAnalysis(url=url, scheme=scheme, refused=_("The host name is not valid."))
+    inside = netguard.private_link(url.strip())
+    if inside:
+        # A server must not use the reviewer's browser to reach what the hub itself may not: the same guard
+        # and allowlist as the hub's own requests (without a lookup: the browser resolves names itself).
+        return UrlAnalysis(
+            url=url,
+            scheme=scheme,
+            refused=_("The address points into a private network (%(reason)s).") % {"reason": inside},
+        )
     warnings: list[UrlWarning] = []
     is_ip = _is_ip(host)
     domain = host if is_ip else (_psl().privatesuffix(host) or host)
@@ -115,6 +132,20 @@ def analyse(url: str, *, server_url: str = "") -> UrlAnalysis:
         domain_unicode=domain_unicode,
         warnings=warnings,
     )
+
+
+def origin(url: str) -> str:
+    """Where a URL goes, without what it carries: ``scheme://host[:port]``, no credentials, path, query or
+    fragment (where sign-in links keep their tokens). "" when it cannot be read."""
+    try:
+        parts = urlsplit(url.strip())
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return ""
+    if not parts.scheme or not host:
+        return ""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme.lower()}://{shown}" + (f":{port}" if port else "")
 
 
 def registrable_domain(hostname: str) -> str:

@@ -16,8 +16,8 @@ SERVER = "https://mcp.example.com/mcp"
         ("https://accounts.example.co.uk/a", "example.co.uk", ["other_domain"]),
         ("https://example.github.io/page", "example.github.io", ["other_domain"]),
         ("http://login.example.com/", "example.com", ["http"]),
-        ("https://10.0.0.7/login", "10.0.0.7", ["ip_address", "other_domain"]),
-        ("https://[::1]:8443/x", "::1", ["ip_address", "other_domain"]),
+        ("https://93.184.215.14/login", "93.184.215.14", ["ip_address", "other_domain"]),
+        ("https://[2606:4700:4700::1111]:8443/x", "2606:4700:4700::1111", ["ip_address", "other_domain"]),
         # A Cyrillic a in front of Latin "pple": punycode and mixed scripts, in either spelling.
         ("https://\u0430pple.com/", "xn--pple-43d.com", ["punycode", "mixed_script", "other_domain"]),
         ("https://xn--pple-43d.com/", "xn--pple-43d.com", ["punycode", "mixed_script", "other_domain"]),
@@ -59,6 +59,48 @@ def test_addresses_that_are_never_opened(url: str, reason: str) -> None:
     result = analyse(url, server_url=SERVER)
     assert not result.openable
     assert reason in result.refused
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:8000/admin/", "127.0.0.1 is a loopback address"),
+        ("http://localhost:8000/admin/", "localhost (127.0.0.1) is a loopback address"),
+        ("https://login.localhost/", "is a loopback address"),
+        ("http://2130706433/", "2130706433 (127.0.0.1) is a loopback address"),
+        ("http://0x7f.1/", "(127.0.0.1) is a loopback address"),
+        ("https://[::1]/", "::1 is a loopback address"),
+        ("http://[::ffff:127.0.0.1]/", "is a loopback address"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a link-local address"),
+        ("https://10.0.0.7/login", "10.0.0.7 is a private address"),
+    ],
+)
+def test_an_address_into_a_private_network_is_never_opened(settings, url: str, reason: str) -> None:
+    """A server must not use a reviewer's browser to reach what the hub itself may not (its one guard)."""
+    settings.ELICIT_OUTBOUND_ALLOW = ""
+    result = analyse(url, server_url=SERVER)
+    assert not result.openable
+    assert "private network" in result.refused and reason in result.refused
+
+
+def test_the_outbound_allowlist_lets_a_private_address_be_opened(settings) -> None:
+    settings.ELICIT_OUTBOUND_ALLOW = "10.0.0.0/8,sso.localhost"
+    assert analyse("https://10.0.0.7/login", server_url=SERVER).openable
+    assert analyse("https://sso.localhost/login", server_url=SERVER).openable
+    assert not analyse("https://10.0.0.7.nip.io.localhost/", server_url=SERVER).openable
+
+
+def test_a_name_is_not_looked_up_to_judge_it(settings, monkeypatch) -> None:
+    """The browser resolves names itself, elsewhere: the analysis makes no lookup (and stays pure)."""
+    from approvals import netguard
+
+    settings.ELICIT_OUTBOUND_ALLOW = ""
+
+    def no_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError("looked up")
+
+    monkeypatch.setattr(netguard, "resolver", no_lookup)
+    assert analyse("https://login.example.com/authorize", server_url=SERVER).openable
 
 
 def test_a_server_the_hub_has_no_address_for_is_said_so() -> None:

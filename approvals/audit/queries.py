@@ -20,7 +20,7 @@ from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet, Va
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from approvals import schema_forms
+from approvals import schema_forms, urlsafety
 from approvals.audit import verbs
 from approvals.audit.core import redact
 from approvals.models import AuditEvent, InputRequest, Round, ToolCall, is_uuid
@@ -212,7 +212,8 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
                 "schema_version": schema_forms.fingerprint(ir.requested_schema)[:12]
                 if ir and ir.requested_schema
                 else "",
-                "url": ir.url if ir else "",
+                # Where the page was, not the address itself: a sign-in link's token stays out of the trail.
+                "url": urlsafety.origin(ir.url) if ir and ir.url else "",
             }
         elif event.verb == "input.answered":
             entry["sent"] = {
