@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from approvals import netguard
+from approvals import netguard, urlsafety
 from approvals.audit.core import Actor
 from approvals.models import (
     AgentClient,
@@ -304,13 +304,36 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class WriteOnlyUrlInput(forms.URLInput):
+    """A URL that is a credential (a chat webhook's): never rendered back, not even beside a form's errors."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
 class TeamForm(forms.ModelForm):
+    clear_chat_webhook_url = forms.BooleanField(label="Remove the chat webhook", required=False)
+
     class Meta:
         model = Team
         fields = ["slug", "name", "notify_emails", "chat_webhook_url"]
+        widgets = {"chat_webhook_url": WriteOnlyUrlInput(attrs={"autocomplete": "off"})}
+        help_texts = {
+            "chat_webhook_url": "A Slack-compatible incoming webhook. Its address is a credential: the "
+            "stored one is never shown (only its host); leave empty to keep it."
+        }
 
     def clean_chat_webhook_url(self) -> str:
-        return _guarded_url(self.cleaned_data.get("chat_webhook_url") or "")
+        url = self.cleaned_data.get("chat_webhook_url") or ""
+        if not url:
+            return self.instance.chat_webhook_url if self.instance.pk else ""  # kept, as it was never shown
+        return _guarded_url(url)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("clear_chat_webhook_url"):
+            cleaned["chat_webhook_url"] = ""
+        return cleaned
 
 
 @admin.register(Team)
@@ -318,8 +341,13 @@ class TeamAdmin(admin.ModelAdmin):
     form = TeamForm
     list_display = ["slug", "name", "member_count"]
     search_fields = ["slug", "name"]
-    fields = ["slug", "name", "notify_emails", "chat_webhook_url"]
+    fields = ["slug", "name", "notify_emails", "chat_webhook", "chat_webhook_url", "clear_chat_webhook_url"]
+    readonly_fields = ["chat_webhook"]
     inlines = [MembershipInline]
+
+    @admin.display(description="chat webhook")
+    def chat_webhook(self, obj: Team) -> str:
+        return urlsafety.origin(obj.chat_webhook_url) or "—"  # where it goes, never the address itself
 
     @admin.display(description="members")
     def member_count(self, obj: Team) -> int:

@@ -408,3 +408,29 @@ def test_redirects_are_not_followed(agent: Agent, settings) -> None:
             redirector.server_close()
         assert WebhookAttempt.objects.get(delivery=delivery).error == "HTTP 302"
         assert target.received == []
+
+
+def test_the_admin_never_shows_a_stored_chat_webhook_and_keeps_it_unless_told(db, client) -> None:
+    """A chat webhook's address is its credential: write-only in the admin, like a server's headers."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import Team
+
+    root = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    team = Team.objects.create(
+        slug="ops", name="Ops", chat_webhook_url="https://chat.example.com/T0/B0/s3cret"
+    )
+    client.force_login(root)
+    page = client.get(f"/admin/approvals/team/{team.pk}/change/").content.decode()
+    assert "s3cret" not in page and "https://chat.example.com" in page
+    form = {"slug": "ops", "name": "Ops Team", "notify_emails": "", "chat_webhook_url": ""}
+    inline = {"memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+    saved = client.post(f"/admin/approvals/team/{team.pk}/change/", {**form, **inline})
+    assert saved.status_code == 302, saved.content.decode()[-2000:]
+    team.refresh_from_db()
+    assert (team.name, team.chat_webhook_url) == ("Ops Team", "https://chat.example.com/T0/B0/s3cret")
+    client.post(
+        f"/admin/approvals/team/{team.pk}/change/", {**form, **inline, "clear_chat_webhook_url": "on"}
+    )
+    team.refresh_from_db()
+    assert team.chat_webhook_url == ""
