@@ -41,3 +41,36 @@ class BodyLimitMiddleware:
             except RequestDataTooBig:
                 return too_large(request)
         return self.get_response(request)
+
+
+class ErrorShapeMiddleware:
+    """A 404 or 405 that Django or django-ninja answered on their own (no route; a method the route does not
+    take): the API's JSON error shape under /api/, and a readable page elsewhere, where Django's 405 is an
+    empty body. A 405 keeps its ``Allow`` header."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.status_code not in (404, 405) or response.streaming:
+            return response
+        if request.path.startswith("/api/"):
+            if response.get("Content-Type", "").startswith("application/json"):
+                return response  # the API's own error
+            shaped: HttpResponse = JsonResponse(api_error(request, response), status=response.status_code)
+        elif response.status_code == 405:
+            shaped = render(request, "405.html", {"method": request.method}, status=405)
+        else:
+            return response  # Django's 404 is the 404.html page already
+        if response.has_header("Allow"):
+            shaped["Allow"] = response["Allow"]
+        return shaped
+
+
+def api_error(request: HttpRequest, response: HttpResponse) -> dict[str, dict[str, str]]:
+    if response.status_code == 404:
+        return {"error": {"code": "not_found", "message": "Not found."}}
+    allowed = response.get("Allow", "")
+    message = f"{request.method} is not allowed here" + (f"; allowed: {allowed}." if allowed else ".")
+    return {"error": {"code": "method_not_allowed", "message": message}}

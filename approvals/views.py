@@ -6,7 +6,9 @@ see, the request page with the problem beside the field or at the top for a refu
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -15,7 +17,14 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -38,6 +47,23 @@ RECENT_WINDOW = timedelta(days=1)
 
 
 # --- helpers: permission checks and shared context ----------------------------------------------------
+
+
+def decided_by_post(
+    view: Callable[[HttpRequest, UUID], HttpResponse],
+) -> Callable[[HttpRequest, UUID], HttpResponse]:
+    """A decision's address takes a POST. A visit (the way back after signing in again, a reload, a link)
+    goes to the request's page instead of an empty 405."""
+
+    @functools.wraps(view)
+    def decide(request: HttpRequest, pk: UUID) -> HttpResponse:
+        if request.method in ("GET", "HEAD"):
+            return redirect("approvals:request", pk=pk)
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        return view(request, pk)
+
+    return decide
 
 
 def _get_request_for_user(user: Any, pk: UUID) -> InputRequest:
@@ -242,13 +268,15 @@ def request_state(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@decided_by_post
 def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     ir = _get_request_for_user(request.user, pk)
     action = request.POST.get("action", "")
     content = None
     tz = request.POST.get(TZ_FIELD, "")
-    if action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
+    # An answer to a request no longer pending is not checked: the service says it came too late.
+    pending = ir.status == InputRequest.Status.PENDING
+    if pending and action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
         schema = ir.form_schema
         content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
         if errors:
@@ -299,7 +327,7 @@ def _gate_edit_again(
 
 
 @login_required
-@require_POST
+@decided_by_post
 def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     """A reviewer's decision on a gate: approve as asked, approve edited arguments, or decline."""
     ir = _get_request_for_user(request.user, pk)
@@ -366,7 +394,7 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@decided_by_post
 def open_url(request: HttpRequest, pk: UUID) -> HttpResponse:
     """URL mode: record the consent, then send this (new) tab on to the page. Never opened otherwise."""
     ir = _get_request_for_user(request.user, pk)

@@ -103,6 +103,12 @@ if not SECRET_KEY:
     )
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+if not ALLOWED_HOSTS:
+    # Django would start and answer every request 400 ("Bad Request"), which says nothing of why.
+    raise ImproperlyConfigured(
+        "DJANGO_ALLOWED_HOSTS must list the host names the hub is reached by when DJANGO_DEBUG is false"
+        " (comma-separated, e.g. hub.example.com)."
+    )
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -133,6 +139,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A 404 or 405 that Django or django-ninja answered on their own: JSON under /api/, a page elsewhere.
+    "approvals.middleware.ErrorShapeMiddleware",
     # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them (it
     # runs as the chain goes in, before any view or process_view). The web process's handler
     # (elicit_hub.handler) runs the whole chain and the view synchronously, in one hop to the request's

@@ -17,7 +17,7 @@ from approvals.models import (
 )
 from approvals.services import tokens
 from tests import factories
-from tests.hub import Agent, Reviewer
+from tests.hub import Agent, Reviewer, off_the_loop
 
 pytestmark = pytest.mark.django_db
 
@@ -270,3 +270,54 @@ def test_the_session_api_needs_csrf(client, alice, deploy, release) -> None:
     assert response.status_code in (401, 403)
     ir.refresh_from_db()
     assert ir.status == InputRequest.Status.PENDING
+
+
+# --- errors the framework answers on its own are the API's errors too -----------------------------------
+
+
+def test_an_unknown_api_address_is_a_json_404(agent: Agent) -> None:
+    for path in ("/nope", "/calls/00000000-0000-0000-0000-000000000000/"):  # no route; a trailing slash
+        assert_error(agent.get(path), 404, "not_found")
+
+
+def test_a_method_an_api_address_does_not_take_is_a_json_405(agent: Agent) -> None:
+    response = off_the_loop(agent.client.delete, "/api/v1/calls")
+    body = assert_error(response, 405, "method_not_allowed")
+    assert "DELETE" in body["message"] and "POST" in response["Allow"]
+
+
+def test_a_bad_parameter_is_named_as_a_parameter_not_the_body(agent: Agent) -> None:
+    call_id = agent.call("create_deployment", server="deploy")
+    body = assert_error(agent.get(f"/calls/{call_id}", wait="soon"), 400, "invalid_body")
+    assert body["message"] == "A parameter of the request is invalid." and "wait" in body["fields"]
+    malformed = assert_error(agent.post("/calls", {"server": "deploy"}), 400, "invalid_body")
+    assert malformed["message"] == "The request body is malformed."
+
+
+def test_an_idempotency_key_used_for_a_call_is_refused_for_a_relay(agent: Agent) -> None:
+    call = agent.post("/calls", {"server": "deploy", "tool": "create_deployment", "idempotency_key": "k-1"})
+    assert call.status_code == 202
+    relay = {
+        "server": "deploy",
+        "tool": "create_deployment",
+        "arguments": {},
+        "input_requests": {"ok": {"method": "elicitation/create", "params": {"message": "OK?"}}},
+        "idempotency_key": "k-1",
+    }
+    body = assert_error(agent.post("/relays", relay), 409, "idempotency_key_reused")
+    assert "call" in body["message"]
+    assert ToolCall.objects.count() == 1
+    # and the other way round
+    relay["idempotency_key"] = "k-2"
+    assert agent.post("/relays", relay).status_code == 201
+    again = agent.post("/calls", {"server": "deploy", "tool": "create_deployment", "idempotency_key": "k-2"})
+    assert "relay" in assert_error(again, 409, "idempotency_key_reused")["message"]
+
+
+def test_a_late_answer_is_a_409_even_when_it_is_also_invalid(deploy, release, reviewer: Reviewer) -> None:
+    ir = form_request(deploy, release)
+    assert reviewer.respond(str(ir.pk), "accept", {"title": "abc", "attendees": 3}).status_code == 200
+    late = reviewer.respond(str(ir.pk), "accept", {"title": "x", "attendees": "many"})
+    body = assert_error(late, 409, "already_answered")
+    assert body["message"].startswith("This request was already accepted by alice at 20")
+    assert body["message"].endswith(" UTC.") and ".." not in body["message"]

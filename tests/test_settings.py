@@ -47,6 +47,7 @@ def test_production_settings_pass_check_deploy_without_warnings() -> None:
         ({"DJANGO_DEBUG": "maybe"}, "DJANGO_DEBUG must be true or false"),
         ({"DJANGO_DEBUG": "false"}, "DJANGO_SECRET_KEY"),
         ({}, "DJANGO_SECRET_KEY"),  # DEBUG is off unless set, so a secret key is required
+        ({"DJANGO_DEBUG": "false", "DJANGO_SECRET_KEY": "s" * 50}, "DJANGO_ALLOWED_HOSTS must list"),
         ({"DJANGO_DEBUG": "true", "ELICIT_ROUND_TTL": "soon"}, "ELICIT_ROUND_TTL must be a whole number"),
         (
             {"DJANGO_DEBUG": "true", "ELICIT_EXPIRY_POLICY": "forget"},

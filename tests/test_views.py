@@ -313,3 +313,100 @@ def test_login_page_and_failed_login(client, world) -> None:
     assert "The user name and password do not match" in response.content.decode()
     response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice"})
     assert response.status_code == 302 and response["Location"] == "/"
+
+
+# --- a url-mode link is shown to whoever may open it, and to nobody else ---------------------------------
+
+
+def test_a_sign_in_link_made_for_one_reviewer_is_shown_to_them_alone(client, world) -> None:
+    ir = url_request(world, "https://accounts.example.com/connect?token=s3cret-for-bob")
+    InputRequest.objects.filter(pk=ir.pk).update(assignee=world.bob)
+    for someone_else in (world.alice, world.vera):  # a reviewer of the team, a viewer
+        client.force_login(someone_else)
+        html = client.get(f"/requests/{ir.pk}/").content.decode()
+        assert "s3cret-for-bob" not in html and "data-full-url" not in html
+        assert "made for <bdi>bob</bdi> and is shown only to them" in html
+        assert '<span class="domain-name">example.com</span>' in html  # where it goes, all the same
+    client.force_login(world.bob)
+    html = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "connect?token=s3cret-for-bob" in html and "data-url-withheld" not in html
+
+
+def test_a_viewer_sees_where_a_link_goes_not_the_link(client, world) -> None:
+    ir = url_request(world, "https://accounts.example.com/connect?token=team-secret")
+    client.force_login(world.vera)
+    html = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "team-secret" not in html and "shown only to those who may answer" in html
+    client.force_login(world.alice)
+    assert "team-secret" in client.get(f"/requests/{ir.pk}/").content.decode()
+
+
+def test_a_refused_link_shows_where_it_goes_not_what_it_carries(client, world) -> None:
+    ir = url_request(world, "https://deploy:hunter2@example.com/connect?token=abc123")
+    client.force_login(world.alice)
+    html = client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "The hub will not open this address" in html and "https://example.com" in html
+    assert "hunter2" not in html and "abc123" not in html
+
+
+def test_the_audit_trail_shows_where_a_link_went_not_its_token(client, world) -> None:
+    from approvals.audit import core as audit
+
+    ir = url_request(world, "https://accounts.example.com:8443/connect?token=s3cret")
+    audit.record(
+        actor=audit.Actor.system(),
+        verb="input.requested",
+        call=ir.round.call,
+        input_request=ir,
+        data={"message": "Sign in", "mode": "url"},
+    )
+    world.alice.is_superuser = True
+    world.alice.save()
+    client.force_login(world.alice)
+    html = client.get(f"/audit/calls/{ir.round.call_id}/").content.decode()
+    assert "https://accounts.example.com:8443" in html
+    assert "s3cret" not in html and "/connect" not in html
+
+
+# --- a decision's address, visited ---------------------------------------------------------------------
+
+
+def test_a_decision_address_visited_after_signing_in_again_leads_to_the_request(client, world) -> None:
+    ir = ask(world)
+    for action in ("respond", "decide", "open"):
+        # The session ran out: the POST goes to the sign-in page, which sends the browser back with a GET.
+        response = client.post(f"/requests/{ir.pk}/{action}/", {"action": "accept"})
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/?next=")
+        client.force_login(world.alice)
+        back = client.get(f"/requests/{ir.pk}/{action}/")
+        assert back.status_code == 302 and back["Location"] == f"/requests/{ir.pk}/"
+        client.logout()
+    ir.refresh_from_db()
+    assert ir.status == InputRequest.Status.PENDING  # a visit never decides
+
+
+def test_a_method_a_page_does_not_take_gets_a_readable_page(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.alice)
+    response = client.get(f"/requests/{ir.pk}/presence/")
+    assert response.status_code == 405 and response["Allow"] == "POST"
+    assert response["Content-Type"].startswith("text/html")
+    assert "Not available this way" in response.content.decode()
+    refused = client.delete(f"/requests/{ir.pk}/respond/")
+    assert refused.status_code == 405 and "Not available this way" in refused.content.decode()
+
+
+# --- an answer that came too late -----------------------------------------------------------------------
+
+
+def test_a_late_answer_is_told_it_came_too_late_even_when_it_is_also_invalid(client, world) -> None:
+    ir = ask(world)
+    input_respond(input_request_id=ir.pk, user=world.bob, action="accept", content={"environment": "staging"})
+    client.force_login(world.alice)
+    response = client.post(
+        f"/requests/{ir.pk}/respond/", {"action": "accept", "f-environment": "not-a-choice"}
+    )
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "already accepted by bob at" in html
+    assert ".." not in html.split("already accepted by bob at", 1)[1].split("</", 1)[0]

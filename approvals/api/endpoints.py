@@ -74,10 +74,14 @@ def on_service_error(request: HttpRequest, exc: ServiceError) -> HttpResponse:
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     fields = {}
+    in_body = False
     for problem in exc.errors:
-        location = [str(part) for part in problem.get("loc", []) if part not in ("body", "payload", "query")]
+        loc = list(problem.get("loc", []))
+        in_body = in_body or not loc or loc[0] not in ("path", "query")
+        location = [str(part) for part in loc if part not in ("body", "payload", "query", "path")]
         fields[".".join(location) or "body"] = str(problem.get("msg", "invalid"))
-    return error(request, 400, "invalid_body", "The request body is malformed.", fields)
+    message = "The request body is malformed." if in_body else "A parameter of the request is invalid."
+    return error(request, 400, "invalid_body", message, fields)
 
 
 @api.exception_handler(AuthenticationError)

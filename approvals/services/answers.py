@@ -7,14 +7,13 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.formats import date_format
 
 from approvals import broadcast, permissions, safejson, schema_forms
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, McpServer, Round
 from approvals.prepared import PreparedRead
-from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound
+from approvals.services.errors import AnswerInvalid, Conflict, Forbidden, Invalid, NotFound, moment
 from approvals.services.gate_checks import is_gate, validate_decision
 from approvals.services.rounds import round_mark_ready
 
@@ -38,15 +37,22 @@ def _answered_data(ir: InputRequest, action: str, content: Any, reason: str, **m
 
 
 def describe_answer(ir: InputRequest) -> str:
-    """ "accepted by alice at 10:42:07" — the loser of a race is told who won, and when."""
-    who = ir.answered_by.get_username() if ir.answered_by else "the hub"
-    verb = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}.get(ir.action, ir.status)
+    """ "accepted by alice at 2026-12-06 10:42:07 UTC" — the loser of a race is told who won, and when."""
     if ir.status == InputRequest.Status.GONE:
         return "gone: the server stopped waiting"
+    when = moment(ir.answered_at) if ir.answered_at else "earlier"
     if ir.status == InputRequest.Status.EXPIRED:
-        return f"expired at {date_format(timezone.localtime(ir.answered_at), 'DATETIME_FORMAT')}"
-    when = date_format(timezone.localtime(ir.answered_at), "DATETIME_FORMAT") if ir.answered_at else "earlier"
+        return f"expired at {when}"
+    who = ir.answered_by.get_username() if ir.answered_by else "the hub"
+    verb = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}.get(ir.action, ir.status)
     return f"{verb} by {who} at {when}"
+
+
+def no_longer_pending(ir: InputRequest) -> Conflict:
+    """The 409 for an answer to a request that is no longer pending, saying what became of it."""
+    if ir.status == InputRequest.Status.GONE:
+        return Conflict(GONE_MESSAGE, code="request_gone")
+    return Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
 
 
 def validate_answer(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
@@ -145,6 +151,9 @@ def input_respond(
         raise _refuse(
             ir, user, "not_a_reviewer", "You are not a reviewer for the team this request is routed to."
         )
+    if ir.status != InputRequest.Status.PENDING:
+        # Before the answer is checked: that it came too late is the news, not what was wrong with it.
+        raise no_longer_pending(ir)
     call = ir.round.call
     _check_policy(ir, call, user)
     content = validate_answer(ir, action, content)
@@ -175,9 +184,7 @@ def input_respond(
         )
         if not won:
             ir.refresh_from_db()
-            if ir.status == InputRequest.Status.GONE:
-                raise Conflict(GONE_MESSAGE, code="request_gone")
-            raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
+            raise no_longer_pending(ir)
         # What the UPDATE wrote, set on the row in hand: no read again, and its team stays loaded.
         ir.status, ir.action, ir.content, ir.reason = InputRequest.Status.ANSWERED, action, content, reason
         ir.answered_by, ir.answered_at = user, now
@@ -249,7 +256,7 @@ def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) 
     """Record one approval of N. True when it is the Nth distinct approval of the same values."""
     ir.refresh_from_db()
     if ir.status != InputRequest.Status.PENDING:
-        raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
+        raise no_longer_pending(ir)
     standing = list(ir.decisions.filter(action=InputRequest.Action.ACCEPT, superseded=False, is_final=False))
     if any(d.user_id == user.pk for d in standing):
         raise Conflict(
@@ -313,7 +320,12 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
     )
     if ir is None:
         raise NotFound("No such input request for this agent.")
-    content = validate_answer(ir, action, content)
+    try:
+        content = validate_answer(ir, action, content)
+    except (Invalid, AnswerInvalid):
+        if ir.status != InputRequest.Status.PENDING:
+            raise no_longer_pending(ir) from None  # too late is the news, not what was wrong with it
+        raise
     call = ir.round.call
     person = call.on_behalf_of or (agent.owner if agent.owner_id else None)
     with transaction.atomic():
@@ -333,9 +345,7 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
             ir.refresh_from_db()
             if ir.status == InputRequest.Status.ANSWERED and ir.action == action and ir.content == content:
                 return ir
-            if ir.status == InputRequest.Status.GONE:
-                raise Conflict(GONE_MESSAGE, code="request_gone")
-            raise Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
+            raise no_longer_pending(ir)
         ir.status, ir.action, ir.content = InputRequest.Status.ANSWERED, action, content
         ir.answered_by, ir.answered_at = person, now
         Decision.objects.create(

@@ -80,10 +80,20 @@ def _server_for(agent: AgentClient, slug: str) -> McpServer:
     return server
 
 
-def _existing(agent: AgentClient, idempotency_key: str | None) -> ToolCall | None:
+def _existing(agent: AgentClient, idempotency_key: str | None, kind: str) -> ToolCall | None:
+    """The agent's call or relay made with this key, if any. A key is the agent's once, whatever the kind: one
+    that made a relay, given for a call (or the other way round), is refused rather than answered with an
+    address of the other kind, where the call is not found."""
     if not idempotency_key:
         return None
-    return ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+    existing = ToolCall.objects.filter(agent=agent, idempotency_key=idempotency_key).first()
+    if existing is not None and existing.kind != kind:
+        raise Conflict(
+            f"This idempotency_key was already used for a {existing.get_kind_display().lower()}; "
+            "use a new key.",
+            code="idempotency_key_reused",
+        )
+    return existing
 
 
 def _acted_for(agent: AgentClient, username: str | None) -> Any:
@@ -128,7 +138,7 @@ def call_submit(
     ``channel`` says how the agent asked ("api": the REST API, "mcp": the MCP gateway); the audit keeps it.
     ``agent_client``: what the gateway's client can answer itself (``ToolCall.agent_client``); a repeat
     records the latest client's, so a later round may pass through to it."""
-    existing = _existing(agent, idempotency_key)
+    existing = _existing(agent, idempotency_key, ToolCall.Kind.CALL)
     if existing:
         _note_client(existing, agent_client)
         return existing, False
@@ -163,7 +173,7 @@ def call_submit(
             if not gates.gate_on_submit(call):
                 enqueue_on_commit(RUN_CALL, str(call.pk), priority=NEW_WORK)
     except IntegrityError:
-        existing = _existing(agent, idempotency_key)
+        existing = _existing(agent, idempotency_key, ToolCall.Kind.CALL)
         if existing is None:
             raise
         return existing, False
@@ -240,7 +250,7 @@ def relay_submit(
     on_behalf_of: str | None = None,
 ) -> tuple[ToolCall, bool]:
     """Park input requests an agent received itself; the answers go back to the agent, not to the server."""
-    existing = _existing(agent, idempotency_key)
+    existing = _existing(agent, idempotency_key, ToolCall.Kind.RELAY)
     if existing:
         return existing, False
     if not isinstance(input_requests, dict) or not input_requests:
@@ -305,7 +315,7 @@ def relay_submit(
                 ttl=expires_in,
             )
     except IntegrityError:
-        existing = _existing(agent, idempotency_key)
+        existing = _existing(agent, idempotency_key, ToolCall.Kind.RELAY)
         if existing is None:
             raise
         return existing, False

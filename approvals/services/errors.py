@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.utils import timezone
+
 
 class ServiceError(Exception):
     status = 400
@@ -40,3 +44,9 @@ class Conflict(ServiceError):
 class AnswerInvalid(ServiceError):
     status = 422
     code = "invalid_answer"
+
+
+def moment(when: datetime) -> str:
+    """A time in a message: unambiguous, with its zone, and ending in no full stop of its own (``10:42
+    a.m.`` would end a sentence in two)."""
+    return timezone.localtime(when).strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -18,13 +18,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
-from django.utils.formats import date_format
 
 from approvals import canonical, permissions, rules, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, AuditEvent, Grant, GrantQuerySet, InputRequest, Team, ToolCall
-from approvals.services.errors import Conflict, Forbidden, Invalid
+from approvals.services.errors import Conflict, Forbidden, Invalid, moment
 
 DURATIONS: dict[str, timedelta | None] = {
     "1h": timedelta(hours=1),
@@ -353,9 +352,9 @@ def describe_end(grant: Grant) -> str:
     """ "revoked by alice at 10:42" / "expired at 11:00" — what a second revoke is told."""
     if grant.revoked_at is not None:
         who = grant.revoked_by.get_username() if grant.revoked_by else "the hub"
-        return f"revoked by {who} at {date_format(timezone.localtime(grant.revoked_at), 'DATETIME_FORMAT')}"
+        return f"revoked by {who} at {moment(grant.revoked_at)}"
     if grant.expires_at is not None:
-        return f"expired at {date_format(timezone.localtime(grant.expires_at), 'DATETIME_FORMAT')}"
+        return f"expired at {moment(grant.expires_at)}"
     return "active"
 
 

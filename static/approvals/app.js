@@ -44,7 +44,8 @@
   function tick() {
     const now = Date.now();
     if (status && status.dataset.state === "down" && live.lastMessage) {
-      status.textContent = `${T.reconnecting} ${fmt(T.updated, { ago: duration(now - live.lastMessage) })}`;
+      // Beside the announced state, not in it: a live region read out again every second would drown the page.
+      $("[data-live-ago]", status).textContent = fmt(T.updated, { ago: duration(now - live.lastMessage) });
     }
     $$("[data-countdown]").forEach((el) => {
       const left = new Date(el.dataset.countdown).getTime() - now;
@@ -67,7 +68,10 @@
     document.body.classList.toggle("is-offline", !up);
     if (status) {
       status.dataset.state = up ? "live" : "down";
-      status.textContent = up ? T.live : T.reconnecting;
+      const state = $("[data-live-state]", status);
+      const text = up ? T.live : T.reconnecting;
+      if (state.textContent !== text) state.textContent = text; // each failed retry would announce it again
+      if (up) $("[data-live-ago]", status).textContent = "";
     }
     if (banner) banner.hidden = up;
   }
@@ -517,6 +521,10 @@
     select(list[next]);
   }
 
+  function submitOf(form) {
+    return [...form.querySelectorAll("button[type=submit]")].find((b) => !b.hidden) || null;
+  }
+
   function typing(target) {
     return target.closest("input, textarea, select, [contenteditable]") !== null;
   }
@@ -524,10 +532,14 @@
   document.addEventListener("keydown", (event) => {
     const review = $("[data-review]");
     if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+      // Inside a decision form (a decline reason, edited arguments) it sends what is being written there,
+      // never the page's approval: an approval is only of what is shown, the arguments as asked.
       const approve = $("[data-approve]");
-      if (review && approve && !approve.disabled) {
+      const writing = event.target.closest?.("form[data-decision-form]");
+      const button = writing && !(approve && approve.form === writing) ? submitOf(writing) : approve;
+      if (review && button && !button.matches(":disabled")) {
         event.preventDefault();
-        approve.click();
+        button.click();
       }
       return;
     }

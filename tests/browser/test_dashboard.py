@@ -376,3 +376,39 @@ def test_a_backlog_past_the_page_counts_everything_and_the_next_rounds_come_in_a
     expect(cards.last).to_have_attribute("data-call", str(call_id))
     expect(count).to_have_text(str(2 + waiting))
     expect(more).to_have_count(0)  # all that waits is shown
+
+
+def test_a_lost_connection_is_announced_once_not_every_second(hub: Hub, new_page) -> None:
+    """The live region says "Reconnecting…" once; the time since the last update ticks beside it, unread."""
+    page = new_page("alice")
+    sockets: dict[str, Any] = {"down": False, "open": []}
+
+    def route(ws: Any) -> None:
+        if sockets["down"]:
+            ws.close()
+            return
+        ws.connect_to_server()
+        sockets["open"].append(ws)
+
+    page.route_web_socket(re.compile(r"/ws/"), route)
+    page.reload()
+    wait_live(page)
+    region = page.locator("#live-status [role=status]")
+    expect(region).to_have_text("Live")
+    page.evaluate(
+        """() => {
+            window.announced = 0;
+            new MutationObserver(() => { window.announced += 1; }).observe(
+                document.querySelector("#live-status [role=status]"),
+                { childList: true, characterData: true, subtree: true },
+            );
+        }"""
+    )
+    sockets["down"] = True
+    for ws in sockets["open"]:
+        ws.close()
+    page.wait_for_selector("#live-status[data-state='down']")
+    expect(page.locator("#live-status [data-live-ago]")).to_contain_text("Updated")
+    page.wait_for_timeout(2500)  # a few ticks, and a few failed retries
+    expect(region).to_have_text("Reconnecting…")
+    assert page.evaluate("window.announced") == 1

@@ -96,7 +96,9 @@ def edit_to_staging(edit: Any) -> None:
         edit.get_by_label("Environment").fill("staging")
 
 
-def edit_and_approve_in_the_browser(new_page: Any, hub: Hub, call: ToolCall) -> None:
+def edit_and_approve_in_the_browser(
+    new_page: Any, hub: Hub, call: ToolCall, *, by_keyboard: bool = False
+) -> None:
     item = hub.reviewer.wait_for_request(str(call.pk), "gate")
     page = new_page("alice")
     page.goto(f"/requests/{item['id']}/")
@@ -107,7 +109,11 @@ def edit_and_approve_in_the_browser(new_page: Any, hub: Hub, call: ToolCall) -> 
     assert page.locator("[data-digest]").inner_text() == item["gate"]["digest"]
     page.get_by_text("Edit the arguments…").click()
     edit_to_staging(page.locator("#gate-edit-form"))
-    page.get_by_role("button", name="Approve and send these arguments").click()
+    if by_keyboard:
+        # Ctrl+Enter while editing sends the edit: never the approval of the arguments as asked.
+        page.locator("#gate-edit-form :is(textarea, input:not([type=hidden]))").first.press("Control+Enter")
+    else:
+        page.get_by_role("button", name="Approve and send these arguments").click()
     page.wait_for_url("**/")
     assert "Approved" in page.content()
 
@@ -203,7 +209,7 @@ def test_a_rest_agent_gets_the_edited_call_s_result(
     agent = RestAgent(web, gated_hub)
     call_id = agent.call(TOOL, ASKED)
     call = ToolCall.objects.get(pk=call_id)
-    edit_and_approve_in_the_browser(new_page, gated_hub, call)
+    edit_and_approve_in_the_browser(new_page, gated_hub, call, by_keyboard=True)
     done = agent.wait(call_id)
     assert done["status"] == "completed", done
     assert done["result"]["structuredContent"]["environment"] == "staging"
@@ -221,7 +227,8 @@ def test_the_agent_reads_a_decline_made_in_the_browser(
     agent, call_id, page = call_at_its_gate(gated_hub, web, new_page, ASKED)
     page.locator("[data-decline-toggle]").click()
     page.locator("#decline-reason").fill("production is frozen")
-    page.get_by_role("button", name="Decline the call").click()
+    # Ctrl+Enter in the reason sends the decline being written, never the page's approval.
+    page.locator("#decline-reason").press("Control+Enter")
     page.wait_for_url("**/")
     done = agent.wait(call_id, 30)
     assert done["status"] == "failed"
