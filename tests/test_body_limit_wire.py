@@ -71,6 +71,19 @@ def _answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     return status, headers, body
 
 
+def send_endless_head(sock: socket.socket, start: str) -> None:
+    """`start` (a request line and headers, the last one left open), then that header's value without end:
+    until the server stops reading (four times ``MAX_HEAD`` at most)."""
+    sock.sendall(start.encode())
+    sent = 0
+    try:
+        while sent <= 4 * MAX_HEAD:
+            sock.sendall(b"a" * 8192)
+            sent += 8192
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 def _head(method: str, path: str, extra: str) -> bytes:
     return (
         f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -155,14 +168,7 @@ def test_an_endless_request_head_is_refused_by_the_api_server(
 ) -> None:
     """httptools sets no limit on a header: the API server stops reading once the head passes MAX_HEAD."""
     with _connect(api_process) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ".encode())
-        sent = 0
-        try:
-            while sent <= 4 * MAX_HEAD:
-                sock.sendall(b"a" * 8192)
-                sent += 8192
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        send_endless_head(sock, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ")
         status, headers, body = _answer(sock)
     assert status == 431
     assert headers["connection"] == "close"

@@ -15,7 +15,7 @@ import pytest
 
 from elicit_hub.serve_api import MAX_HEAD
 from tests import test_gateway as gateway_tests
-from tests.test_body_limit_wire import WAIT, _answer
+from tests.test_body_limit_wire import WAIT, _answer, send_endless_head
 from tests.test_gateway import Gateway
 
 gateway_process = gateway_tests.gateway_process  # one gateway process, as the gateway tests run it
@@ -34,14 +34,7 @@ def test_an_endless_request_head_is_refused_before_the_token_is_read(
     gateway_process: Gateway, path: str
 ) -> None:
     with _connect(gateway_process) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer eha_".encode())
-        sent = 0
-        try:
-            while sent <= 4 * MAX_HEAD:
-                sock.sendall(b"a" * 8192)
-                sent += 8192
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        send_endless_head(sock, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer eha_")
         status, headers, body = _answer(sock)
     assert status == 431
     assert headers["connection"] == "close"
