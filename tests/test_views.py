@@ -410,3 +410,30 @@ def test_a_late_answer_is_told_it_came_too_late_even_when_it_is_also_invalid(cli
     html = response.content.decode()
     assert "already accepted by bob at" in html
     assert ".." not in html.split("already accepted by bob at", 1)[1].split("</", 1)[0]
+
+
+def test_a_sign_in_links_token_reaches_no_page_of_a_viewer_nor_the_audit_trail(client, world) -> None:
+    """Opened the way a worker opens it (the server's raw answer stored with the round)."""
+    from django.db import transaction
+
+    from approvals.services import rounds
+
+    call = factories.call(world.deploy, world.agent)
+    url = "https://accounts.example.com/connect?token=S3CRET-LINK"
+    asked = {
+        "signin": {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "message": "Sign in", "url": url},
+        }
+    }
+    raw = {"resultType": "input_required", "inputRequests": asked, "requestState": "opaque"}
+    with transaction.atomic():
+        rounds.round_open(
+            call=call, input_requests=asked, raw=raw, request_state="opaque", received_at=timezone.now()
+        )
+    ir = InputRequest.objects.get(round__call=call)
+    client.force_login(world.vera)  # a viewer of the team
+    for page in (f"/requests/{ir.pk}/", f"/calls/{call.pk}/", f"/audit/calls/{call.pk}/"):
+        html = client.get(page).content.decode()
+        assert "S3CRET-LINK" not in html, page
+    assert "https://accounts.example.com" in client.get(f"/audit/calls/{call.pk}/").content.decode()

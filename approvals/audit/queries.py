@@ -225,11 +225,27 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
             }
         elif event.verb == "round.opened":
             rnd = rounds.get(event.data.get("round"))
-            entry["server_answer"] = _pretty(redact(rnd.raw)) if rnd else ""
+            entry["server_answer"] = _pretty(links_hidden(redact(rnd.raw))) if rnd else ""
         elif event.verb in {"call.completed", "call.failed"} and call is not None:
-            entry["server_answer"] = _pretty(redact(call.result if call.result is not None else call.error))
+            answer = call.result if call.result is not None else call.error
+            entry["server_answer"] = _pretty(links_hidden(redact(answer)))
         entries.append(entry)
     return call, entries
+
+
+def links_hidden(value: Any) -> Any:
+    """`value` with every url-mode request's address cut to where it goes (``scheme://host:port``), at any
+    depth: a round's raw answer, a ``-32042`` error's ``elicitations``. A sign-in link's token is for the
+    person it was made for, not for the audit trail's readers."""
+    if isinstance(value, dict):
+        hide = value.get("mode") == "url" and isinstance(value.get("url"), str)
+        return {
+            key: (urlsafety.origin(item) or "[address]" if hide and key == "url" else links_hidden(item))
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [links_hidden(item) for item in value]
+    return value
 
 
 def _pretty(value: Any) -> str:
