@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.db import transaction
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
@@ -207,3 +210,159 @@ async def _superuser():
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(factories.user)("async-root", is_superuser=True)
+
+
+# --- completeness: what a clean result proves, and what it cannot ----------------------------------------
+
+
+def reseal(lines: list[str], *, rechain: bool = False) -> list[str]:
+    """Recompute the trailer of a doctored JSON Lines export (plain SHA-256: anyone can), and with
+    ``rechain`` every hash and link after the header's anchor too, as a careful forger would."""
+    rows = [json.loads(line) for line in lines[1:-1]]
+    previous = json.loads(lines[0])["anchor"]
+    digest = audit_verify.Digest()
+    for row in rows:
+        if rechain:
+            row["prev_hash"] = previous
+            row["hash"] = previous = audit_verify.event_hash(previous, row)
+        digest.add(row["hash"])
+    trailer = {"type": "trailer", "count": digest.count, "digest": digest.hexdigest()}
+    return [lines[0], *map(json.dumps, rows), json.dumps(trailer)]
+
+
+def with_header(lines: list[str], **changes: object) -> list[str]:
+    return [json.dumps({**json.loads(lines[0]), **changes}), *lines[1:]]
+
+
+def saved_head(tmp_path: Path) -> Path:
+    out = io.StringIO()
+    call_command("export_audit_head", stdout=out)
+    path = tmp_path / "head.json"
+    path.write_text(out.getvalue())
+    return path
+
+
+def test_an_untouched_contiguous_export_proves_it_is_complete(root: Client, events, tmp_path: Path) -> None:
+    # An append rolled back has used its id: the chain's ids skip it, and its links do not.
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"n": "rolled back"})
+        raise RuntimeError
+    audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"n": 7})
+    body = download(root, "jsonl")
+    header, *rows = [json.loads(line) for line in body.decode().splitlines()[:-1]]
+    assert rows[-1]["id"] == rows[-2]["id"] + 2 and rows[-1]["id"] == header["through_id"]
+    result = verify_offline(tmp_path, "export.jsonl", body)
+    assert result.returncode == 0, result.stdout
+    complete = f"{len(rows)} events verified: every event from the chain's start through #{rows[-1]['id']}"
+    assert complete in result.stdout
+    assert "cannot prove" not in result.stdout
+    assert audit_verify.verify_jsonl(body.decode().splitlines()).complete
+
+
+@pytest.mark.parametrize(
+    ("doctor", "problem"),
+    [
+        (
+            lambda lines: reseal(lines[:3] + lines[4:]),
+            lambda ids: f"the events between #{ids[1]} and #{ids[3]} are missing",
+        ),
+        (
+            lambda lines: reseal(lines[:-3] + lines[-1:]),
+            lambda ids: f"runs through #{ids[-1]}: the events after #{ids[-3]} are missing",
+        ),
+        (
+            lambda lines: reseal(lines[:1] + lines[2:]),
+            lambda ids: (
+                f"event #{ids[1]} does not link to the header's anchor: the events before it are missing"
+            ),
+        ),
+        (
+            lambda lines: with_header(lines, through_id=json.loads(lines[0])["through_id"] + 5),
+            lambda ids: f"the file ends at event #{ids[-1]}, but the header says the export runs through",
+        ),
+        (
+            lambda lines: with_header(lines, through_id=json.loads(lines[0])["through_id"] - 1),
+            lambda ids: f"event #{ids[-1]} is newer than the header's through_id",
+        ),
+    ],
+    ids=[
+        "middle event removed",
+        "tail cut",
+        "first event removed",
+        "through_id raised",
+        "through_id lowered",
+    ],
+)
+def test_a_contiguous_export_missing_events_fails_naming_them(
+    root: Client, events, tmp_path: Path, doctor, problem
+) -> None:
+    lines = download(root, "jsonl").decode().splitlines()
+    ids = [json.loads(line)["id"] for line in lines[1:-1]]
+    result = verify_offline(tmp_path, "export.jsonl", "\n".join(doctor(lines)).encode())
+    assert result.returncode == 1, result.stdout
+    assert problem(ids) in result.stdout
+
+
+def test_a_filtered_export_verifies_its_events_but_not_its_completeness(
+    root: Client, events, tmp_path: Path
+) -> None:
+    lines = download(root, "jsonl", {"team": "release"}).decode().splitlines()
+    untouched = verify_offline(tmp_path, "export.jsonl", "\n".join(lines).encode())
+    assert untouched.returncode == 0
+    assert (
+        "4 events verified: each event's own hash checks; this export cannot prove no event was removed"
+        in untouched.stdout
+    )
+    removed = verify_offline(tmp_path, "doctored.jsonl", "\n".join(reseal(lines[:2] + lines[3:])).encode())
+    assert removed.returncode == 0  # a removed event looks like one the filter left out: no more is claimed
+    assert (
+        "3 events verified: each event's own hash checks; this export cannot prove no event was removed"
+        in removed.stdout
+    )
+    assert not audit_verify.verify_jsonl(lines).complete
+
+
+def test_a_csv_export_with_rows_removed_says_where_it_skips(root: Client, events, tmp_path: Path) -> None:
+    lines = download(root, "csv").decode().splitlines(keepends=True)
+    ids = [int(row["id"]) for row in csv.DictReader(lines)]
+    result = verify_offline(tmp_path, "export.csv", "".join(lines[:2] + lines[4:]).encode())
+    assert result.returncode == 0
+    skipped = f"passes over events of the chain in 1 place(s), the first between #{ids[0]} and #{ids[3]}"
+    assert (
+        f"{len(ids) - 2} events verified: each event's own hash checks; this export cannot prove"
+        in result.stdout
+    )
+    assert skipped in result.stdout
+
+
+def test_a_saved_head_ties_an_export_to_the_chain(root: Client, events, tmp_path: Path) -> None:
+    head = saved_head(tmp_path)
+    audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"n": 7})
+    lines = download(root, "jsonl").decode().splitlines()
+    path = tmp_path / "export.jsonl"
+    path.write_text("\n".join(lines))
+    assert audit_verify.main([str(path), "--head", str(head)]) == 0
+    scope = audit_verify.verify_file(path, head=audit_verify.read_head(head)).scope
+    assert scope.endswith(
+        f"the saved head #{events[-1].id} matches: it and every event before it in the file "
+        "are the chain's own"
+    )
+
+
+@pytest.mark.parametrize(
+    ("drop", "problem"),
+    [(3, "does not carry the saved head's hash"), (-3, "is not in the file, though the export runs through")],
+    ids=["an event before the head", "the head's own event"],
+)
+def test_a_saved_head_catches_a_recomputed_chain(
+    root: Client, events, tmp_path: Path, drop: int, problem: str, capsys
+) -> None:
+    head = saved_head(tmp_path)
+    audit.record(actor=Actor.system(), verb="call.retry_scheduled", data={"n": 7})
+    lines = download(root, "jsonl").decode().splitlines()
+    del lines[drop]
+    path = tmp_path / "export.jsonl"
+    path.write_text("\n".join(reseal(lines, rechain=True)))
+    assert audit_verify.verify_file(path).ok  # consistent in itself: only something kept elsewhere can tell
+    assert audit_verify.main([str(path), "--head", str(head)]) == 1
+    assert problem in capsys.readouterr().out
