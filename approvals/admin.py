@@ -1,11 +1,16 @@
-"""Admin: servers, agents, teams. Secrets are write-only here; calls and audit events are read-only."""
+"""Admin: servers, agents, teams. Secrets are write-only here; calls and audit events are read-only.
+
+Every add, change and delete of configuration made here is audited (``AuditedAdmin``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from approvals import netguard, urlsafety
@@ -26,6 +31,7 @@ from approvals.models import (
     ToolCall,
     WebhookDelivery,
 )
+from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
 from approvals.services.sending import check_call_timeout, check_tool_timeouts
 from approvals.services.servers import parse_header_lines, probe_summary, server_probe
@@ -41,6 +47,47 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Audits what is saved or deleted here, in the admin's own transaction, by the signed-in user: the
+    object's fields and many-to-many fields (``approvals.services.config_audit``), then each row its inlines
+    add, change or delete, and on deletion the audited rows that go or change with it. Secrets only as
+    "set", "changed" or "cleared"."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        form.audit_before = config_audit.stored(obj) if change else None  # before the form's values land
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Sequence[Any], change: bool) -> None:
+        super().save_related(request, form, [], change)  # the object's many-to-many fields, then its event
+        config_audit.saved(form.instance, getattr(form, "audit_before", None), actor=Actor.user(request.user))
+        for formset in formsets:
+            self.save_formset(request, form, formset, change=change)
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        if formset.model not in config_audit.AUDITED:
+            super().save_formset(request, form, formset, change)
+            return
+        touched = [row.instance.pk for row in formset.initial_forms if row.has_changed() and row.instance.pk]
+        gone = [row.instance.pk for row in formset.deleted_forms if row.instance.pk]
+        before = config_audit.stored_many(formset.model, touched)
+        super().save_formset(request, form, formset, change)
+        actor = Actor.user(request.user)
+        for obj in formset.new_objects:
+            config_audit.saved(obj, None, actor=actor)
+        for obj, _ in formset.changed_objects:
+            config_audit.saved(obj, before.get(obj.pk), actor=actor)
+        for pk in gone:
+            config_audit.deleted(before[pk], actor=actor)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        with config_audit.deleting([obj], actor=Actor.user(request.user)):
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Model]) -> None:
+        with config_audit.deleting(list(queryset), actor=Actor.user(request.user)):
+            super().delete_queryset(request, queryset)
 
 
 def _guarded_url(url: str) -> str:
@@ -194,7 +241,7 @@ class McpServerForm(forms.ModelForm):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(AuditedAdmin):
     form = McpServerForm
     list_display = [
         "slug",
@@ -211,10 +258,11 @@ class McpServerAdmin(admin.ModelAdmin):
     search_fields = ["slug", "name", "url"]
     readonly_fields = ["probe_details"]
 
-    def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
-        """Saved first, then probed: an unreachable or incompatible server is flagged at once and still
-        registered."""
-        super().save_model(request, obj, form, change)
+    def save_related(self, request: HttpRequest, form: Any, formsets: Sequence[Any], change: bool) -> None:
+        """Saved (and audited) first, then probed: an unreachable or incompatible server is flagged at once
+        and still registered."""
+        super().save_related(request, form, formsets, change)
+        obj: McpServer = form.instance
         if obj.transport != McpServer.Transport.HTTP:
             return
         found = server_probe(obj, actor=Actor.user(request.user))
@@ -263,7 +311,7 @@ class McpServerAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentClient)
-class AgentClientAdmin(admin.ModelAdmin):
+class AgentClientAdmin(AuditedAdmin):
     list_display = ["name", "token_prefix", "owner", "is_active", "last_used_at"]
     fields = [
         "name",
@@ -288,7 +336,7 @@ class AgentClientAdmin(admin.ModelAdmin):
 
 
 @admin.register(PersonalToken)
-class PersonalTokenAdmin(admin.ModelAdmin):
+class PersonalTokenAdmin(AuditedAdmin):
     list_display = ["user", "name", "token_prefix", "created_at", "last_used_at"]
     # A tuple: the same names serve as `fields` and `readonly_fields`, whose stubs want different lists.
     fields = ("user", "name", "token_prefix", "created_at", "last_used_at")
@@ -337,7 +385,7 @@ class TeamForm(forms.ModelForm):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(AuditedAdmin):
     form = TeamForm
     list_display = ["slug", "name", "member_count"]
     search_fields = ["slug", "name"]
@@ -355,7 +403,7 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(AuditedAdmin):
     list_display = [
         "name",
         "risk",
@@ -417,7 +465,7 @@ class RoutingRuleForm(forms.ModelForm):
 
 
 @admin.register(RoutingRule)
-class RoutingRuleAdmin(admin.ModelAdmin):
+class RoutingRuleAdmin(AuditedAdmin):
     form = RoutingRuleForm
     list_display = [
         "position",

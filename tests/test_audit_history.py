@@ -19,7 +19,7 @@ from approvals.audit import core as audit
 from approvals.audit import queries as audit_queries
 from approvals.audit import tasks as audit_tasks
 from approvals.audit.core import Actor
-from approvals.models import AuditEvent, InputRequest, Membership, ToolCall
+from approvals.models import AgentClient, AuditEvent, InputRequest, Membership, ToolCall
 from approvals.permissions import visible_audit_events
 from approvals.services import calls
 from tests import factories
@@ -45,13 +45,19 @@ class Seeded:
         return {v: k for k, v in self.ids.items()}[event_id]
 
 
+def plain_agent(name: str, server: Any) -> AgentClient:
+    """A bare row: tokens.agent_create would audit agent.created, and the log holds only the seeded events."""
+    agent = AgentClient.objects.create(name=name, token_hash=name, token_prefix=name[:10])
+    agent.servers.set([server])
+    return agent
+
+
 @pytest.fixture
 def seeded() -> Seeded:
     release, platform = factories.team("release"), factories.team("platform")
     deploy = factories.server("deploy", default_team=release)
     k8s = factories.server("k8s", default_team=platform)
-    ci, _ = factories.agent("ci-bot", servers=[deploy])
-    ops, _ = factories.agent("ops-bot", servers=[k8s])
+    ci, ops = plain_agent("ci-bot", deploy), plain_agent("ops-bot", k8s)
     alice, bob = factories.user("alice"), factories.user("bob")
     deploy_call = factories.call(deploy, ci, arguments={"environment": "production"})
     k8s_call = factories.call(k8s, ops, tool="scale_deployment", arguments={"replicas": 3})

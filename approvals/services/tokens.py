@@ -1,7 +1,8 @@
 """Bearer tokens for agents and reviewers' scripts: shown once, stored as a SHA-256 hash.
 
 The tokens are 256-bit random values, so a fast hash is enough (there is nothing to brute-force) and lets a
-request find its token by an indexed equality lookup.
+request find its token by an indexed equality lookup. Creating and rotating one is audited (``token.created``,
+``agent.created``, ``token.rotated``: who, which, never the token or its hash); using one is not.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import OuterRef
 from django.utils import timezone
 
 from approvals import permissions
+from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, PersonalToken, Team
 from approvals.prepared import PreparedRead
+from approvals.services import config_audit
 
 AGENT_PREFIX = "eha_"
 PERSONAL_PREFIX = "ehp_"
@@ -44,25 +48,33 @@ def agent_create(
     with_webhook_secret: bool = False,
     acts_for_users: Iterable[Any] = (),
     acts_for_teams: Iterable[Team] = (),
+    actor: Actor | None = None,
 ) -> tuple[AgentClient, str]:
+    """A new agent and its token, audited ``agent.created`` (by ``actor``, the hub's system actor if None)."""
     token = new_token(AGENT_PREFIX)
-    agent = AgentClient.objects.create(
-        name=name,
-        token_hash=hash_token(token),
-        token_prefix=token[:10],
-        owner=owner,
-        webhook_secret=new_webhook_secret() if with_webhook_secret else "",
-    )
-    agent.servers.set(servers)
-    agent.acts_for_users.set(list(acts_for_users))
-    agent.acts_for_teams.set(list(acts_for_teams))
+    with transaction.atomic():
+        agent = AgentClient.objects.create(
+            name=name,
+            token_hash=hash_token(token),
+            token_prefix=token[:10],
+            owner=owner,
+            webhook_secret=new_webhook_secret() if with_webhook_secret else "",
+        )
+        agent.servers.set(servers)
+        agent.acts_for_users.set(list(acts_for_users))
+        agent.acts_for_teams.set(list(acts_for_teams))
+        config_audit.saved(agent, None, actor=actor or Actor.system())
     return agent, token
 
 
-def agent_token_rotate(*, agent: AgentClient) -> str:
+def agent_token_rotate(*, agent: AgentClient, actor: Actor | None = None) -> str:
     """A new token for an existing agent; the old one stops working at once. Returns the new token."""
     token = new_token(AGENT_PREFIX)
-    AgentClient.objects.filter(pk=agent.pk).update(token_hash=hash_token(token), token_prefix=token[:10])
+    with transaction.atomic():
+        before = config_audit.stored(agent)
+        AgentClient.objects.filter(pk=agent.pk).update(token_hash=hash_token(token), token_prefix=token[:10])
+        rotated = AgentClient.objects.get(pk=agent.pk)
+        config_audit.saved(rotated, before, actor=actor or Actor.system(), what="rotated")
     return token
 
 
@@ -70,11 +82,16 @@ def token_matches(agent: AgentClient, token: str) -> bool:
     return bool(token) and agent.token_hash == hash_token(token)
 
 
-def personal_token_create(*, user: Any, name: str = "") -> tuple[PersonalToken, str]:
+def personal_token_create(
+    *, user: Any, name: str = "", actor: Actor | None = None
+) -> tuple[PersonalToken, str]:
+    """A reviewer's token, audited ``token.created`` (by ``actor``, the hub's system actor if None)."""
     token = new_token(PERSONAL_PREFIX)
-    record = PersonalToken.objects.create(
-        user=user, name=name, token_hash=hash_token(token), token_prefix=token[:10]
-    )
+    with transaction.atomic():
+        record = PersonalToken.objects.create(
+            user=user, name=name, token_hash=hash_token(token), token_prefix=token[:10]
+        )
+        config_audit.saved(record, None, actor=actor or Actor.system())
     return record, token
 
 

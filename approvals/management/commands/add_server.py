@@ -5,14 +5,18 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import URLValidator
+from django.db import transaction
 
 from approvals import netguard
+from approvals.audit.core import Actor
 from approvals.models import McpServer, Team
+from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
 from approvals.services.servers import parse_header_lines, probe_summary, server_probe
 
 # Registering a URL makes the server a Streamable HTTP one: no command, arguments or environment stay.
 NOT_STDIO = {"transport": McpServer.Transport.HTTP, "command": "", "args": [], "env": {}}
+ACTOR = Actor.system("manage.py add_server")
 
 
 class Command(BaseCommand):
@@ -105,21 +109,25 @@ class Command(BaseCommand):
     def register(
         self, slug: str, name: str, team: str, era: str | None, fields: dict[str, Any]
     ) -> tuple[McpServer, str]:
-        """Create or update the server with `fields`, its name, default team and era: (server, verb)."""
-        default_team = None
-        if team:
-            default_team, _ = Team.objects.get_or_create(
-                slug=team, defaults={"name": team.replace("-", " ").title()}
+        """Create or update the server with `fields`, its name, default team and era: (server, verb). Audited,
+        with the team it creates (secrets only as set, changed or cleared)."""
+        with transaction.atomic():
+            default_team = None
+            if team:
+                default_team, _ = config_audit.get_or_create(
+                    Team, actor=ACTOR, slug=team, defaults={"name": team.replace("-", " ").title()}
+                )
+            server, created = config_audit.update_or_create(
+                McpServer,
+                actor=ACTOR,
+                slug=slug,
+                defaults={
+                    **fields,
+                    "name": name or slug.replace("-", " ").title(),
+                    "default_team": default_team,
+                    **({"era": era} if era else {}),
+                },
             )
-        server, created = McpServer.objects.update_or_create(
-            slug=slug,
-            defaults={
-                **fields,
-                "name": name or slug.replace("-", " ").title(),
-                "default_team": default_team,
-                **({"era": era} if era else {}),
-            },
-        )
         return server, "registered" if created else "updated"
 
     def add_stdio(self, slug: str, name: str, team: str, era: str | None, options: dict[str, Any]) -> None:

@@ -9,12 +9,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
-from django.db import connection
+from django.db import connection, transaction
 
+from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, Membership, Team
-from approvals.services import tokens
+from approvals.services import config_audit, tokens
 
 VAR_DIR = Path(settings.BASE_DIR) / "var"
+ACTOR = Actor.system("manage.py bootstrap_demo")
 
 
 def token_file() -> Path:
@@ -35,8 +37,12 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(12)
             admin = User.objects.create_superuser("admin", "admin@example.com", password)
             self.stdout.write(self.style.SUCCESS(f"Demo login (shown once): admin / {password}"))
-        team, _ = Team.objects.get_or_create(slug="release", defaults={"name": "Release managers"})
-        Membership.objects.get_or_create(team=team, user=admin, defaults={"role": Membership.Role.ADMIN})
+        team, _ = config_audit.get_or_create(
+            Team, actor=ACTOR, slug="release", defaults={"name": "Release managers"}
+        )
+        config_audit.get_or_create(
+            Membership, actor=ACTOR, team=team, user=admin, defaults={"role": Membership.Role.ADMIN}
+        )
         call_command(
             "add_server",
             "demo",
@@ -46,7 +52,13 @@ class Command(BaseCommand):
             stdout=self.stdout,
         )
         # The demo server answers a re-sent tools/call with the same Idempotency-Key without running it again.
-        McpServer.objects.filter(slug="demo").update(honours_idempotency_key=True)
+        with transaction.atomic():
+            demo = McpServer.objects.select_for_update().get(slug="demo")
+            if not demo.honours_idempotency_key:
+                before = config_audit.state(demo)
+                demo.honours_idempotency_key = True
+                demo.save(update_fields=["honours_idempotency_key"])
+                config_audit.saved(demo, before, actor=ACTOR)
         path = token_file()
         kept = path.read_text().strip() if path.exists() else ""
         agent = AgentClient.objects.filter(name="demo-agent").first()
@@ -54,13 +66,16 @@ class Command(BaseCommand):
             return
         if agent is None:
             agent, token = tokens.agent_create(
-                name="demo-agent", servers=[McpServer.objects.get(slug="demo")], with_webhook_secret=True
+                name="demo-agent",
+                servers=[McpServer.objects.get(slug="demo")],
+                with_webhook_secret=True,
+                actor=ACTOR,
             )
             self.stdout.write("demo agent created (its token is kept in var/ for `manage.py demo_agent`)")
         else:
             # The kept token is missing or belongs to another database: give the agent a new one (it may
             # have calls, so it is never deleted).
-            token = tokens.agent_token_rotate(agent=agent)
+            token = tokens.agent_token_rotate(agent=agent, actor=ACTOR)
             self.stdout.write("demo agent has a new token (kept in var/ for `manage.py demo_agent`)")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)

@@ -22,12 +22,14 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals import conformance, schema_forms
+from approvals.audit.core import Actor
 from approvals.models import InputRequest, McpServer, Membership, Team, ToolCall
-from approvals.services import answers, calls, tokens
+from approvals.services import answers, calls, config_audit, tokens
 from approvals.services.servers import server_refresh_tools
 from elicit_hub.celery import app as celery_app
 
 TIMEOUT = 50.0
+ACTOR = Actor.system("manage.py conformance_client")
 
 
 class Command(BaseCommand):
@@ -64,15 +66,22 @@ class Command(BaseCommand):
         self.stdout.write(f"{scenario}: {len(ids)} call(s) completed through the hub")
 
     def _register(self, scenario: str, url: str) -> tuple[McpServer, Any, Any]:
-        team, _ = Team.objects.get_or_create(slug="conformance", defaults={"name": "Conformance"})
-        server, _ = McpServer.objects.update_or_create(
+        """The scenario's team, server, agent and reviewer; what it creates or changes is audited."""
+        team, _ = config_audit.get_or_create(
+            Team, actor=ACTOR, slug="conformance", defaults={"name": "Conformance"}
+        )
+        server, _ = config_audit.update_or_create(
+            McpServer,
+            actor=ACTOR,
             slug=f"conformance-{scenario}"[:50],
             defaults={"url": url, "name": f"Conformance {scenario}", "default_team": team, "enabled": True},
         )
-        agent, _ = tokens.agent_create(name=f"conformance-{scenario}-{time.time_ns()}", servers=[server])
+        agent, _ = tokens.agent_create(
+            name=f"conformance-{scenario}-{time.time_ns()}", servers=[server], actor=ACTOR
+        )
         reviewer, _ = get_user_model().objects.get_or_create(username="conformance-reviewer")
-        Membership.objects.get_or_create(
-            team=team, user=reviewer, defaults={"role": Membership.Role.REVIEWER}
+        config_audit.get_or_create(
+            Membership, actor=ACTOR, team=team, user=reviewer, defaults={"role": Membership.Role.REVIEWER}
         )
         return server, agent, reviewer
 

@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, Team
 from approvals.services import tokens
 
@@ -58,6 +59,7 @@ class Command(BaseCommand):
             with_webhook_secret=webhook_secret,
             acts_for_users=users,
             acts_for_teams=teams,
+            actor=Actor.system("manage.py create_agent"),
         )
         self.stdout.write(f"agent {agent.name} may call: {', '.join(s.slug for s in servers)}")
         people = [u.username for u in users] + [f"team:{t.slug}" for t in teams]

@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from approvals.audit.core import Actor
 from approvals.services import tokens
 
 
@@ -19,6 +20,8 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}")
-        _, token = tokens.personal_token_create(user=user, name=name)
+        _, token = tokens.personal_token_create(
+            user=user, name=name, actor=Actor.system("manage.py create_token")
+        )
         self.stdout.write(f"token: {token}")
         self.stdout.write("Store it now: it is not shown again.")
