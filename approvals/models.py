@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -25,6 +26,25 @@ if TYPE_CHECKING:
 def send_idempotency_key(call_id: object, round_number: int) -> str:
     """The ``Idempotency-Key`` of a call's sends: round 0 is its first tools/call, round n the n-th retry."""
     return f"elicit-{call_id}-r{round_number}"
+
+
+# What joins a server's slug to its tools' names on the gateway's `/mcp` (approvals.gateway.names).
+SEPARATOR = "__"
+
+
+def validate_server_slug(value: str) -> None:
+    """A server's tools are named `<slug>__<tool>` on the gateway's `/mcp` (approvals.gateway.names). A slug
+    without `__` and not ending in `_` makes the name's first `__` the end of the slug, so two servers'
+    tools never take one name (`a` with tool `b__c`, `a__b` with tool `c`)."""
+    if SEPARATOR in value or value.endswith("_"):
+        raise ValidationError(
+            _(
+                "A server's slug may not contain “%(separator)s” nor end in “_”: the gateway joins it to its "
+                "tools' names with “%(separator)s”."
+            ),
+            code="gateway_separator",
+            params={"separator": SEPARATOR},
+        )
 
 
 def is_uuid(value: object) -> bool:
@@ -173,6 +193,18 @@ class McpServer(models.Model):
 
     def __repr__(self) -> str:
         return f"<McpServer {self.slug} {self.url}>"
+
+    def clean(self) -> None:
+        """A new slug, or a changed one, must suit the gateway (`validate_server_slug`); a server registered
+        before the rule keeps its slug (the gateway leaves out a tool name it makes ambiguous). Here, not
+        as the field's validator, which would need a migration for no change to the database."""
+        super().clean()
+        if not self.slug or (self.pk and McpServer.objects.filter(pk=self.pk, slug=self.slug).exists()):
+            return
+        try:
+            validate_server_slug(self.slug)
+        except ValidationError as exc:
+            raise ValidationError({"slug": exc.error_list}) from None
 
     @classmethod
     def stored_json(cls, path: str) -> tuple[str, ...]:

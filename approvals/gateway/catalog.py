@@ -5,6 +5,7 @@ Plain synchronous ORM reads; the ASGI side runs them in a thread (``approvals.ga
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,8 @@ from django.utils import timezone
 from approvals.gateway.names import gateway_name
 from approvals.models import AgentClient, Decision, InputRequest, McpServer, Round, ToolCall
 from approvals.selectors import gate_summary
+
+logger = logging.getLogger(__name__)
 
 SCOPE_KEY = "elicit_hub.gateway"  # where the guard leaves {"agent": id, "slug": str | None} in the scope
 
@@ -39,19 +42,35 @@ def may_use(agent_id: int, slug: str) -> bool:
 
 def exposed_tools(agent_id: int, slug: str | None = None) -> list[ExposedTool]:
     """The agent's tools from the stored tool lists: `<slug>__<tool>` on `/mcp`, the upstream names on
-    `/mcp/<slug>`. A tool list never fetched (or an entry without a name) contributes nothing."""
-    found: list[ExposedTool] = []
-    seen: set[str] = set()
+    `/mcp/<slug>`. A tool list never fetched (or an entry without a name) contributes nothing; a name a
+    list holds twice counts once.
+
+    A slug may not hold `__` (nor end in `_`), so a name on `/mcp` splits at its first `__` into one server
+    and one tool. A server registered before that rule may still have such a slug, and then two tools of
+    two servers can take one name (`a` with `b__c`, `a__b` with `c`): that name is left out for both, and
+    logged, rather than calling whichever server came first; `/mcp/<slug>` still names each."""
+    by_name: dict[str, list[ExposedTool]] = {}
     for server in allowed_servers(agent_id, slug):
         for spec in server.tools or []:
             tool = spec.get("name") if isinstance(spec, dict) else None
             if not isinstance(tool, str) or not tool:
                 continue
             name = tool if slug is not None else gateway_name(server.slug, tool)
-            if name in seen:
+            named = by_name.setdefault(name, [])
+            if any(other.server == server.slug and other.tool == tool for other in named):
                 continue
-            seen.add(name)
-            found.append(ExposedTool(name=name, server=server.slug, tool=tool, spec={**spec, "name": name}))
+            named.append(ExposedTool(name=name, server=server.slug, tool=tool, spec={**spec, "name": name}))
+    found: list[ExposedTool] = []
+    for name, named in by_name.items():
+        if len(named) > 1:
+            logger.warning(
+                "gateway: the tool name %s is left out: it names %s; a server slug holding '__' (or ending "
+                "in '_') is ambiguous, rename the server",
+                name,
+                ", ".join(f"{tool.tool} of {tool.server}" for tool in named),
+            )
+            continue
+        found.append(named[0])
     return found
 
 

@@ -4,14 +4,19 @@ A name that would be longer keeps its first 55 characters and ends in `_` plus t
 SHA-256 of the whole `<slug>__<tool>` name: stable across restarts and tool list refreshes, and the same in
 every process. The hub maps a name back by listing the agent's tools, never by parsing it, so a tool whose
 own name holds `__` round-trips too.
+
+A server's slug may not hold `__` nor end in `_` (`approvals.models.validate_server_slug`): the first `__` of
+a name then ends the slug, and no two servers' tools take the same name. A server registered before that
+rule keeps its slug; `catalog.exposed_tools` leaves out a name two of its tools would share.
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from approvals.models import SEPARATOR
+
 MAX_NAME = 64
-SEPARATOR = "__"
 _HASH_DIGITS = 8
 
 

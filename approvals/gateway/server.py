@@ -47,7 +47,7 @@ from approvals import broadcast, outage, safejson
 from approvals.gateway import catalog, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
 from approvals.models import AgentClient, ToolCall
-from approvals.ratelimit import AnonymousRateThrottle
+from approvals.ratelimit import AnonymousRateThrottle, TokenRateThrottle
 from approvals.services import calls, tokens
 from approvals.services.errors import ServiceError
 
@@ -98,6 +98,31 @@ def _agent_of(token: str) -> AgentClient | None:
     return found if isinstance(found, AgentClient) else None
 
 
+def _agent_and_wait(token: str) -> tuple[AgentClient | None, float | None]:
+    """The agent the token names, and its request counted on the REST API's per-token limiter
+    (ELICIT_API_RATE), keyed as the API keys it: the same counters, so the API and the gateway share one
+    budget per agent. The wait is None while under the limit, else the seconds to wait. One thread hop for
+    both: the limiter's store (Redis, or this process's memory while Redis is away) is synchronous."""
+    agent = _agent_of(token)
+    if agent is None:
+        return None, None
+    request = HttpRequest()
+    request.auth = agent  # type: ignore[attr-defined]  # what django-ninja sets, which the key is made of
+    throttle = TokenRateThrottle(settings.ELICIT_API_RATE)
+    if throttle.allow_request(request):
+        return agent, None
+    return agent, max(1.0, throttle.wait() or 1.0)
+
+
+def _rate_limited(wait: float) -> Response:
+    return _error(
+        429,
+        "rate_limited",
+        "Too many requests; retry after the time in Retry-After.",
+        {"Retry-After": str(math.ceil(wait))},
+    )
+
+
 def _unavailable(exc: Exception) -> Response:
     """An engine the guard needs (PostgreSQL, for the agent's token) is down: the REST API's 503, with its
     Retry-After, instead of the server's bare 500."""
@@ -109,8 +134,9 @@ def _unavailable(exc: Exception) -> Response:
 
 
 class Guard:
-    """Every request to `/mcp` or `/mcp/<slug>`: an agent's bearer token, and (under a slug) a server that
-    agent may use, before the MCP session manager sees it."""
+    """Every request to `/mcp` or `/mcp/<slug>`: an agent's bearer token, the agent's rate limit (the REST
+    API's, on its counters), and (under a slug) a server that agent may use, before the MCP session manager
+    sees it."""
 
     def __init__(self, app: StreamableHTTPASGIApp) -> None:
         self.app = app
@@ -130,23 +156,23 @@ class Guard:
         names its agent)."""
         request = Request(scope)
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        agent = await _db(_agent_of, token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        agent: AgentClient | None = None
+        wait: float | None = None
+        if scheme.lower() == "bearer" and token.strip():
+            agent, wait = await _db(_agent_and_wait, token.strip())
         if agent is None:
             client = scope.get("client") or ("", 0)
             wait = await _db(_anonymous_wait, client[0], request.headers.get("x-forwarded-for"))
             if wait is not None:
-                return _error(
-                    429,
-                    "rate_limited",
-                    "Too many requests; retry after the time in Retry-After.",
-                    {"Retry-After": str(math.ceil(wait))},
-                )
+                return _rate_limited(wait)
             return _error(
                 401,
                 "unauthorized",
                 "An agent's bearer token is required (Authorization: Bearer eha_...).",
                 {"WWW-Authenticate": 'Bearer realm="elicit-hub"'},
             )
+        if wait is not None:  # past ELICIT_API_RATE: refused before the slug, as the API throttles first
+            return _rate_limited(wait)
         slug = scope.get("path_params", {}).get("slug")
         if slug is not None and not await _db(catalog.may_use, agent.pk, slug):
             # The same answer whether the server does not exist or the agent may not use it.
@@ -207,7 +233,10 @@ def final_result(call: catalog.CallState) -> types.CallToolResult:
         if call.result_truncated:  # over ELICIT_MAX_RESULT: the hub kept the start of its text
             about["result_truncated"] = True
         body = dict(call.result)
-        body["_meta"] = {**(body.get("_meta") or {}), CALL_META_KEY: about}
+        # The upstream's own serverInfo stamp would pass its identity off as the hub's: without it, the SDK
+        # stamps the hub's (on a 2026-07-28 result). Every other key of its _meta passes as it is.
+        meta = {k: v for k, v in (body.get("_meta") or {}).items() if k != types.SERVER_INFO_META_KEY}
+        body["_meta"] = {**meta, CALL_META_KEY: about}
         try:
             return types.CallToolResult.model_validate(body)
         except ValueError:
@@ -331,7 +360,9 @@ async def wait_for(
         if waited >= settings.ELICIT_GATEWAY_MAX_WAIT:
             return _still_open(state, waited)
         ticks += 1
-        await ctx.session.report_progress(ticks, None, state.waiting_for)
+        # The call's id, from the first notification on (sent as soon as the call is submitted): the agent
+        # can read or cancel the call over the REST API (GET /api/v1/calls/<id>) while it waits here.
+        await ctx.session.report_progress(ticks, None, f"{state.waiting_for} (call {state.id})")
         with contextlib.suppress(ToolCall.DoesNotExist):  # deleted meanwhile: the next read says so
             await broadcast.wait_until_final(
                 call_id,

@@ -326,7 +326,12 @@ def bounded_result(result: Any) -> tuple[Any, int | None, bool]:
     """(what to store, the size the server sent in bytes, truncated?) for a tool result.
 
     Over ELICIT_MAX_RESULT the result keeps its isError and one text item: the start of its text content
-    (or of its JSON when it has none), cut to fit the limit."""
+    (or of its JSON when it has none), cut to fit the limit.
+
+    A result with structuredContent loses it, and a client that knows the tool's outputSchema refuses a
+    successful result without it (the schema says it must be there): such a result becomes a tool error
+    (isError true) whose first text item says it was too large for the hub, then the start of its text.
+    The REST API and the gateway both show what is stored here."""
     if result is None:
         return None, None, False
     size = safejson.size(result)
@@ -336,12 +341,22 @@ def bounded_result(result: Any) -> tuple[Any, int | None, bool]:
     items = result.get("content") if isinstance(result, dict) else None
     texts = [i["text"] for i in items or [] if isinstance(i, dict) and isinstance(i.get("text"), str)]
     whole = "\n".join(texts) if texts else json.dumps(result, ensure_ascii=False)
-    budget = max(0, limit - 1024)  # room for the JSON around the text and its escapes
+    is_error = bool(result.get("isError")) if isinstance(result, dict) else False
+    content: list[dict[str, Any]] = []
+    if isinstance(result, dict) and result.get("structuredContent") is not None:
+        is_error = True
+        note = (
+            f"The tool's result was too large for the hub: {size} bytes, over its limit of {limit} bytes "
+            "(ELICIT_MAX_RESULT), so its structured content was not kept. The start of its text follows."
+        )
+        content.append({"type": "text", "text": note})
+    budget = max(0, limit - 1024 - sum(safejson.size(i) for i in content))  # room for the JSON around it
     start = whole.encode("utf-8")[:budget].decode("utf-8", "ignore")
     while safejson.size(start) > budget:  # escapes (quotes, control characters) take more than one byte
         start = start[: len(start) * 3 // 4]
-    is_error = bool(result.get("isError")) if isinstance(result, dict) else False
-    return {"content": [{"type": "text", "text": start}], "isError": is_error}, size, True
+    if start or not content:
+        content.append({"type": "text", "text": start})
+    return {"content": content, "isError": is_error}, size, True
 
 
 def call_finish(

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from approvals import netguard
 from approvals.audit.core import Actor
-from approvals.models import McpServer, Team
+from approvals.models import McpServer, Team, validate_server_slug
 from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
 from approvals.services.servers import parse_header_lines, probe_summary, server_probe
@@ -65,6 +65,11 @@ class Command(BaseCommand):
         no_probe: bool,
         **options: Any,
     ) -> None:
+        if not McpServer.objects.filter(slug=slug).exists():  # one registered before the rule keeps its slug
+            try:
+                validate_server_slug(slug)
+            except ValidationError as exc:
+                raise CommandError(f"{slug!r}: {' '.join(exc.messages)}") from None
         if options.get("command"):
             if url or header:
                 raise CommandError("a stdio server (--command) has no URL and no --header")
