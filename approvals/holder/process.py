@@ -17,12 +17,13 @@ import contextlib
 import importlib
 import importlib.util
 import logging
+import math
 import os
 import random
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
@@ -78,8 +79,12 @@ class _Run:
 
     held: holding.HeldCall
     sent: bool = False
-    last_progress: float = 0.0
     tools_changed: bool = False
+    # Progress: the newest notification not stored yet, the task storing it, when the last was stored.
+    progress_due: tuple[float, float | None, str | None] | None = None
+    progress_writer: asyncio.Task[None] | None = None
+    progress_flush: asyncio.Event = field(default_factory=asyncio.Event)
+    last_progress: float = -math.inf
 
 
 class _NotSent(Exception):
@@ -242,11 +247,32 @@ class HolderProcess:
     # ---- one call ----------------------------------------------------------------------------------
 
     async def _run_call(self, call_id: str) -> None:
+        """Run one held call to its end. A failure nobody expected ends the call too (`holding.held_failed`:
+        ``outcome_unknown`` once tools/call was sent), not left running until the holder stops."""
+        assert self.holder_id is not None
+        try:
+            await self._run_held(call_id)
+        except Exception as exc:
+            logger.exception("call %s: the holder task failed; the call ends", call_id)
+            await shielded(
+                holding.held_failed, call_id=call_id, holder_id=self.holder_id, why=type(exc).__name__
+            )
+
+    async def _run_held(self, call_id: str) -> None:
         assert self.holder_id is not None
         held = await db(holding.held_call)(call_id=call_id, holder_id=self.holder_id)
         if held is None:
             return
         run = _Run(held)
+        try:
+            await self._run_sessions(run)
+        finally:
+            if run.progress_writer is not None:
+                run.progress_writer.cancel()
+
+    async def _run_sessions(self, run: _Run) -> None:
+        assert self.holder_id is not None
+        call_id = run.held.call_id
         attempt = 0
         while True:
             try:
@@ -351,6 +377,7 @@ class HolderProcess:
                 idempotency_key=held.idempotency_key,
                 tool=held.definition,
             )
+            await self._progress_flush(run)  # the last progress lands before the outcome
             if run.tools_changed:
                 await self._relist(run, client)
             if not isinstance(outcome, UrlRequired):
@@ -442,10 +469,39 @@ class HolderProcess:
             )
 
     async def _progress(self, run: _Run, progress: float, total: float | None, message: str | None) -> None:
-        now = anyio.current_time()
-        if now - run.last_progress < PROGRESS_EVERY and (total is None or progress < total):
+        """A progress notification (the SDK runs each in a task of its own, as they come). Only the newest is
+        kept; one task per call stores it at most once per `PROGRESS_EVERY`, whatever the notification says
+        (a flood at 100 % as well), and the last one is stored before the outcome (`_progress_flush`)."""
+        run.progress_due = (progress, total, message)
+        if run.progress_writer is None:
+            run.progress_writer = asyncio.create_task(self._progress_write(run))
+
+    async def _progress_write(self, run: _Run) -> None:
+        try:
+            while run.progress_due is not None:
+                wait = run.last_progress + PROGRESS_EVERY - anyio.current_time()
+                if wait > 0 and not run.progress_flush.is_set():
+                    with anyio.move_on_after(wait):
+                        await run.progress_flush.wait()
+                (progress, total, message), run.progress_due = run.progress_due, None
+                run.last_progress = anyio.current_time()
+                try:
+                    await db(holding.held_progress)(
+                        call_id=run.held.call_id, progress=progress, total=total, message=message
+                    )
+                except Exception:
+                    logger.exception("call %s: could not store progress", run.held.call_id)
+        finally:
+            run.progress_writer = None
+
+    async def _progress_flush(self, run: _Run) -> None:
+        """Store the newest progress now (the call has its outcome), then throttle again."""
+        await asyncio.sleep(0)  # notifications that came before the outcome have been taken
+        writer = run.progress_writer
+        if writer is None:
             return
-        run.last_progress = now
-        await db(holding.held_progress)(
-            call_id=run.held.call_id, progress=progress, total=total, message=message
-        )
+        run.progress_flush.set()
+        try:
+            await writer
+        finally:
+            run.progress_flush.clear()

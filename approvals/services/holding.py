@@ -23,15 +23,22 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from approvals import broadcast
+from approvals import broadcast, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.mcp_client import Completed, McpError, ServerConfig, ToolError
 from approvals.mcp_client.session import Mode
 from approvals.models import Holder, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
+from approvals.services import sending
 from approvals.services.calls import call_finish, call_outcome_discarded
 from approvals.services.gates import gate_at_send, gate_refresh_tools
-from approvals.services.rounds import HOLDER_CHANNEL, notify_holders, round_open
+from approvals.services.rounds import (
+    HOLDER_CHANNEL,
+    last_round_number,
+    notify_holders,
+    round_open,
+    storable_text,
+)
 from approvals.services.sending import call_limit, call_progress, progress_json, safe_to_resend
 from approvals.services.servers import server_config
 
@@ -220,14 +227,42 @@ def held_finish(
         if outcome is not None:
             return call_finish(call=call, status=ToolCall.Status.COMPLETED, result=outcome.result)
         assert error is not None
-        body: dict[str, Any] = {"code": error.code, "message": error.message, "tool_may_have_run": sent}
+        # The message may quote the server (a -32042's own message): kept storable.
+        message = storable_text(error.message)
+        body: dict[str, Any] = {"code": error.code, "message": message, "tool_may_have_run": sent}
         if error.rpc_code is not None:
             body["rpc_code"] = error.rpc_code
         return call_finish(call=call, status=ToolCall.Status.FAILED, error=body)
 
 
+def held_failed(*, call_id: Any, holder_id: int, why: str) -> bool:
+    """The holder's task for the call failed in a way nobody expected (`why`: what it raised). The call ends
+    ``failed``, never left ``running``: ``outcome_unknown`` once tools/call had been sent (the tool may have
+    run; it is not sent again), else ``holder_error``."""
+    with transaction.atomic():
+        call = _locked_open_call(call_id)
+        if call is None or call.holder_id != holder_id:
+            return False
+        sent = call.started_at is not None
+        _close_open_rounds(call, why="the holder failed")
+        ToolCall.objects.filter(pk=call.pk).update(holder=None)
+        if sent:
+            code = sending.OUTCOME_UNKNOWN
+            message = (
+                f"The holder running this call failed ({why}) after tools/call had been sent. The tool may "
+                "have run: the hub does not send it again. Check the server before calling it again."
+            )
+        else:
+            code = "holder_error"
+            message = (
+                f"The holder running this call failed ({why}) before tools/call was sent; it did not run."
+            )
+        error = {"code": code, "message": message, "tool_may_have_run": sent}
+        return call_finish(call=call, status=ToolCall.Status.FAILED, error=error)
+
+
 def held_progress(*, call_id: Any, progress: float, total: float | None, message: str | None) -> None:
-    value = progress_json(progress, total, message)
+    value = progress_json(progress, total, storable_text(message) if message else message)
     if value is not None:
         call_progress(call_id=call_id, progress=value)
 
@@ -255,14 +290,15 @@ def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True
             # A second elicitation while the first waits (a server asking in parallel): one at a time.
             logger.warning("call %s: a second elicitation while one waits; declined", call.pk)
             return PushOpened(None, {"action": "decline"})
+        last = last_round_number(call)
+        if last >= sending.MAX_ROUNDS:
+            _too_many_rounds(call)
+            return PushOpened(None, {"action": "cancel"})
         if server_waits:
             requests = {"elicitation": {"method": "elicitation/create", "params": params}}
         else:
             requests = {
-                str(item.get("elicitationId") or f"url-{n}")[:URL_ROUND_KEY_MAX]: {
-                    "method": "elicitation/create",
-                    "params": item,
-                }
+                _url_key(item, n): {"method": "elicitation/create", "params": item}
                 for n, item in enumerate(params.get("elicitations") or [], start=1)
             }
         try:
@@ -277,6 +313,7 @@ def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True
                     server_deadline=now + timedelta(seconds=call.server.elicitation_wait)
                     if server_waits
                     else None,
+                    number=last + 1,
                 )
         except IntegrityError:
             return PushOpened(None, {"action": "decline"})
@@ -288,6 +325,33 @@ def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True
         )
         transaction.on_commit(lambda: broadcast.call_changed(call))
     return PushOpened(rnd.pk, None)
+
+
+def _url_key(item: dict[str, Any], n: int) -> str:
+    """A -32042 URL's key in its round: its elicitationId, unless the hub cannot store that."""
+    key = str(item.get("elicitationId") or "")[:URL_ROUND_KEY_MAX]
+    return key if key and not safejson.text_problem(key) else f"url-{n}"
+
+
+def _too_many_rounds(call: ToolCall) -> None:
+    """The server asks once more than `sending.MAX_ROUNDS` allows: the call ends as a 2026-07-28 call does
+    (``too_many_rounds``), its question is answered ``cancel``, and the holder stops the tool (its notice
+    ``call:<id>`` makes it send the server ``notifications/cancelled``; audit ``call.stop_sent``). The
+    tool had been sent: it may have run."""
+    logger.warning(
+        "call %s: the server asked for input more than %d times; ended", call.pk, sending.MAX_ROUNDS
+    )
+    ToolCall.objects.filter(pk=call.pk).update(holder=None)
+    call_finish(
+        call=call,
+        status=ToolCall.Status.FAILED,
+        error={
+            "code": "too_many_rounds",
+            "message": f"The server asked for input {sending.MAX_ROUNDS} times; the hub stopped.",
+            "tool_may_have_run": True,
+        },
+    )
+    notify_holders(f"call:{call.pk}")
 
 
 def _take_answer(rnd: Round) -> dict[str, Any]:

@@ -6,6 +6,8 @@ Shared by hub-driven calls and relays: both create the same Round and InputReque
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +19,7 @@ from django.utils import timezone
 from approvals import broadcast, cards, safejson, schema_forms, urlsafety
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
+from approvals.mcp_client.wire import MAX_DEPTH
 from approvals.models import ExpiryAction, InputRequest, Round, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.queueing import RUN_CALL, enqueue_on_commit
@@ -25,6 +28,10 @@ from approvals.services.routing import route_all
 
 SYSTEM = Actor.system()
 HOLDER_CHANNEL = "elicit_holders"  # PostgreSQL NOTIFY channel the holder processes listen on
+# The flag of the one row that stands for a round refused as a whole (`too_many_problem`): its keys are kept
+# in the round's raw (``declined_keys``), and the retry declines each of them.
+TOO_MANY_INPUTS = "too_many_inputs"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 # Round kinds whose readiness a service above this one handles (gates: `gate_decisions`), registered when the
@@ -58,6 +65,11 @@ def too_many_problem(count: int) -> str:
     return f"the server asked for {count} inputs in one round; the hub accepts at most {limit}"
 
 
+def storable_text(text: str) -> str:
+    """`text` with what PostgreSQL cannot store (NUL, lone surrogates: `safejson`) replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def _size_problem(params: dict[str, Any]) -> str:
     """Why one elicitation is too big to show (its message or its requestedSchema), or ""."""
     message = params.get("message")
@@ -70,6 +82,13 @@ def _size_problem(params: dict[str, Any]) -> str:
     if schema is not None and (size := safejson.size(schema)) > settings.ELICIT_MAX_SCHEMA:
         return f"its requestedSchema is {size} bytes; the hub accepts at most {settings.ELICIT_MAX_SCHEMA}"
     return ""
+
+
+def _storage_problem(request: dict[str, Any]) -> str:
+    """Why one request cannot be stored as it came (a NUL or a lone surrogate in it, NaN, absurd nesting: what
+    makes a 2026-07-28 answer malformed, `wire.read_call_result`), or ""."""
+    found = safejson.problem(request, max_depth=MAX_DEPTH)
+    return f"it holds {found[0]} at {found[1]}, which the hub cannot store" if found else ""
 
 
 def _unsupported(ir: InputRequest, problem: str) -> InputRequest:
@@ -95,11 +114,14 @@ def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequ
         message=str(params.get("message", "")),
         params=params,
     )
-    oversized = refused or _size_problem(params)
+    oversized = refused or _size_problem(params) or _storage_problem(request)
     if oversized:
-        ir.message = ir.message[: settings.ELICIT_MAX_MESSAGE]
+        ir.method = storable_text(ir.method)
+        ir.message = storable_text(ir.message[: settings.ELICIT_MAX_MESSAGE])
         ir.params = {"mode": ir.mode}
         ir.requested_schema = {}
+        if ir.mode == InputRequest.Mode.URL:
+            ir.url = "about:blank"  # none kept (the mode's payload must not be empty)
         return _unsupported(ir, oversized)
     problem = ""
     if ir.method != "elicitation/create":
@@ -126,12 +148,20 @@ def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequ
     return ir
 
 
-def _bounded_raw(raw: dict[str, Any]) -> dict[str, Any]:
-    """The server's answer as kept for the record, or only its size when it is over ELICIT_MAX_RESULT."""
+def _bounded_raw(raw: dict[str, Any], declined_keys: list[str] | None = None) -> dict[str, Any]:
+    """The server's answer as kept for the record, or only its size when it is over ELICIT_MAX_RESULT (or
+    when it holds what cannot be stored). A round refused as a whole keeps only its size and its keys."""
     size = safejson.size(raw)
-    if size <= settings.ELICIT_MAX_RESULT:
+    unstorable = safejson.problem(raw, max_depth=MAX_DEPTH)
+    if size <= settings.ELICIT_MAX_RESULT and unstorable is None and declined_keys is None:
         return raw
-    return {"resultType": raw.get("resultType"), "truncated": True, "size": size}
+    kept: dict[str, Any] = {"resultType": raw.get("resultType"), "truncated": True, "size": size}
+    if unstorable is not None:
+        kept["resultType"] = None  # it may be what cannot be stored
+        kept["unstorable"] = f"{unstorable[0]} at {unstorable[1]}"
+    if declined_keys is not None:
+        kept["declined_keys"] = declined_keys
+    return kept
 
 
 _LAST_NUMBER = PreparedRead(
@@ -166,7 +196,13 @@ def round_open(
         number = last_round_number(call) + 1
     now = timezone.now()
     refused = too_many_problem(len(input_requests))
-    rows = [_describe(key, request, refused) for key, request in input_requests.items()]
+    if refused:
+        # Refused as a whole: one row says why, not one per request (there may be a hundred thousand).
+        key, request = next(iter(input_requests.items()))
+        rows = [_describe(key, request, refused)]
+        rows[0].flags = [TOO_MANY_INPUTS]
+    else:
+        rows = [_describe(key, request) for key, request in input_requests.items()]
     routes = route_all(call=call, requests=rows)
     ttls = [r.policy.ttl for r in routes if r.policy and r.policy.ttl]
     rnd = Round.objects.create(
@@ -174,7 +210,7 @@ def round_open(
         number=number,
         kind=kind,
         server_deadline=server_deadline,
-        raw=_bounded_raw(raw),
+        raw=_bounded_raw(raw, list(input_requests) if refused else None),
         request_state=request_state,
         opened_at=received_at,
         # The strictest policy sets the round's clock.
@@ -195,7 +231,8 @@ def round_open(
     if refused:
         # One event for the whole refused round, not one per request (there may be thousands).
         limit = settings.ELICIT_MAX_INPUT_REQUESTS
-        opened = {"round": number, "keys": list(input_requests)[:limit], "key_count": len(rows)}
+        keys = list(itertools.islice(input_requests, limit))
+        opened = {"round": number, "keys": keys, "key_count": len(input_requests)}
         opened["problem"] = rows[0].problem
     opened["has_request_state"] = request_state is not None
     # The round's events join the audit chain together: one lock and one insert for all of them.
@@ -294,12 +331,20 @@ def notify_holders(payload: str = "work") -> None:
 
 
 def input_responses(rnd: Round) -> dict[str, dict[str, Any]]:
-    return {ir.key: ir.as_input_response() for ir in _ANSWERS(round=rnd.pk)}
+    rows = list(_ANSWERS(round=rnd.pk))
+    responses = {ir.key: ir.as_input_response() for ir in rows}
+    if any(TOO_MANY_INPUTS in (ir.flags or ()) for ir in rows):
+        # A round refused as a whole: every key the server sent is declined.
+        for key in (rnd.raw or {}).get("declined_keys") or ():
+            responses.setdefault(key, {"action": InputRequest.Action.DECLINE.value})
+    return responses
 
 
 # Every retry reads its round's answers; compiled once per process, reading only what an answer sends.
 _ANSWERS = PreparedRead(
-    lambda round: InputRequest.objects.filter(round=round).only("id", "key", "action", "mode", "content"),
+    lambda round: InputRequest.objects.filter(round=round).only(
+        "id", "key", "action", "mode", "content", "flags"
+    ),
     round=InputRequest._meta.get_field("round"),
 )
 
