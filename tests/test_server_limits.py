@@ -3,8 +3,8 @@
 A real MCP test server (tests/mcp_test_server.py, over HTTP) sends too much; the hub's send path
 (`sending.call_send`) runs here against it. A round over a limit is declined to the server and shown as
 unsupported, a result over the limit is stored truncated with its full size, a result the hub cannot store
-(NUL, lone surrogates) fails the call as malformed. Then the inbox: lists never load rounds' raw answers,
-and they come a page at a time.
+(NUL, lone surrogates) or read (too large) fails the call, its outcome unknown (the tool ran). Then the
+inbox: lists never load rounds' raw answers, and they come a page at a time.
 """
 
 from __future__ import annotations
@@ -125,13 +125,13 @@ def test_an_answer_over_the_read_limit_is_not_read_and_fails_the_call_clearly(
     settings.ELICIT_MAX_MCP_RESPONSE = 256 * 1024
     call = hub["call"]("big_result", 2_000_000)
     assert call.status == ToolCall.Status.FAILED
-    assert call.error["code"] == "response_too_large"
+    # The server ran the tool and its answer was not read: its outcome is unknown.
+    assert call.error["code"] == "outcome_unknown" and call.error["tool_may_have_run"] is True
     assert "larger than 262144 bytes" in call.error["message"]
     assert "ELICIT_MAX_MCP_RESPONSE" in call.error["message"]
     assert call.result is None
     assert (
-        AuditEvent.objects.get(call_id=call.pk, verb="call.failed").data["error"]["code"]
-        == "response_too_large"
+        AuditEvent.objects.get(call_id=call.pk, verb="call.failed").data["error"]["code"] == "outcome_unknown"
     )
 
 
@@ -152,7 +152,8 @@ def test_a_result_that_cannot_be_stored_fails_the_call_as_malformed(
 ) -> None:
     call = hub["call"](mode, 1)
     assert call.status == ToolCall.Status.FAILED
-    assert call.error["code"] == "malformed_response"
+    assert call.error["code"] == "outcome_unknown" and call.error["tool_may_have_run"] is True
+    assert "malformed" in call.error["message"] or "not valid JSON-RPC" in call.error["message"]
     assert what in call.error["message"]
     assert call.result is None
 

@@ -16,6 +16,7 @@ from approvals.mcp_client.outcomes import (
     ServerConfig,
     ToolError,
     TransientError,
+    storable_text,
 )
 from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
@@ -47,4 +48,5 @@ __all__ = [
     "parse_retry_after",
     "read_call_result",
     "run",
+    "storable_text",
 ]

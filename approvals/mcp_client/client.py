@@ -10,7 +10,8 @@ what a hub that parks rounds across processes needs (the wire-level part lives i
   ``complete`` instead of failing validation),
 - the ``Idempotency-Key`` header on ``tools/call``, the HTTP status and ``Retry-After`` for classifying
   failures, recovery from ``-32022`` and ``-32020``, and the mapping of everything else to
-  `TransientError` / `PermanentError`.
+  `TransientError` / `PermanentError`, with ``may_have_run`` once a ``tools/call`` left the hub unless the
+  server's answer proves it refused the call (`REFUSALS`).
 """
 
 from __future__ import annotations
@@ -153,23 +154,51 @@ def _classify(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> M
     )
 
 
-# Failures that leave a call's fate open once its request was written: the server may be running it.
-_FATE_UNKNOWN = frozenset({"timeout", "network_error"})
+# The HTTP statuses of a tools/call POST that prove the server (or a proxy before it) refused the request
+# before running it: a request it could not read, accept or route, or would not take from us (400, 401, 403,
+# 404, 405, 406, 411, 413, 414, 415, 422, 431), a rate limit (429), or a redirect the SDK did not follow
+# (307 and 308 ask for the same request elsewhere). Nothing else proves it: a 5xx (a gateway's 502 or 504 may
+# come after it forwarded the call, a 503 with Retry-After too), 408, 409 (what an Idempotency-Key server
+# answers while the first request still runs), 410, nor another 3xx (a 302 or 303 after a POST may follow its
+# processing).
+REFUSALS = frozenset({307, 308, 400, 401, 403, 404, 405, 406, 411, 413, 414, 415, 422, 429, 431})
+# The server's own answer to a tools/call it accepted (a JSON-RPC error; a round asking for input the hub
+# cannot give): it says what became of the call. Any other failure after the POST was accepted (its stream
+# ended without the result, the answer is malformed or too large) lost the result of a tool that may have run.
+_ANSWERED = frozenset(
+    {
+        "rpc_error",
+        "unknown_tool",
+        "header_mismatch",
+        "request_state_rejected",
+        "protocol_unsupported",
+        "unsupported_input_request",
+    }
+)
+
+
+def _refused(error: McpError, wire: Wire) -> bool:
+    """Whether the server's answer to the last tools/call POST proves the tool did not run (or says itself
+    what became of it)."""
+    status = wire.call_http.status if wire.call_http is not None else None
+    if status in REFUSALS:
+        return True
+    return status is not None and 200 <= status < 300 and error.code in _ANSWERED
 
 
 def _verdict(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> McpError:
-    """`_classify`, and whether the tool may have run: a tools/call that left the hub and then timed out
-    or lost its connection (never one refused, unreachable or answered with an error)."""
+    """`_classify`, and whether the tool may have run: once a tools/call left the hub, every failure but a
+    refusal (`_refused`) leaves its fate open, whatever status or error it came with."""
     error = _classify(exc, wire, what, secret)
-    if wire.call_sent and error.transient and error.code in _FATE_UNKNOWN and not error.may_have_run:
-        return TransientError(
-            error.code,
-            error.message + "; the request had reached the server, so the tool may have run",
-            rpc_code=error.rpc_code,
-            retry_after=error.retry_after,
-            may_have_run=True,
-        )
-    return error
+    if not wire.call_sent or error.may_have_run or _refused(error, wire):
+        return error
+    return type(error)(
+        error.code,
+        error.message + "; the request had reached the server, so the tool may have run",
+        rpc_code=error.rpc_code,
+        retry_after=error.retry_after,
+        may_have_run=True,
+    )
 
 
 # ---- one operation on one client ---------------------------------------------------------------

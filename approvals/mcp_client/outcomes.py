@@ -10,7 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvals import safejson
+
 REDACTED = "[redacted]"
+
+
+def storable_text(text: str) -> str:
+    """`text` as the hub can store it: each NUL or lone surrogate (which PostgreSQL refuses, `safejson`)
+    replaced by U+FFFD. Every text a server sends that ends up in an outcome or an error passes here."""
+    if safejson.text_problem(text) is None:
+        return text
+    return "".join("\ufffd" if char == "\x00" or "\ud800" <= char <= "\udfff" else char for char in text)
 
 
 @dataclass(frozen=True)
@@ -82,9 +92,11 @@ class McpError(Exception):
     `message` is for a human and
     carries no secret; `rpc_code` is the JSON-RPC error code when the server sent one;
     `retry_after` is the server's Retry-After in seconds, when given. `may_have_run` is true when a
-    ``tools/call`` left the hub (its request headers were written) and then timed out or lost its
-    connection: the server may have run the tool, so sending it again is safe only for a tool that
-    may be repeated.
+    ``tools/call`` left the hub (its request headers were written) and then failed in any way that does not
+    prove the server refused it before running it (`client.REFUSALS`): a time-out, a lost connection or
+    stream, a 5xx, an answer lost or unreadable after the server accepted the request. The server may have
+    run the tool, so sending it again is safe only for a tool that may be repeated. `message` is always
+    storable (`storable_text`), whatever the server put in its own error text.
     """
 
     transient = False
@@ -98,6 +110,7 @@ class McpError(Exception):
         retry_after: float | None = None,
         may_have_run: bool = False,
     ) -> None:
+        message = storable_text(message)
         super().__init__(code, message)
         self.code = code
         self.message = message

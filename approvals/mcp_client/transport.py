@@ -2,8 +2,9 @@
 
 - `Wire`: fresh random JSON-RPC ids per request (the SDK numbers from 1 in every new client, so a
   round retried by another process would reuse the first round's id), the raw result of each
-  answer (a missing ``resultType`` reaches the SDK as ``complete``), the last HTTP status /
-  content type / Retry-After, and the ``Idempotency-Key`` header on ``tools/call``.
+  answer (a missing ``resultType`` reaches the SDK as ``complete``), the HTTP status / content type /
+  Retry-After of the POST that carried the request (never of the SDK's own GET or DELETE), and the
+  ``Idempotency-Key`` header on ``tools/call``.
 - `TeeTransport`: an SDK `Transport` wrapping ``streamable_http_client`` with a `Wire`.
 - a log filter that keeps the SDK transport from logging whole messages (arguments, requestState).
 """
@@ -54,12 +55,17 @@ class Wire:
       back to the session's ids.
     - Each result is kept verbatim (`last_result`); a result without ``resultType`` reaches the SDK
       as ``complete`` (the spec's default, which mcp 2.3.0 would reject).
-    - The HTTP status, content type and Retry-After of the last answer (`http`), which the SDK folds
-      into generic JSON-RPC errors.
+    - The HTTP status, content type and Retry-After of the answer to the last POST that carried a request
+      (`http`), which the SDK folds into generic JSON-RPC errors; and of the last ``tools/call`` POST
+      (`call_http`, None until its answer's head arrived). Only such POSTs count: the GET the SDK sends to
+      resume a broken SSE stream (2026-07-28 has none; the SDK still sends it), its handshake-era stream and
+      its DELETE are not the request's answer, and their status never judges it.
     - The ``Idempotency-Key`` header on every ``tools/call`` POST.
     - Whether a ``tools/call`` left the hub (`call_sent`): set once the connection starts writing its
       request headers (an httpcore trace event), so a failure before that (the guard, DNS, connect,
-      TLS) is known not to have reached the server, and one after it may have.
+      TLS) is known not to have reached the server, and one after it may have. Each ``tools/call`` POST
+      starts unsent: the SDK sends one again only after the server refused the first (a redirect, -32022,
+      -32020).
     """
 
     def __init__(self, idempotency_key: str | None) -> None:
@@ -69,6 +75,7 @@ class Wire:
         # tools/call): failures name it.
         self.method: str | None = None
         self.http = HttpFacts()
+        self.call_http: HttpFacts | None = None
         self.last_result: dict[str, Any] | None = None
         self._to_session: dict[Any, Any] = {}
         self._to_wire: dict[Any, Any] = {}
@@ -108,9 +115,20 @@ class Wire:
         result = msg.result if "resultType" in msg.result else {**msg.result, "resultType": "complete"}
         return SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=session_id, result=result), item.metadata)
 
+    @staticmethod
+    def _carries_request(request: httpx2.Request) -> bool:
+        """A POST of a JSON-RPC request (or, on a handshake-era session, of any message): what an answer's
+        status judges. Not the SDK's GET (a stream, a reconnect) or DELETE, nor a notification's POST."""
+        method = request.headers.get("mcp-method") or ""
+        return request.method == "POST" and not method.startswith("notifications/")
+
     async def on_request(self, request: httpx2.Request) -> None:
+        if not self._carries_request(request):
+            return
         self.http = HttpFacts()
         if request.headers.get("mcp-method") == "tools/call":
+            self.call_sent = False
+            self.call_http = None
             if self.idempotency_key is not None:
                 request.headers["Idempotency-Key"] = self.idempotency_key
             request.extensions["trace"] = self._trace_call
@@ -121,11 +139,16 @@ class Wire:
             self.call_sent = True
 
     async def on_response(self, response: httpx2.Response) -> None:
+        request = response.request
+        if not self._carries_request(request):
+            return
         self.http = HttpFacts(
             status=response.status_code,
             content_type=response.headers.get("content-type"),
             retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
+        if request.headers.get("mcp-method") == "tools/call":
+            self.call_http = self.http
 
 
 class ReadTee:

@@ -45,6 +45,7 @@ from approvals.mcp_client.outcomes import (
     PermanentError,
     ToolError,
     TransientError,
+    storable_text,
 )
 
 PROTOCOL_VERSION = "2026-07-28"
@@ -105,7 +106,7 @@ def validation_summary(error: ValidationError, limit: int = 5) -> str:
     """Where a pydantic validation failed, without echoing any input value (it may hold secrets)."""
     parts = []
     for item in error.errors()[:limit]:
-        loc = ".".join(str(p) for p in item.get("loc", ())) or "(root)"
+        loc = storable_text(".".join(str(p) for p in item.get("loc", ()))) or "(root)"
         parts.append(f"{loc}: {item.get('type', 'invalid')}")
     more = len(error.errors()) - limit
     if more > 0:
@@ -274,7 +275,9 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
-    """Replace every secret (header values, requestState) occurring in `text`, and shorten it."""
+    """Replace every secret (header values, requestState) occurring in `text`, make it storable (a server's
+    NUL or lone surrogate becomes U+FFFD), and shorten it."""
+    text = storable_text(text)
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)

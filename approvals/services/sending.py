@@ -6,11 +6,14 @@ take the lock while the first is sending, and finds nothing to claim once it has
 mid-send, its connection closes and the lock goes with it; the redelivered task then finds the send still
 claimed (``running`` / ``sending``) and cannot know whether the server saw it.
 
-Long tools run once: a send that may have reached the server and then timed out or lost its connection, or
+Long tools run once: a send that may have reached the server and then failed in a way that does not prove
+the server refused it (a time-out, a lost connection or stream, a 5xx: the client's ``may_have_run``), or
 that a redelivered task finds still claimed, is sent again only when `safe_to_resend` says so (the tool is
 read-only or idempotent, or the server honours ``Idempotency-Key``, and then with the same key); otherwise
-the call ends ``failed`` with ``outcome_unknown`` and a person or the agent decides. A failure before the
-request left the hub releases the claim (``queued`` / ``ready``) and is retried with backoff. Each
+the call ends ``failed`` with ``outcome_unknown`` and a person or the agent decides. An answer lost after
+the server accepted the call (malformed, too large) ends it ``outcome_unknown`` too, never re-sent. A
+failure before the request left the hub, or one the server refused it with (a 429), releases the claim
+(``queued`` / ``ready``) and is retried with backoff. Each
 ``tools/call`` is bounded by `call_limit`; progress notifications are stored on the call (`call_progress`).
 """
 
@@ -356,7 +359,11 @@ def _send_claimed(call_id: Any) -> tuple[float | None, bool]:
             server_after_send(send.call.server, send.call.tool, error=exc)
             if _moved_to_session(send, exc):
                 return None, False
-            _fail(send, exc)
+            if exc.may_have_run:
+                # The call reached the server and its answer does not say whether it ran: never sent again.
+                _fail_unknown(send, exc.message, answer_lost=True)
+            else:
+                _fail(send, exc)
             return None, True
         # Before the answer is applied: a round routes on the tool's annotations in the stored list.
         server_after_send(send.call.server, send.call.tool, outcome=outcome)
@@ -369,7 +376,7 @@ def _moved_to_session(send: Send, exc: mcp_client.McpError) -> bool:
     """A server of the handshake era refused the call's first stateless request (it runs nothing without a
     session), and the probe now says it needs one: the call goes back to the queue for a holder, once."""
     server = send.call.server
-    if exc.code != "protocol_unsupported" or send.round is not None or send.attempts != 1:
+    if exc.code != "protocol_unsupported" or send.round is not None or send.attempts != 1 or exc.may_have_run:
         return False
     if server is None or not server.needs_session:
         return False
@@ -425,21 +432,29 @@ def _fail(send: Send, exc: mcp_client.McpError, note: str = "") -> None:
     error: dict[str, Any] = {"code": exc.code, "message": exc.message + note}
     if exc.rpc_code is not None:
         error["rpc_code"] = exc.rpc_code
+    if exc.may_have_run:  # a tool safe to repeat, sent until the retries ran out: it may have run
+        error["tool_may_have_run"] = True
     with transaction.atomic():
         if send.round:
             _close(send.round)
         call_finish(call=send.call, status=ToolCall.Status.FAILED, error=error)
 
 
-def _fail_unknown(send: Send, why: str) -> None:
-    """End the call ``outcome_unknown``: the server may have run the tool, and sending it again is unsafe."""
+def _fail_unknown(send: Send, why: str, *, answer_lost: bool = False) -> None:
+    """End the call ``outcome_unknown``: the server may have run the tool, and sending it again is unsafe
+    (or, `answer_lost`, the server's answer came and does not say whether the tool ran: lost after the server
+    accepted the call, unreadable, or a status that proves no refusal; such a failure is never re-sent)."""
     logger.warning("call %s: outcome unknown (%s)", send.call.pk, why)
+    because = (
+        "the server's answer does not say whether it ran"
+        if answer_lost
+        else "the tool is not marked read-only or idempotent and the server does not honour Idempotency-Key"
+    )
     error = {
         "code": OUTCOME_UNKNOWN,
         "message": (
-            f"{why.rstrip('.')}. The tool may have run: the hub does not send it again, because the tool is "
-            "not marked read-only or idempotent and the server does not honour Idempotency-Key. Check "
-            "the server before calling it again."
+            f"{why.rstrip('.')}. The tool may have run: the hub does not send it again, because {because}. "
+            "Check the server before calling it again."
         ),
         "tool_may_have_run": True,
     }
@@ -450,12 +465,13 @@ def _fail_unknown(send: Send, why: str) -> None:
 
 
 def progress_json(progress: float, total: float | None, message: str | None) -> dict[str, Any] | None:
+    """A server's progress notification as the call stores it (its message cut short and made storable)."""
     if not math.isfinite(progress):
         return None
     return {
         "progress": progress,
         "total": total if total is not None and math.isfinite(total) else None,
-        "message": message[:MAX_PROGRESS_MESSAGE] if message else None,
+        "message": mcp_client.storable_text(message[:MAX_PROGRESS_MESSAGE]) if message else None,
         "at": timezone.now().isoformat(),
     }
 
