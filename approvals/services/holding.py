@@ -345,11 +345,7 @@ def _too_many_rounds(call: ToolCall) -> None:
     call_finish(
         call=call,
         status=ToolCall.Status.FAILED,
-        error={
-            "code": "too_many_rounds",
-            "message": f"The server asked for input {sending.MAX_ROUNDS} times; the hub stopped.",
-            "tool_may_have_run": True,
-        },
+        error=sending.too_many_rounds_error(tool_may_have_run=True),
     )
     notify_holders(f"call:{call.pk}")
 

@@ -50,6 +50,17 @@ from approvals.services.servers import server_after_send, server_config
 logger = logging.getLogger(__name__)
 SYSTEM = Actor.system()
 MAX_ROUNDS = 50
+
+
+def too_many_rounds_error(**more: Any) -> dict[str, Any]:
+    """The error of a call whose server asked for input more than `MAX_ROUNDS` times, in either era."""
+    return {
+        "code": "too_many_rounds",
+        "message": f"The server asked for input {MAX_ROUNDS} times; the hub stopped.",
+        **more,
+    }
+
+
 # Progress notifications are stored at most this often per call (the last one always lands).
 PROGRESS_INTERVAL = 0.25
 MAX_PROGRESS_MESSAGE = 500
@@ -612,10 +623,7 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
             call_finish(
                 call=call,
                 status=ToolCall.Status.FAILED,
-                error={
-                    "code": "too_many_rounds",
-                    "message": f"The server asked for input {MAX_ROUNDS} times; the hub stopped.",
-                },
+                error=too_many_rounds_error(),
             )
             return False
         rnd = round_open(
