@@ -32,6 +32,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_script(
+    script: Path | str, args: list[str], ready: Callable[[], object], what: str
+) -> subprocess.Popen[bytes]:
+    """A test server script started with `args` (this Python), once `ready()` stops raising ``OSError``
+    (it answers), within 20 s; else the process is killed and the test fails saying `what` did not start."""
+    proc = subprocess.Popen([sys.executable, str(script), *args])
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            ready()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
+
+
 def test_database_url() -> str:
     """A DATABASE_URL for the database this test run uses (pytest-django's test database)."""
     s = connection.settings_dict

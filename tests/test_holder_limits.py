@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +21,7 @@ from django.db import connection
 from approvals.models import AuditEvent, InputRequest, McpServer, Round, ToolCall
 from approvals.services import sending
 from tests.hub import Hub, set_up_hub
-from tests.live import HolderRunner, child_env, wait_until
+from tests.live import HolderRunner, child_env, start_script, wait_until
 
 SCRIPT = Path(__file__).with_name("unruly_push_server.py")
 MAX_INPUTS = 5  # ELICIT_MAX_INPUT_REQUESTS of the holder here: a -32042 naming more URLs is refused
@@ -37,17 +34,7 @@ class UnrulyServer:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
-        self.proc = subprocess.Popen([sys.executable, str(SCRIPT), str(self.port)])
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                self.counts()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise RuntimeError("the unruly test server did not start") from None
-                time.sleep(0.1)
+        self.proc = start_script(SCRIPT, [str(self.port)], self.counts, "the unruly test server")
 
     @property
     def url(self) -> str:

@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from approvals.mcp_client import (
     run,
 )
 from approvals.mcp_client.wire import HttpFacts
+from tests.live import start_script
 
 SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
 TOKEN = "Bearer s3cret-token-value"
@@ -404,18 +404,8 @@ class LiveServer:
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], LiveServer]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER_SCRIPT), str(port), *args])
     server = LiveServer(f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            server.seen()
-            return proc, server
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("the MCP test server did not start") from None
-            time.sleep(0.1)
+    return start_script(SERVER_SCRIPT, [str(port), *args], server.seen, "the MCP test server"), server
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])

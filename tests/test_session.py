@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -28,6 +25,7 @@ from approvals.mcp_client.session import (
     http_transport,
     open_client,
 )
+from tests.live import start_script
 from tests.test_mcp_client import LiveServer
 
 SCRIPT = Path(__file__).with_name("push_server.py")
@@ -43,17 +41,9 @@ def _free_port() -> int:
 class PushServer:
     def __init__(self, wait: float = WAIT) -> None:
         self.port = _free_port()
-        self.proc = subprocess.Popen([sys.executable, str(SCRIPT), str(self.port), "--wait", str(wait)])
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                self.counts()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise RuntimeError("the push test server did not start") from None
-                time.sleep(0.1)
+        self.proc = start_script(
+            SCRIPT, [str(self.port), "--wait", str(wait)], self.counts, "the push test server"
+        )
 
     @property
     def url(self) -> str:

@@ -6,9 +6,6 @@ store. Against a real server over HTTP (tests/tool_flood_server.py) that pages w
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,7 +22,7 @@ from approvals.mcp_client.session import Dispatcher, http_transport, list_tools_
 from approvals.models import AuditEvent, McpServer
 from approvals.services import servers
 from tests import factories
-from tests.live import free_port
+from tests.live import free_port, start_script
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,17 +37,7 @@ NAMED = 50  # tool names an audit event lists at most
 class Flood:
     def __init__(self) -> None:
         self.base = f"http://127.0.0.1:{free_port()}"
-        self.proc = subprocess.Popen([sys.executable, str(SCRIPT), self.base.rsplit(":", 1)[1]])
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                self.reset()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise RuntimeError("tool_flood_server.py did not start") from None
-                time.sleep(0.1)
+        self.proc = start_script(SCRIPT, [self.base.rsplit(":", 1)[1]], self.reset, "tool_flood_server.py")
 
     def url(self, mode: str) -> str:
         return f"{self.base}/{mode}/mcp" + (f"?per_page={PER_PAGE}" if mode == "flood" else "?kb=32")
