@@ -41,6 +41,11 @@ def text_problem(text: str) -> str | None:
     return "a NUL character" if found.group() == "\x00" else "a lone surrogate (not Unicode)"
 
 
+def storable_text(text: str) -> str:
+    """`text` as PostgreSQL can store it: each NUL or lone surrogate replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def _reject_constant(name: str) -> Any:
     raise Unstorable(f"{name} is not a JSON number")
 

@@ -12,21 +12,11 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
 from approvals.models import McpServer
+from tests.test_long_tools import http_form
 
 pytestmark = pytest.mark.django_db
 
 REFUSED = ["a__b", "deploy__", "a_", "x___y"]
-
-
-def _form(slug: str, **extra: str) -> dict[str, str]:
-    return {
-        "slug": slug,
-        "name": "Build bot",
-        "transport": "http",
-        "url": "http://127.0.0.1:9/mcp",
-        "enabled": "on",
-        "on_expiry": "",
-    } | extra
 
 
 @pytest.mark.parametrize("slug", REFUSED)
@@ -35,7 +25,7 @@ def test_a_slug_the_gateway_could_not_split_is_refused_everywhere(slug: str, adm
         McpServer(slug=slug, name="x", url="http://127.0.0.1:9/mcp").full_clean()
     assert "slug" in raised.value.message_dict
 
-    page = admin_client.post("/admin/approvals/mcpserver/add/", _form(slug))
+    page = admin_client.post("/admin/approvals/mcpserver/add/", http_form(slug=slug))
     assert page.status_code == 200 and "may not contain" in page.content.decode()
 
     with pytest.raises(CommandError, match="may not contain"):
@@ -51,7 +41,7 @@ def test_a_server_registered_before_the_rule_keeps_its_slug_but_cannot_take_anot
     call_command("add_server", "old__one", "http://127.0.0.1:9/v2", "--no-probe", stdout=io.StringIO())
     assert McpServer.objects.get(pk=legacy.pk).url == "http://127.0.0.1:9/v2"
     page = admin_client.post(
-        f"/admin/approvals/mcpserver/{legacy.pk}/change/", _form("old__one", name="Old, renamed")
+        f"/admin/approvals/mcpserver/{legacy.pk}/change/", http_form(slug="old__one", name="Old, renamed")
     )
     assert page.status_code == 302, page.content.decode()[:2000]
     assert McpServer.objects.get(pk=legacy.pk).name == "Old, renamed"

@@ -15,12 +15,8 @@ from approvals import safejson
 REDACTED = "[redacted]"
 
 
-def storable_text(text: str) -> str:
-    """`text` as the hub can store it: each NUL or lone surrogate (which PostgreSQL refuses, `safejson`)
-    replaced by U+FFFD. Every text a server sends that ends up in an outcome or an error passes here."""
-    if safejson.text_problem(text) is None:
-        return text
-    return "".join("\ufffd" if char == "\x00" or "\ud800" <= char <= "\udfff" else char for char in text)
+# Every text a server sends that ends up in an outcome or an error passes here.
+storable_text = safejson.storable_text
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ from approvals.services.rounds import (
     last_round_number,
     notify_holders,
     round_open,
-    storable_text,
 )
 from approvals.services.sending import call_limit, call_progress, progress_json, safe_to_resend
 from approvals.services.servers import server_config
@@ -228,7 +227,7 @@ def held_finish(
             return call_finish(call=call, status=ToolCall.Status.COMPLETED, result=outcome.result)
         assert error is not None
         # The message may quote the server (a -32042's own message): kept storable.
-        message = storable_text(error.message)
+        message = safejson.storable_text(error.message)
         body: dict[str, Any] = {"code": error.code, "message": message, "tool_may_have_run": sent}
         if error.rpc_code is not None:
             body["rpc_code"] = error.rpc_code
@@ -262,7 +261,7 @@ def held_failed(*, call_id: Any, holder_id: int, why: str) -> bool:
 
 
 def held_progress(*, call_id: Any, progress: float, total: float | None, message: str | None) -> None:
-    value = progress_json(progress, total, storable_text(message) if message else message)
+    value = progress_json(progress, total, safejson.storable_text(message) if message else message)
     if value is not None:
         call_progress(call_id=call_id, progress=value)
 

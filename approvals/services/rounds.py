@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,7 +30,6 @@ HOLDER_CHANNEL = "elicit_holders"  # PostgreSQL NOTIFY channel the holder proces
 # The flag of the one row that stands for a round refused as a whole (`too_many_problem`): its keys are kept
 # in the round's raw (``declined_keys``), and the retry declines each of them.
 TOO_MANY_INPUTS = "too_many_inputs"
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 # Round kinds whose readiness a service above this one handles (gates: `gate_decisions`), registered when the
@@ -63,11 +61,6 @@ def too_many_problem(count: int) -> str:
     if count <= limit:
         return ""
     return f"the server asked for {count} inputs in one round; the hub accepts at most {limit}"
-
-
-def storable_text(text: str) -> str:
-    """`text` with what PostgreSQL cannot store (NUL, lone surrogates: `safejson`) replaced by U+FFFD."""
-    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def _size_problem(params: dict[str, Any]) -> str:
@@ -116,8 +109,8 @@ def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequ
     )
     oversized = refused or _size_problem(params) or _storage_problem(request)
     if oversized:
-        ir.method = storable_text(ir.method)
-        ir.message = storable_text(ir.message[: settings.ELICIT_MAX_MESSAGE])
+        ir.method = safejson.storable_text(ir.method)
+        ir.message = safejson.storable_text(ir.message[: settings.ELICIT_MAX_MESSAGE])
         ir.params = {"mode": ir.mode}
         ir.requested_schema = {}
         if ir.mode == InputRequest.Mode.URL:
