@@ -2,19 +2,21 @@
 
 A gate's InputRequest has method ``tools/call`` (`GATE_METHOD`) and key ``gate``; its schema is the tool's
 ``inputSchema``. A decision approves the arguments as asked, approves edited arguments (a JSON object, at
-most `MAX_ARGUMENTS` bytes, canonicalisable, valid against ``inputSchema``) or declines.
+most `MAX_ARGUMENTS` bytes, canonicalisable, valid against ``inputSchema``) or declines, before the gate's
+deadline: beat expires overdue gates only every few seconds, and a decision in between comes too late.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
 
 from approvals import canonical, safejson
 from approvals.models import InputRequest
-from approvals.services.errors import AnswerInvalid, Invalid
+from approvals.services.errors import AnswerInvalid, Conflict, Invalid, moment
 
 GATE_KEY = "gate"
 GATE_METHOD = "tools/call"  # the InputRequest.method of a gate: what it asks about
@@ -27,7 +29,17 @@ def is_gate(ir: InputRequest) -> bool:
 
 def validate_decision(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
     """A reviewer's answer to a gate: approve (content None: the arguments as asked; an object: edited
-    arguments, checked against the tool's inputSchema) or decline. Cancel is not a decision on a gate."""
+    arguments, checked against the tool's inputSchema) or decline. Cancel is not a decision on a gate.
+
+    Past the gate's deadline nothing is decided (a Conflict first, as for any answer that comes too late):
+    "if nobody decides by then, the call is not sent" holds even before beat's sweep expires the gate."""
+    deadline = ir.round.deadline
+    if deadline <= timezone.now():
+        raise Conflict(
+            f"This gate expired at {moment(deadline)}: no one decided it before its deadline, so the call is "
+            "not sent.",
+            code="already_answered",
+        )
     if action == InputRequest.Action.DECLINE:
         if content not in (None, {}):
             raise Invalid(

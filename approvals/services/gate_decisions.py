@@ -12,14 +12,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import broadcast, canonical
+from approvals import broadcast, canonical, permissions, schema_forms
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, Round, ToolCall
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import answers, rounds
 from approvals.services.calls import call_finish
-from approvals.services.errors import Invalid, NotFound
+from approvals.services.errors import Forbidden, Invalid, NotFound
 from approvals.services.gates import SYSTEM, _audit_data, _grants, arguments_diff, call_digest, is_gate
 
 
@@ -66,6 +66,24 @@ def gate_decide(
             raise Invalid(
                 "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
             )
+        if choice is not None and not _may_grant(user, ir) and permissions.can_answer(user, ir):
+            # A grant is the team's (its reviewers list and revoke it): one escalated to, or a request's
+            # assignee, decides this gate but makes no standing rule for a team they are not a reviewer of.
+            # (One who may not answer at all is refused, and audited, by input_respond.)
+            team = ir.team.slug if ir.team else "the gate's team"
+            raise Forbidden(
+                f"Only a reviewer of {team} can remember this approval as a grant. Approve without one.",
+                code="forbidden",
+                fields={"grant": "not a reviewer of the gate's team"},
+            )
+        if choice is not None and ir.approvals_required > 1:
+            # A grant is one reviewer's word for later calls: it cannot stand in for N-of-M.
+            raise Invalid(
+                f"No grant can be made here: this gate needs {ir.approvals_required} approvals, and a grant "
+                "would let later calls through on one reviewer's word. Approve without one.",
+                code="invalid_grant",
+                fields={"grant": "not on a gate needing several approvals"},
+            )
         if choice is not None:
             # Before deciding: a grant that could not be made for the arguments approved decides nothing.
             approved = arguments if decision == "edit" else (ir.params or {}).get("arguments")
@@ -79,9 +97,20 @@ def gate_decide(
         with transaction.atomic():
             gate = Gate.objects.select_related("call").get(round_id=ir.round_id)
             grants.create_from_approval(
-                approver=user, call=gate.call, tool_digest=canonical.digest(gate.tool), choice=choice
+                approver=user,
+                call=gate.call,
+                tool_digest=canonical.digest(gate.tool),
+                choice=choice,
+                team=ir.team,  # the team whose gate this was: the grant stands in for its gates only
             )
     return ir
+
+
+def _may_grant(user: Any, ir: InputRequest) -> bool:
+    """A reviewer (or admin) of the gate's own team, or a superuser: who may revoke the grant it makes."""
+    if user.is_superuser:
+        return True
+    return ir.team_id is not None and ir.team_id in permissions.answering_team_ids(user)
 
 
 def gate_decided(*, rnd: Round, outcome: str) -> None:
@@ -157,7 +186,9 @@ def gate_decided(*, rnd: Round, outcome: str) -> None:
             verb="gate.edited",
             call=call,
             input_request=ir,
-            data=_audit_data(call, ir, approved_digest, diff=diff, asked_digest=gate.digest),
+            data=_audit_data(
+                call, ir, approved_digest, diff=_audited_diff(ir, diff), asked_digest=gate.digest
+            ),
         )
     audit.record(
         actor=actor,
@@ -171,6 +202,23 @@ def gate_decided(*, rnd: Round, outcome: str) -> None:
     )
     enqueue_on_commit(RUN_CALL, str(call.pk))
     transaction.on_commit(lambda: broadcast.call_changed(call))
+
+
+def _audited_diff(ir: InputRequest, diff: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The edit as ``gate.edited`` keeps it: each change's path, with the values of a secret-looking argument
+    (by its name, at any depth, as the audit log redacts everywhere; or as the tool's inputSchema marks it, as
+    ``input.answered`` does) redacted. Its keys (``from``, ``to``) hide them from the log's own redaction."""
+    sensitive = set(schema_forms.sensitive_fields(ir.requested_schema or {}))
+    audited = []
+    for change in diff:
+        path = change["path"]
+        kept = {"path": path, "op": change["op"]}
+        for side in ("from", "to"):
+            if side in change:
+                value = audit.REDACTED if path in sensitive else audit.redact({path: change[side]})[path]
+                kept[side] = value
+        audited.append(kept)
+    return audited
 
 
 rounds.READY_HANDLERS[Round.Kind.GATE] = gate_decided

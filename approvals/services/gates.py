@@ -188,7 +188,8 @@ def gate_on_submit(call: ToolCall) -> bool:
         return False
     grants = _grants()
     if grants is not None:
-        grant = grants.find(call=call, tool_digest=canonical.digest(tool_definition(call.server, call.tool)))
+        digest = canonical.digest(tool_definition(call.server, call.tool))
+        grant = grants.find(call=call, tool_digest=digest, rule=rule)
         if grant is not None:
             grants.use(grant, call)
             return False
@@ -367,10 +368,12 @@ def _grant_at_send(call: ToolCall) -> bool:
     it. Else (``gate.grant_lapsed``, with the reason) a gate opens for it, as when an approval is voided."""
     grants = _grants()
     digest = canonical.digest(tool_definition(call.server, call.tool))
+    # The gate rule that stops the call now: the grant stands in only for a gate its team may decide alone.
+    rule, explanation = gate_rule(call)
     reason = (
         "remembered grants are no longer installed"
         if grants is None
-        else grants.lapsed(call=call, tool_digest=digest)
+        else grants.lapsed(call=call, tool_digest=digest, rule=rule)
     )
     if reason is None:
         return True
@@ -380,7 +383,6 @@ def _grant_at_send(call: ToolCall) -> bool:
         call=call,
         data={"grant": str(call.grant_id), "server": call.server_slug, "tool": call.tool, "reason": reason},
     )
-    rule, explanation = gate_rule(call)
     if rule is None:
         # No gate rule asks for this call any more: it goes as it is, and a later retry of this send (a
         # transient fault) does not check the lapsed grant, nor audit it, again.

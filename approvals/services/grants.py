@@ -22,7 +22,16 @@ from django.utils import timezone
 from approvals import canonical, permissions, rules, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import AgentClient, AuditEvent, Grant, GrantQuerySet, InputRequest, Team, ToolCall
+from approvals.models import (
+    AgentClient,
+    AuditEvent,
+    Grant,
+    GrantQuerySet,
+    InputRequest,
+    RoutingRule,
+    Team,
+    ToolCall,
+)
 from approvals.services.errors import Conflict, Forbidden, Invalid, moment
 
 DURATIONS: dict[str, timedelta | None] = {
@@ -64,13 +73,27 @@ def _conditions_hold(conditions: list[dict[str, Any]], arguments: dict[str, Any]
     return True
 
 
-def find(*, call: ToolCall, tool_digest: str) -> Grant | None:
+def outranked_by(rule: RoutingRule) -> str | None:
+    """Why no grant may stand in for the gate ``rule`` opens, or None: a policy needing several approvals is
+    more than the one reviewer who made a grant may give."""
+    required = rule.policy.approvals_required if rule.policy_id and rule.policy else 1
+    if required > 1:
+        return f"the rule {rule.name!r} needs {required} approvals, which no grant stands in for"
+    return None
+
+
+def find(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -> Grant | None:
     """An active grant covering this call: same agent, person, server and tool, the same tool definition, and
     exactly these arguments or arguments meeting its conditions. Expired or revoked grants never match.
+
+    ``rule``: the gate rule that stops the call. A grant stands in only for its own team's gate (another
+    team's rule is not its team's to decide), and never for a gate needing several approvals.
 
     Inside a transaction the grant found is locked until it commits, so a revoke racing the gate waits for
     it: a call let through by a grant was let through before the grant was revoked."""
     if call.agent_id is None or call.server_id is None:
+        return None
+    if rule is not None and outranked_by(rule):
         return None
     candidates = Grant.objects.active(timezone.now()).filter(
         agent_id=call.agent_id,
@@ -79,6 +102,8 @@ def find(*, call: ToolCall, tool_digest: str) -> Grant | None:
         tool_digest=tool_digest,
         on_behalf_of_id=call.on_behalf_of_id,
     )
+    if rule is not None:
+        candidates = candidates.filter(team_id=rule.team_id)
     # Exact grants first, then the one made first: the same call always meets the same grant.
     candidates = candidates.order_by("-arguments_mode", "created_at")
     if connection.in_atomic_block:
@@ -87,10 +112,11 @@ def find(*, call: ToolCall, tool_digest: str) -> Grant | None:
     return next((grant for grant in candidates if covers(grant, arguments)), None)
 
 
-def lapsed(*, call: ToolCall, tool_digest: str) -> str | None:
+def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -> str | None:
     """Just before the first send of a call a grant let through (inside the claiming transaction): None while
     that grant still covers it, else why not (revoked, expired or deleted since; the tool's definition, as the
-    hub holds it now, is not the one granted).
+    hub holds it now, is not the one granted; ``rule``, the gate rule that stops the call now, is another
+    team's or needs several approvals).
 
     The grant is locked until the send is claimed, so a revoke racing the send waits for it: a call that went
     was sent before the grant was revoked, and one claimed after stops at a gate."""
@@ -108,6 +134,10 @@ def lapsed(*, call: ToolCall, tool_digest: str) -> str | None:
         return f"the grant that let it through was {describe_end(grant)}"
     if grant.tool_digest != tool_digest:
         return "the tool's definition changed on the server since the grant let it through"
+    if rule is not None and rule.team_id != grant.team_id:
+        return f"the rule {rule.name!r} now sends it to team {rule.team.slug}, not the grant's team"
+    if rule is not None and (why := outranked_by(rule)):
+        return why
     if not covers(grant, call.arguments if isinstance(call.arguments, dict) else {}):
         return "the grant that let it through no longer covers its arguments"
     return None
