@@ -54,6 +54,18 @@ def check_condition(condition: Any) -> str:
     return ""
 
 
+def same(a: Any, b: Any) -> bool:
+    """JSON equality: Python's ``==`` but a boolean is never a number (``true`` is not ``1``, ``false`` not
+    ``0``), at any depth. Numbers compare by value (``1`` is ``1.0``), as JSON Schema's ``const`` does."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+    return bool(a == b)
+
+
 def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
     name, op = condition["argument"], condition.get("op", "==")
     expected: Any = condition.get("value")  # any JSON value; a list for in / not in (see check_condition)
@@ -62,14 +74,10 @@ def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
         return Verdict(actual is not _MISSING, f"{name} {'is' if actual is not _MISSING else 'is not'} given")
     if actual is _MISSING:
         return Verdict(False, f"{name} is not given")
-    if op == "==":
-        ok = actual == expected
-    elif op == "!=":
-        ok = actual != expected
-    elif op == "in":
-        ok = actual in expected
+    if op in ("==", "!="):
+        ok = same(actual, expected) == (op == "==")
     else:
-        ok = actual not in expected
+        ok = any(same(actual, choice) for choice in expected) == (op == "in")
     shown = f"{name} is {actual!r}"
     return Verdict(ok, f"{shown} ({'' if ok else 'not '}{op} {expected!r})")
 

@@ -70,13 +70,24 @@ def test_rule_matching(overrides: dict, matched: bool, why: str) -> None:
     assert why in verdict.why
 
 
-def test_booleans_are_not_numbers_in_conditions() -> None:
-    subject = rules.Subject("s", "t", "form", {"flag": True})
-    assert (
-        rules.evaluate(rule(conditions=[{"argument": "flag", "op": "==", "value": 1}]), subject).matched
-        is True
-    )
-    # JSON equality as Python sees it: documented, and why conditions compare strings in practice.
+@pytest.mark.parametrize(
+    ("condition", "arguments", "matched"),
+    [
+        ({"argument": "flag", "op": "==", "value": 1}, {"flag": True}, False),
+        ({"argument": "force", "op": "==", "value": False}, {"force": 0}, False),
+        ({"argument": "force", "op": "!=", "value": False}, {"force": 0}, True),
+        ({"argument": "force", "op": "==", "value": False}, {"force": False}, True),
+        ({"argument": "n", "op": "in", "value": [False, 2]}, {"n": 0}, False),
+        ({"argument": "n", "op": "not in", "value": [True]}, {"n": 1}, True),
+        ({"argument": "n", "op": "==", "value": 1}, {"n": 1.0}, True),
+        ({"argument": "o", "op": "==", "value": {"a": [True]}}, {"o": {"a": [1]}}, False),
+        ({"argument": "o", "op": "==", "value": {"a": [1]}}, {"o": {"a": [1.0]}}, True),
+    ],
+)
+def test_booleans_are_not_numbers_in_conditions(condition: dict, arguments: dict, matched: bool) -> None:
+    """JSON equality, as a rule's author writes it: ``true`` is not ``1``, at any depth; ``1`` is ``1.0``."""
+    subject = rules.Subject("s", "t", "form", arguments)
+    assert rules.evaluate(rule(conditions=[condition]), subject).matched is matched
 
 
 @pytest.mark.parametrize(

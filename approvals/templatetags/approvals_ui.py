@@ -168,11 +168,15 @@ def condition_text(condition: Any) -> str:
 @register.filter
 def grant_conditions(arguments: Any) -> list[dict[str, str]]:
     """The conditions the approve form offers for a grant: each top-level argument equal to its value now,
-    as the text shown and the JSON the form posts (``grants.parse_choice`` reads it back)."""
+    as the text shown and the JSON the form posts (``grants.parse_choice`` reads it back). A name with a dot
+    is left out: a condition reads ``a.b`` as the argument ``b`` inside ``a`` (`rules.argument`), so it could
+    never hold."""
     if not isinstance(arguments, dict):
         return []
     offered = []
     for name, value in arguments.items():
+        if "." in str(name):
+            continue
         condition = {"argument": str(name), "op": "==", "value": value}
         offered.append({"name": str(name), "text": condition_text(condition), "json": json.dumps(condition)})
     return offered
