@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpcore
 import httpx
 import httpx2
 
@@ -393,15 +394,55 @@ MAX_REPLY = 64 * 1024
 def post(url: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
     """POST to `url` through the guard; raises `OutboundRefused` (an ``httpx.TransportError``) if refused.
 
-    The answer's status and headers come back; its body is read as sent (never decompressed) up to
-    `MAX_REPLY` bytes or for `timeout` seconds at most, dropped, and the connection closed, so a receiver
-    answering with an endless or trickling body holds neither the worker nor its memory. The body is not
-    kept: ``.content`` raises ``ResponseNotRead``.
+    Making the connection (and its TLS handshake) takes `timeout` seconds at most, and every read and write
+    on it ends by `timeout` seconds after the call: httpx bounds each read alone, so a receiver trickling
+    the head of its answer a byte at a time would hold the worker as long as it liked; here it times out
+    (``httpx.ReadTimeout``). The answer's status and headers come back; its body is read as sent (never
+    decompressed) up to `MAX_REPLY` bytes or until that deadline, dropped, and the connection closed, so a
+    receiver answering with an endless or trickling body holds neither the worker nor its memory. The body
+    is not kept: ``.content`` raises ``ResponseNotRead``.
     """
-    with client(timeout=timeout) as http, http.stream("POST", url, **kwargs) as response:
-        read, until = 0, time.monotonic() + timeout  # a trickle of bytes stops at the same deadline
-        for chunk in response.iter_raw():
-            read += len(chunk)
-            if read >= MAX_REPLY or time.monotonic() > until:
-                break
+    deadline = time.monotonic() + timeout
+    extensions = {**kwargs.pop("extensions", {}), "trace": _deadline_trace(deadline)}
+    with (
+        client(timeout=timeout) as http,
+        http.stream("POST", url, extensions=extensions, **kwargs) as response,
+    ):
+        read = 0
+        try:
+            for chunk in response.iter_raw():
+                read += len(chunk)
+                if read >= MAX_REPLY:
+                    break
+        except httpx.TimeoutException:  # the status is in; a body still coming at the deadline is left
+            pass
     return response
+
+
+def _deadline_trace(deadline: float) -> Callable[[str, dict[str, Any]], None]:
+    """An httpcore ``trace`` extension that bounds each read and write on the request's connection (once
+    made, and again once TLS wraps it) by `deadline` (``time.monotonic()``): httpx bounds each alone."""
+
+    def trace(event: str, info: dict[str, Any]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            _bound(info["return_value"], deadline)
+
+    return trace
+
+
+def _bound(stream: Any, deadline: float) -> None:
+    read, write = stream.read, stream.write
+
+    def left(timeout: float | None, late: type[Exception]) -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise late("the receiver did not answer in time")
+        return remaining if timeout is None else min(timeout, remaining)
+
+    def bounded_read(max_bytes: int, timeout: float | None = None) -> bytes:
+        return read(max_bytes, left(timeout, httpcore.ReadTimeout))
+
+    def bounded_write(buffer: bytes, timeout: float | None = None) -> None:
+        write(buffer, left(timeout, httpcore.WriteTimeout))
+
+    stream.read, stream.write = bounded_read, bounded_write

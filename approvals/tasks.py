@@ -36,7 +36,8 @@ def expire_stale() -> int:
 
 @shared_task
 def recover_stuck(grace_seconds: float | None = None) -> int:
-    """Re-queue sends that no worker is doing: queued calls never picked up, orphaned claims."""
+    """Re-queue sends that no worker is doing: queued calls never picked up, orphaned claims; and the
+    webhooks and team notices whose task was lost."""
     cutoff = timezone.now() - (timedelta(seconds=grace_seconds) if grace_seconds is not None else STUCK_AFTER)
     requeued = 0
     calls = ToolCall.objects.filter(
@@ -55,7 +56,8 @@ def recover_stuck(grace_seconds: float | None = None) -> int:
         if not sending.is_sending(call_id):
             run_call.delay(str(call_id))
             requeued += 1
-    return requeued
+    requeued += webhooks.webhooks_recover(now=timezone.now())
+    return requeued + notifications.notifications_recover(now=timezone.now())
 
 
 @shared_task

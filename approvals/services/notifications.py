@@ -6,17 +6,19 @@ name as the hub knows it, the tool and the message, and a link; never arguments 
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import get_connection, send_mail
 from django.db.models import F
 from django.utils import timezone
 
 from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
-from approvals.services.webhooks import retry_countdown
+from approvals.services.webhooks import STALE_AFTER, retry_countdown
 
 HEADLINES = {
     "routed": "asks {team} for input",
@@ -42,14 +44,44 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
             enqueue_on_commit(SEND_NOTIFICATION, notice.pk)
 
 
+def notifications_recover(*, now: datetime) -> int:
+    """Queue again the pending notices of requests still waiting that no task is trying: STALE_AFTER past
+    the end of their whole retry schedule, their task was lost (as a webhook's can be). Returns how many."""
+    most = settings.ELICIT_NOTIFY_MAX_ATTEMPTS
+    schedule = sum(retry_countdown(n, max_attempts=most) or 0 for n in range(1, most))
+    ids = Notification.objects.filter(
+        input_request__in=InputRequest.objects.pending(),
+        status=Notification.Status.PENDING,
+        created_at__lte=now - timedelta(seconds=schedule) - STALE_AFTER,
+    ).values_list("pk", flat=True)
+    requeued = 0
+    for notice_id in ids:
+        enqueue_on_commit(SEND_NOTIFICATION, notice_id)
+        requeued += 1
+    return requeued
+
+
 def _text(notice: Notification) -> tuple[str, str]:
     ir = notice.input_request
     call = ir.round.call
     headline = HEADLINES.get(notice.event, notice.event).format(team=notice.team.name)
-    subject = f"[Elicit Hub] {call.server_name}: {call.tool} {headline}"
+    # One line: the tool's name is the agent's or the server's to choose, and a mail header holds no break.
+    subject = " ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split())
     link = f"{settings.ELICIT_PUBLIC_URL.rstrip('/')}/requests/{ir.pk}/"
     body = f"{subject}\n\n{ir.message[:500]}\n\nDeadline: {ir.round.deadline.isoformat()}\nReview: {link}\n"
     return subject, body
+
+
+# An @ that starts a word: a mention in chats that read them in plain text (@channel, @here, @name).
+_MENTION = re.compile(r"(?<![\w.+-])@")
+
+
+def _chat_text(text: str) -> str:
+    """`text` as a Slack-compatible chat shows it as written: ``&``, ``<`` and ``>`` escaped as Slack asks,
+    so a server's message cannot mention ``<!channel>`` or label a link at will (``<url|Review>``), and
+    an ``@`` that starts a word kept from mentioning anyone by a word joiner after it."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MENTION.sub("@\u2060", text)
 
 
 def notification_send(*, notification_id: Any) -> float | None:
@@ -69,10 +101,14 @@ def notification_send(*, notification_id: Any) -> float | None:
             recipients = [
                 a.strip() for a in notice.team.notify_emails.replace(";", ",").split(",") if a.strip()
             ]
-            send_mail(subject, body, None, recipients)
+            # Django waits on a mail server for ever unless told: bounded as a chat notice is.
+            timeout = settings.EMAIL_TIMEOUT or settings.ELICIT_WEBHOOK_TIMEOUT
+            send_mail(subject, body, None, recipients, connection=get_connection(timeout=timeout))
         else:
             response = netguard.post(
-                notice.team.chat_webhook_url, json={"text": body}, timeout=settings.ELICIT_WEBHOOK_TIMEOUT
+                notice.team.chat_webhook_url,
+                json={"text": _chat_text(body)},
+                timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
             )
             if not response.is_success:  # not raise_for_status(): its message holds the URL, a secret
                 raise RuntimeError(f"HTTP {response.status_code}")

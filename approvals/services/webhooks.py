@@ -8,11 +8,12 @@ import hmac
 import json
 import logging
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from approvals import netguard, selectors
@@ -55,10 +56,43 @@ def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
     return delivery
 
 
+# A pending delivery whose next try is this late has lost its task (the broker failed as the delivery or its
+# retry was queued, or took the message down with it): beat's `recover_stuck` queues it again, for as long
+# as its call ended less than RECOVER_WITHIN ago (which keeps the sweep on the calls' finished_at index).
+STALE_AFTER = timedelta(minutes=5)
+RECOVER_WITHIN = timedelta(days=1)
+
+
+def webhooks_recover(*, now: datetime) -> int:
+    """Queue again the pending deliveries no task is trying: their next try is STALE_AFTER overdue."""
+    pending = (
+        WebhookDelivery.objects.filter(
+            call__finished_at__gte=now - RECOVER_WITHIN,
+            call__finished_at__lt=now - STALE_AFTER,
+            status=WebhookDelivery.Status.PENDING,
+        )
+        .annotate(last_at=Max("attempt_log__at"))
+        .values_list("pk", "attempts", "created_at", "last_at")
+    )
+    requeued = 0
+    for pk, attempts, created_at, last_at in pending:
+        wait = retry_countdown(attempts, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS) if attempts else 0
+        if (last_at or created_at) + timedelta(seconds=wait or 0) + STALE_AFTER <= now:
+            enqueue_on_commit(DELIVER_WEBHOOK, str(pk))
+            requeued += 1
+    return requeued
+
+
 def webhook_attempt(*, delivery_id: Any) -> float | None:
     """Try one delivery. Returns a countdown when it should be tried again, else None."""
     delivery = WebhookDelivery.objects.select_related("call__agent").filter(pk=delivery_id).first()
     if delivery is None or delivery.status != WebhookDelivery.Status.PENDING:
+        return None
+    if delivery.attempts >= settings.ELICIT_WEBHOOK_MAX_ATTEMPTS:
+        # Its last try ended without an outcome (its worker died), and `webhooks_recover` queued it again.
+        WebhookDelivery.objects.filter(pk=delivery.pk, status=WebhookDelivery.Status.PENDING).update(
+            status=WebhookDelivery.Status.FAILED
+        )
         return None
     number = WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1) and (
         delivery.attempts + 1
