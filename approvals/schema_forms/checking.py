@@ -10,6 +10,7 @@ a top-level `additionalProperties: false`, which only says what validate() enfor
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from typing import Any
@@ -368,19 +369,37 @@ _VARIANT_CHECKS = {
 
 
 def _metaschema_problems(schema: dict[str, Any]) -> list[str]:
-    # Only schemas already inside the form subset get here: small, shallow, plain JSON.
-    detail = _metaschema_error(json.dumps(schema, sort_keys=True))
+    # Only schemas already inside the form subset get here: shallow, plain JSON.
+    detail = _metaschema_error(_Canonical(json.dumps(schema, sort_keys=True)))
     if detail is None:
         return []
     return [_("The form description is not valid JSON Schema: %(detail)s") % {"detail": detail}]
 
 
+class _Canonical:
+    """A schema's canonical JSON text, equal to another by its sha256: as a cache key it keeps the digest
+    only (a tool's inputSchema may be megabytes, and the cache holds 512 keys)."""
+
+    __slots__ = ("digest", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.digest = hashlib.sha256(text.encode()).digest()
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Canonical) and other.digest == self.digest
+
+
 @functools.lru_cache(maxsize=512)
-def _metaschema_error(schema_json: str) -> str | None:
+def _metaschema_error(canonical: _Canonical) -> str | None:
     """The metaschema's complaint about a schema, or None. Checking against the metaschema is the costliest
-    step here, and the same few schemas come back with every round and every answer: remembered by their
-    canonical text."""
-    schema = json.loads(schema_json)
+    step here, and the same few schemas come back with every round and every answer: remembered by the
+    digest of their canonical text."""
+    schema = json.loads(canonical.text)
+    canonical.text = ""  # this object stays in the cache as the key: its digest is all it needs
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as error:

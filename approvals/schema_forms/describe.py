@@ -178,7 +178,9 @@ def _initial(kind: str, default: Any, tz: str | None) -> tuple[str | bool | list
         return split_datetime(default, tz) if default is not None else ("", tz or "")
     if default is None:
         return "", ""
-    if kind in ("number", "integer"):
+    if kind == "integer":
+        return str(int(default)), ""  # 1e20 is a valid integer default, but "1e+20" is not a whole number
+    if kind == "number":
         return show_number(default), ""
     return default, ""
 
@@ -191,7 +193,9 @@ _ACRONYMS = {"id", "url", "uri", "api", "ip", "dns", "ssh", "http", "https", "js
 
 def _words(key: str) -> list[str]:
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)  # startDate -> start Date
-    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", spaced)  # APIKey -> API Key
+    # APIKey -> API Key. One capital and a lookahead, not "([A-Z]+)([A-Z][a-z])": that form backtracks
+    # over a whole run of capitals at every position, quadratic in titles and keys servers choose.
+    spaced = re.sub(r"([A-Z])(?=[A-Z][a-z])", r"\1 ", spaced)
     return re.split(r"[\W_]+", spaced)
 
 
@@ -240,6 +244,9 @@ _SENSITIVE_PATTERNS = [
     r"\b(seed|recovery|mnemonic) ?(phrase|words?)\b",
 ]
 _SENSITIVE = re.compile("|".join(_SENSITIVE_PATTERNS))
+# Words that name a credential only in a key ("smtp_pass", "Authorization"), "pass" only as its last word
+# ("pass_rate" is not one); in a title or description they are ordinary words ("Did the check pass?").
+_SENSITIVE_KEY = re.compile(r"\b(pass|passw|pw)( \d+)?$|\bauthorization\b")
 # "Password" in a few other languages, Persian and German first as the hub ships them
 # (matched as plain substrings: CJK has no word boundaries).
 _SENSITIVE_WORDS: tuple[str, ...] = (
@@ -262,7 +269,9 @@ _SENSITIVE_WORDS: tuple[str, ...] = (
 
 
 def _normalise(text: str) -> str:
-    return " ".join(word.lower() for word in _words(text) if word)
+    # A letter followed by a digit starts a new word, so "password2" (the usual "type it again" field)
+    # and "apiKey1" read as the words they are; "2fa" keeps its digit first.
+    return re.sub(r"(?<=[^\W\d_])(?=\d)", " ", " ".join(word.lower() for word in _words(text) if word))
 
 
 def looks_sensitive(name: str, prop: dict[str, Any]) -> bool:
@@ -271,6 +280,8 @@ def looks_sensitive(name: str, prop: dict[str, Any]) -> bool:
     Name, email and username are allowed by the spec and are not flagged. Matching the
     description can warn needlessly ("not your password"); a spare warning is cheap.
     """
+    if _SENSITIVE_KEY.search(_normalise(name)):
+        return True
     for text in (name, prop.get("title"), prop.get("description")):
         if not isinstance(text, str):
             continue

@@ -7,6 +7,7 @@ means 10:30 in Tokyo. The caller passes the reviewer's zone (IANA name or offset
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -90,10 +91,11 @@ def split_datetime(value: str, tz: str | None) -> tuple[str, str]:
     except ValueError:
         return value, ""  # e.g. a leap second: show the server's text untouched
     zone = resolve_tz(tz)
+    zone_name = offset_text(moment) if moment.tzinfo is not None else ""
     if zone is not None and moment.tzinfo is not None:
-        moment, zone_name = moment.astimezone(zone), str(tz).strip()
-    else:
-        zone_name = offset_text(moment) if moment.tzinfo is not None else ""
+        # Year 1 or 9999 moved past the calendar's edge cannot be shown there: it keeps its own offset.
+        with contextlib.suppress(OverflowError):
+            moment, zone_name = moment.astimezone(zone), str(tz).strip()
     local = moment.replace(tzinfo=None)
     if local.second == 0 and local.microsecond == 0:
         return local.isoformat(timespec="minutes"), zone_name
