@@ -190,6 +190,33 @@ def test_secrets_are_redacted_at_any_depth() -> None:
     assert stored["nested"]["ok"] == "visible"
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "smtp_pass",
+        "DB_PASS",
+        "smtpPass",
+        "userPin2",
+        "pass",
+        "pwd",
+        "user-pw",
+        "pin1",
+        "passphrase",
+        "privateKey",
+        "ssh_private_key",
+    ],
+)
+def test_short_secret_names_are_redacted(key: str) -> None:
+    event = audit.record(actor=Actor.system(), verb="server.tools_refreshed", data={"arguments": {key: "S1"}})
+    assert AuditEvent.objects.get(pk=event.pk).data["arguments"][key] == audit.REDACTED
+
+
+def test_words_that_merely_contain_a_secret_name_stay() -> None:
+    data = {"pass_rate": 0.9, "passed": True, "spin": 3, "pinned": "yes", "compass": "north", "Spin": 1}
+    event = audit.record(actor=Actor.system(), verb="server.tools_refreshed", data=data)
+    assert AuditEvent.objects.get(pk=event.pk).data == data
+
+
 def test_verbs_must_be_namespaced() -> None:
     with pytest.raises(ValueError, match="namespaced"):
         audit.record(actor=Actor.system(), verb="submitted")

@@ -40,7 +40,10 @@ _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
 _RESERVE = "SELECT last_id, head_hash FROM approvals_audit_reserve(%s, %s)"
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(
-    r"(request_?state|password|passwd|secret|token|api_?key|authorization|cookie|credential|headers|card_?number|cvv)",
+    r"(request_?state|password|passwd|passphrase|secret|token|api_?key|private_?key|authorization|cookie"
+    r"|credential|headers|card_?number|cvv"
+    # a short word at the key's end: smtp_pass, DB_PASS, smtpPass, pwd, pin1 (not pass_rate, passed, spin)
+    r"|(^|[^a-z])(pass|pw|pwd|pin)\d*$|(?-i:[a-z0-9](Pass|Pw|Pwd|Pin)\d*$))",
     re.IGNORECASE,
 )
 
