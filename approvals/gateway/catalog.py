@@ -6,9 +6,11 @@ Plain synchronous ORM reads; the ASGI side runs them in a thread (``approvals.ga
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.gateway.names import gateway_name
@@ -159,18 +161,25 @@ class Wake:
     is_final: bool  # final, or a question for the agent's own client: the gateway's wait ends either way
 
 
-def call_row(call_id: Any) -> Wake:
-    """What a wait re-reads: the call's status, and whether a round asks the agent's client."""
+def call_row(call_id: Any, modes: Collection[str] = ("form", "url"), asked: Collection[str] = ()) -> Wake:
+    """What a wait re-reads: the call's status, and whether a round asks the agent's client something it
+    can answer (a request in one of its elicitation ``modes``) and was not ``asked`` yet in this wait. A
+    question this client cannot take does not end its wait: it would be read again at once, in a loop."""
     status = ToolCall.objects.values_list("status", flat=True).get(pk=call_id)
     if status in ToolCall.Status.finals():
         return Wake(True)
-    asks = status == ToolCall.Status.AWAITING_INPUT and (
+    if status != ToolCall.Status.AWAITING_INPUT or not modes:
+        return Wake(False)
+    asks = (
         InputRequest.objects.filter(
             round__call_id=call_id,
             round__status=Round.Status.OPEN,
             status=InputRequest.Status.PENDING,
             for_requester=True,
-        ).exists()
+            mode__in=list(modes),
+        )
+        .exclude(pk__in=list(asked))
+        .exists()
     )
     return Wake(asks)
 
@@ -212,6 +221,18 @@ def round_requests(call_id: Any, round_id: int) -> dict[str, InputRequest]:
     """The requests of one round of this call that the requester answers, by key."""
     found = InputRequest.objects.filter(round_id=round_id, round__call_id=call_id, for_requester=True)
     return {ir.key: ir for ir in found}
+
+
+def other_request(call_id: Any, server: str, tool: str, arguments: dict[str, Any]) -> str | None:
+    """What an Idempotency-Key's call was made for, in words, when it is not ``tool`` of ``server`` with
+    ``arguments`` (as the agent asked them: a reviewer may have edited them at a gate); None when it is."""
+    found = ToolCall.objects.filter(pk=call_id).values_list("server__slug", "tool").first()
+    if found is None:
+        return None
+    if found != (server, tool):
+        return f"{found[1]} of {found[0]}"
+    same = ToolCall.objects.filter(pk=call_id).filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
+    return None if same.exists() else f"{tool} of {server} with other arguments"
 
 
 def call_owner(call_id: Any) -> tuple[int, str] | None:

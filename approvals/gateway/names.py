@@ -1,9 +1,12 @@
-"""Tool names on the hub's `/mcp` endpoint: `<server-slug>__<tool>`, at most 64 characters.
+"""Tool names on the hub's `/mcp` endpoint: `<server-slug>__<tool>`, at most 64 characters, of the characters
+MCP allows in a tool name (A-Z, a-z, 0-9, `_`, `-`, `.`).
 
 A name that would be longer keeps its first 55 characters and ends in `_` plus the first 8 hex digits of the
 SHA-256 of the whole `<slug>__<tool>` name: stable across restarts and tool list refreshes, and the same in
-every process. The hub maps a name back by listing the agent's tools, never by parsing it, so a tool whose
-own name holds `__` round-trips too.
+every process. A name holding any other character (an upstream's tool named with spaces, accents, another
+script, or a newline carrying words for the model) has each of them replaced by `_` and ends in the same
+hash, so it stays distinct from the tool whose name is that replacement. The hub maps a name back by listing
+the agent's tools, never by parsing it, so a tool whose own name holds `__` round-trips too.
 
 A server's slug may not hold `__` nor end in `_` (`approvals.models.validate_server_slug`): the first `__` of
 a name then ends the slug, and no two servers' tools take the same name. A server registered before that
@@ -13,17 +16,20 @@ rule keeps its slug; `catalog.exposed_tools` leaves out a name two of its tools 
 from __future__ import annotations
 
 import hashlib
+import re
 
 from approvals.models import SEPARATOR
 
 MAX_NAME = 64
 _HASH_DIGITS = 8
+_OTHER = re.compile(r"[^A-Za-z0-9._-]")  # what MCP does not allow in a tool name (SEP-986)
 
 
 def gateway_name(slug: str, tool: str) -> str:
     """The name an agent sees on `/mcp` for ``tool`` of the server ``slug``."""
     full = f"{slug}{SEPARATOR}{tool}"
-    if len(full) <= MAX_NAME:
+    safe = _OTHER.sub("_", full)
+    if len(full) <= MAX_NAME and safe == full:
         return full
     digest = hashlib.sha256(full.encode("utf-8")).hexdigest()[:_HASH_DIGITS]
-    return f"{full[: MAX_NAME - _HASH_DIGITS - 1]}_{digest}"
+    return f"{safe[: MAX_NAME - _HASH_DIGITS - 1]}_{digest}"

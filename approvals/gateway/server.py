@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
+import mcp_types.methods as mcp_methods
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
@@ -37,6 +38,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -192,20 +194,70 @@ def _who(ctx: ServerRequestContext[Any, Any]) -> tuple[int, str | None]:
     return found["agent"], found["slug"]
 
 
+def _object_properties(schema: Any) -> bool:
+    """Whether every property of a tool's schema is an object, as the handshake era's schema has it (JSON
+    Schema also allows `true`/`false`; the TypeScript SDK's client refuses a whole tool list over one)."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return properties is None or all(isinstance(value, dict) for value in properties.values())
+
+
+def _fits(tools: list[dict[str, Any]], version: str) -> bool:
+    """Whether `tools` make a valid tools/list result in protocol ``version`` (the SDK checks the result
+    against the version's schema on the way out, and refuses all of it over one bad entry)."""
+    probe = {"tools": tools, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+    try:
+        mcp_methods.validate_server_result("tools/list", version, probe)
+    except (ValueError, KeyError):  # pydantic's ValidationError is a ValueError
+        return False
+    return version in MODERN_PROTOCOL_VERSIONS or all(
+        _object_properties(tool.get("inputSchema")) and _object_properties(tool.get("outputSchema"))
+        for tool in tools
+    )
+
+
+def _for_version(tool: types.Tool, version: str) -> types.Tool | None:
+    """`tool` as protocol ``version`` allows it, or None to leave it out. An output schema the version does
+    not allow (any JSON Schema since 2026-07-28, an object before) is left out of the tool, which a client
+    may still call; a tool still invalid (an input schema not an object at its root) is not listed."""
+    wire = tool.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if _fits([wire], version):
+        return tool
+    if tool.output_schema is None:
+        return None
+    wire.pop("outputSchema")
+    return tool.model_copy(update={"output_schema": None}) if _fits([wire], version) else None
+
+
 async def list_tools(
     ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
+    """The agent's tools as its client's protocol version allows them: an upstream's tool that version
+    refuses is mended or left out, never costing the agent the whole list."""
     agent_id, slug = _who(ctx)
-    tools = []
+    version = ctx.protocol_version
+    found: list[tuple[catalog.ExposedTool, types.Tool]] = []
+    left_out: list[catalog.ExposedTool] = []
     for exposed in await _db(catalog.exposed_tools, agent_id, slug):
         try:
-            tools.append(types.Tool.model_validate(exposed.spec))
+            found.append((exposed, types.Tool.model_validate(exposed.spec)))
         except ValueError:
-            logger.warning(
-                "gateway: the stored tool %s of %s is not a valid Tool; not listed",
-                exposed.tool,
-                exposed.server,
-            )
+            left_out.append(exposed)
+    tools = [tool for _, tool in found]
+    if not _fits([tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools], version):
+        tools = []  # one tool or more the version refuses: find them one by one
+        for exposed, tool in found:
+            mended = _for_version(tool, version)
+            if mended is not None:
+                tools.append(mended)
+            else:
+                left_out.append(exposed)
+    if left_out:  # one line per listing, however many tools a server got wrong
+        logger.warning(
+            "gateway: %d stored tool(s) not valid in MCP %s, not listed: %s",
+            len(left_out),
+            version,
+            ", ".join(f"{tool.tool[:128]!r} of {tool.server}" for tool in left_out[:5]),
+        )
     return types.ListToolsResult(tools=tools)
 
 
@@ -297,7 +349,7 @@ async def call_tool(
         raise MCPError(types.INVALID_PARAMS, "inputResponses without the requestState they answer.")
     try:
         if key:
-            submitted, _created = await _db(
+            submitted, created = await _db(
                 calls.call_submit,
                 agent=agent,
                 server_slug=exposed.server,
@@ -307,6 +359,17 @@ async def call_tool(
                 channel="mcp",
                 agent_client=client,
             )
+            # A client's headers are the same on every request of its connection: a key set once reaches
+            # every tools/call, and must not answer one tool with the result of another.
+            found = submitted.pk, exposed.server, exposed.tool, arguments
+            other = None if created else await _db(catalog.other_request, *found)
+            if other is not None:
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"The Idempotency-Key {key!r} was already used for another call ({other}; call "
+                    f"{submitted.pk}): a new call needs a new key.",
+                    {"code": "idempotency_key_reused", "call": str(submitted.pk)},
+                )
         else:
             submitted, _created = await _db(
                 calls.call_submit_or_repeat,
@@ -367,7 +430,7 @@ async def wait_for(
             await broadcast.wait_until_final(
                 call_id,
                 min(interval, settings.ELICIT_GATEWAY_MAX_WAIT - waited),
-                lambda: _db(catalog.call_row, call_id),
+                lambda: _db(catalog.call_row, call_id, client["modes"], set(asked)),
             )
 
 
