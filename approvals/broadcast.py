@@ -1,7 +1,8 @@
 """The only module that talks to the channel layer. Services call it from ``transaction.on_commit``.
 
-Groups: ``call.<id>`` (call pages and long-polls waiting on one call) and ``team.<slug>`` /
-``team._unrouted`` (reviewers' queues and inbox long-polls). Payloads are TypedDicts with a literal ``type``.
+Groups: ``call.<id>`` (call pages and long-polls waiting on one call), ``team.<slug>`` /
+``team._unrouted`` (reviewers' queues and inbox long-polls) and ``user.<id>`` (the requests made for one
+person alone, on that person's queue sockets). Payloads are TypedDicts with a literal ``type``.
 Sockets hear a group's notices through the channel layer; long-polls through a wake that each notice also
 publishes on Redis, which one subscription per process passes on (`_Wakes`).
 
@@ -87,6 +88,14 @@ def call_group(call_id: object) -> str:
 
 def team_group(team_slug: str | None) -> str:
     return f"team.{team_slug or UNROUTED}"
+
+
+USER_GROUPS = "user."
+
+
+def user_group(user_id: object) -> str:
+    """One person's own queue: the requests made for them alone (their assignee's), whatever their teams."""
+    return f"{USER_GROUPS}{user_id}"
 
 
 # A call's counter lives until CALL_SEQ_TTL seconds after the call's last notice; a team's never expires.
@@ -255,6 +264,8 @@ def _wake(group: str, message: Notice) -> dict[str, Any] | None:
     wake = {field: value for field, value in message.items() if field in WAKE_FIELDS}
     if group.startswith(CALL_GROUPS) and not _final_notice(wake):
         return None
+    if group.startswith(USER_GROUPS):
+        return None  # only sockets listen to a person's own group
     return wake
 
 
@@ -297,6 +308,22 @@ def queue_changed(
         if card is not None and round_id is not None:
             message["card"] = card
         _send(group, message)
+    # A request made for one person reaches them alone, in their own group: they may review for none of
+    # the teams above. (Their sockets take it from there only, not from the team's notice.)
+    for assignee in {ir.assignee_id for ir in input_requests if ir.assignee_id is not None}:
+        group = user_group(assignee)
+        personal = QueueChanged(
+            type="queue.changed",
+            event=event,
+            call=str(call_id),
+            input_requests=[str(ir.pk) for ir in input_requests if ir.assignee_id == assignee],
+            round=round_id,
+            group=group,
+            seq=None,
+        )
+        if card is not None and round_id is not None:
+            personal["card"] = card
+        _send(group, personal)
 
 
 def input_escalated(ir: InputRequest) -> None:

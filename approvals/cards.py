@@ -92,10 +92,13 @@ def prerender(round_id: int, ids: list[str]) -> dict[str, Any] | None:
     }
 
 
-def from_notice(event: dict[str, Any], scope: permissions.Scope) -> dict[str, Any] | ReadAgain | None:
+def from_notice(
+    event: dict[str, Any], scope: permissions.Scope, *, personal: bool = False
+) -> dict[str, Any] | ReadAgain | None:
     """The socket's message for a notice that carries its card: the card as it came, None when the user may
     answer none of the requests the notice names (the same answer the card read again would give), or
-    READ_AGAIN when the user would see only part of the card."""
+    READ_AGAIN when the user would see only part of the card. A request made for one person alone counts
+    only in the notice to that person's own group (``personal``), not in its team's."""
     card = event["card"]
     try:
         items = [
@@ -106,8 +109,8 @@ def from_notice(event: dict[str, Any], scope: permissions.Scope) -> dict[str, An
     except (KeyError, TypeError, ValueError):
         return READ_AGAIN
     named = {pk for pk in event.get("input_requests", []) if is_uuid(pk)}
-    allowed = [pk for pk, item in items if permissions.may_answer(scope, item)]
-    mine = [pk for pk in allowed if pk in named]
+    allowed = [(pk, item) for pk, item in items if permissions.may_answer(scope, item)]
+    mine = [pk for pk, item in allowed if pk in named and (personal or item.assignee_id is None)]
     if not mine:
         return None
     if len(allowed) < len(items):

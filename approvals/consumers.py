@@ -6,6 +6,11 @@ from the same partial templates the pages use, or nothing when the user may see 
 opens brings its card in the notice (``approvals.cards``): sent as it is when the user may answer all of
 it, in the language it was rendered in. A sequence gap, or a counter that moved while the socket was not
 listening, becomes a ``resync`` notice: the page then reloads its state over HTTP.
+
+The socket follows its user's sign-in: when the scopes' counter moves (a membership, a user's account or
+a sign-out changed: ``permissions``), the user is read again through the socket's session. One no longer
+signed in (signed out, session expired, account deactivated or deleted, password changed) is closed with
+4401; one who lost teams is told to resync, so the page drops what it was sent of them.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib import auth
+from django.contrib.auth.models import AnonymousUser
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 from redis.exceptions import RedisError
@@ -59,6 +69,19 @@ GAP_GRACE = 1.0
 # More numbers missing at once than this is not a crossing: resync at once.
 GAP_MAX = 50
 T = TypeVar("T")
+# What the page sends is a ping every 10 s and the call it shows, as small JSON objects. A frame larger than
+# this, or more messages than MESSAGE_BURST at once (refilled at MESSAGES_PER_SECOND), closes the socket: a
+# refused ``watch_call`` costs a database read, and no page sends them by the hundred.
+MAX_FRAME = 4096
+MESSAGE_BURST = 30
+MESSAGES_PER_SECOND = 1.0
+TOO_MANY_MESSAGES = 4429
+# Standard close codes (RFC 6455) for frames the page never sends.
+UNSUPPORTED_DATA, INVALID_PAYLOAD, TOO_BIG = 1003, 1007, 1009
+# The close code of a socket whose user is no longer signed in (the page then reloads: the sign-in page).
+SIGNED_OUT = 4401
+# A scope that lets its holder answer nothing: a signed-out socket's.
+NOBODY = permissions.Scope(None, False, False, frozenset())
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -77,6 +100,19 @@ def _same_origin(scope: dict[str, Any]) -> bool:
         return urlsplit(origin).netloc.lower() == host.lower()
     except ValueError:
         return False
+
+
+def _session_user(scope: dict[str, Any]) -> Any | None:
+    """The user the socket's session signs in now, read again as a page's request reads it (Django's
+    ``auth.get_user``: the session as stored, the account active, the password unchanged); None when it
+    signs no one in any more."""
+    session = scope.get("session")
+    key = getattr(session, "session_key", None) if session is not None else None
+    if not key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    user = auth.get_user(cast(Any, SimpleNamespace(session=store)))
+    return user if user.is_authenticated else None
 
 
 def _language(scope: dict[str, Any]) -> str:
@@ -101,6 +137,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user = user
         self.language = _language(self.scope)
+        self.own_group = broadcast.user_group(user.pk)  # the requests made for this user alone
         self.groups_joined = []
         self.seqs = {}
         self.missing: dict[str, dict[int, float]] = {}  # per group: numbers skipped, and until when to wait
@@ -109,6 +146,10 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self._scope_value: permissions.Scope | None = None
         self._scope_read_at = 0.0
         self._scope_version: int | None = None
+        self._groups_version: int | None = None  # the scopes' counter when the groups were chosen
+        self.signed_out = False
+        self._refused = False  # closed for what the client sent: later frames are not read
+        self._allowance, self._allowance_at = float(MESSAGE_BURST), time.monotonic()
         self._joined_at = 0.0
         await self._join()
         await self.accept()
@@ -128,26 +169,54 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         if timer is not None:
             timer.cancel()
         joined = getattr(self, "groups_joined", [])
+        own = [self.own_group] if hasattr(self, "own_group") else []
         watched = [broadcast.call_group(call) for call in getattr(self, "watched", set())]
-        await broadcast.unsubscribe(self.channel_name, [*joined, *watched])
+        await broadcast.unsubscribe(self.channel_name, [*joined, *own, *watched])
 
-    async def _join(self) -> None:
-        """(Re)join the user's groups and note where each sequence stands; leave groups no longer theirs."""
+    async def _join(self) -> list[str]:
+        """(Re)join the user's groups and note where each sequence stands; leave groups no longer theirs
+        (returned). A rejoin reads the user again first: one no longer signed in is closed."""
+        if self._joined_at and not await database_sync_to_async(self._still_signed_in)():
+            await self._close_signed_out()
+            return []
         groups = await database_sync_to_async(self._allowed_groups)()
         left = [group for group in self.groups_joined if group not in groups]
         await broadcast.unsubscribe(self.channel_name, left)
-        await broadcast.subscribe(self.channel_name, groups)
+        await broadcast.subscribe(self.channel_name, [*groups, self.own_group])
         self._joined_at = time.monotonic()
-        current = await broadcast.acurrent_seqs(groups)
-        for group in groups:
+        current = await broadcast.acurrent_seqs([*groups, self.own_group])
+        for group in [*groups, self.own_group]:
             self.seqs.setdefault(group, current[group])
         self.groups_joined = groups
+        return left
+
+    def _still_signed_in(self) -> bool:
+        """Read the user again through the socket's session (their flags with them); False, and nobody
+        from here on, once it no longer signs them in."""
+        user = _session_user(self.scope)
+        if user is None or user.pk != self.user.pk:
+            self.user, self.signed_out = AnonymousUser(), True
+            self._scope_value, self._scope_read_at = NOBODY, time.monotonic()
+            return False
+        self.user = user
+        return True
+
+    async def _close_signed_out(self) -> bool:
+        """Close a socket whose user is no longer signed in (True), leaving its groups at once."""
+        if not self.signed_out:
+            return False
+        groups, self.groups_joined = [*self.groups_joined, self.own_group], []
+        watched, self.watched = [broadcast.call_group(call) for call in self.watched], set()
+        await broadcast.unsubscribe(self.channel_name, [*groups, *watched])
+        await self.close(code=SIGNED_OUT)
+        return True
 
     def _allowed_groups(self) -> list[str]:
         """The user's groups; the permission scope is read again with them (from the same rows, but a
         superuser's, who joins every team's group)."""
         user = self.user
         version, now = broadcast.scopes_version(), time.monotonic()
+        self._groups_version = version
         if user.is_superuser:
             slugs: list[str | None] = [*Team.objects.values_list("slug", flat=True), None]
             scope = permissions.scope_of(user)
@@ -162,8 +231,44 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     # --- from the browser: never a write; only pings and which call page is open
 
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """A frame from the client: small JSON text, at the page's pace. Anything else closes the socket
+        with the code that says why (RFC 6455; TOO_MANY_MESSAGES for a flood), and nothing raises."""
+        if self._refused or self.signed_out:
+            return
+        code = self._spend() or self._frame_problem(text_data)
+        content: Any = None
+        if not code:
+            try:
+                content = await self.decode_json(text_data)
+            except (ValueError, RecursionError):
+                code = INVALID_PAYLOAD
+        if code:
+            self._refused = True
+            await self.close(code=code)
+            return
+        await self.receive_json(content)
+
+    def _spend(self) -> int:
+        """Take one message from the allowance; TOO_MANY_MESSAGES when it is spent."""
+        now = time.monotonic()
+        refill = (now - self._allowance_at) * MESSAGES_PER_SECOND
+        self._allowance, self._allowance_at = min(float(MESSAGE_BURST), self._allowance + refill), now
+        if self._allowance < 1:
+            return TOO_MANY_MESSAGES
+        self._allowance -= 1
+        return 0
+
+    @staticmethod
+    def _frame_problem(text: str | None) -> int:
+        if text is None:
+            return UNSUPPORTED_DATA
+        return TOO_BIG if len(text) > MAX_FRAME else 0
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or self.signed_out:
             return
         kind = content.get("type")
         if kind == "ping":
@@ -173,28 +278,44 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     async def _check_counters(self) -> None:
         """Compare each counter with the last seen; renew the memberships (Redis may have lost them, the
-        user may have joined a team) when one moved, and every REJOIN_EVERY seconds."""
+        user may have joined a team) when one moved, and every REJOIN_EVERY seconds. When the scopes'
+        counter moved, the user is read again (signed out: closed) and their groups chosen again: groups
+        they lost are resynced, so the page drops what it showed of them."""
+        scopes = broadcast.SCOPES
+        left: list[str] = []
         try:
-            if time.monotonic() - self._joined_at >= REJOIN_EVERY:
-                await self._join()
-            current = await broadcast.acurrent_seqs(self.groups_joined, max_age=COUNTERS_MAX_AGE)
+            current = await broadcast.acurrent_seqs([*self._listening(), scopes], max_age=COUNTERS_MAX_AGE)
+            if time.monotonic() - self._joined_at >= REJOIN_EVERY or current[scopes] != self._groups_version:
+                left = await self._join()
+                if self.signed_out:
+                    return
+                current = await broadcast.acurrent_seqs(self._listening(), max_age=COUNTERS_MAX_AGE)
         except RedisError:
             logger.warning("a ping could not read the counters: Redis unavailable; the next ping tries again")
             return
-        behind = [group for group in self.groups_joined if current[group] != self.seqs.get(group)]
+        behind = [group for group in self._listening() if current[group] != self.seqs.get(group)]
         for group in behind:
             self.seqs[group] = current[group]
         if behind:
             await self._join()
-            await self.send_json({"type": "resync", "reason": "counter", "groups": behind})
+            if self.signed_out:
+                return
+        if left or behind:
+            reason = "scope" if left else "counter"
+            await self.send_json({"type": "resync", "reason": reason, "groups": [*left, *behind]})
         else:
             await self.send_json({"type": "pong"})
+
+    def _listening(self) -> list[str]:
+        """The queue groups this socket hears: its teams', and its user's own."""
+        return [*self.groups_joined, self.own_group]
 
     async def _watch_call(self, call_id: str) -> None:
         if len(self.watched) >= MAX_WATCHED_CALLS or call_id in self.watched:
             return
         if not await database_sync_to_async(self._may_view_call)(call_id):
-            await self.send_json({"type": "refused", "call": call_id})
+            if not await self._close_signed_out():
+                await self.send_json({"type": "refused", "call": call_id})
             return
         self.watched.add(call_id)
         group = broadcast.call_group(call_id)
@@ -203,6 +324,8 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "watching", "call": call_id})
 
     def _may_view_call(self, call_id: str) -> bool:
+        if self._scope() is NOBODY:
+            return False
         call = ToolCall.objects.filter(pk=call_id).first() if is_uuid(call_id) else None
         return call is not None and permissions.can_view_call(self.user, call)
 
@@ -261,29 +384,40 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "resync", "reason": "gap", "groups": [event.get("group", "")]})
 
     async def queue_changed(self, event: dict[str, Any]) -> None:
+        if self.signed_out:
+            return
         await self._sequenced(event)
         message = await self._card_from_notice(event)
         if message is cards.READ_AGAIN:
             message = await database_sync_to_async(self._card_message)(event)
+        if await self._close_signed_out():
+            return
         if message:
             await self.send_json(message)
         if event.get("call") in self.watched:
             await self._send_call(event["call"])
 
     async def presence_changed(self, event: dict[str, Any]) -> None:
+        if self.signed_out:
+            return
         await self._sequenced(event)
         message = await database_sync_to_async(self._presence_message)(event)
+        if await self._close_signed_out():
+            return
         if message:
             await self.send_json(message)
 
     async def call_changed(self, event: dict[str, Any]) -> None:
+        if self.signed_out:
+            return
         await self._sequenced(event)
         if event.get("call") in self.watched:
             await self._send_call(event["call"])
 
     async def _send_call(self, call_id: str) -> None:
         message = await database_sync_to_async(self._call_message)(call_id)
-        await self.send_json(message or {"type": "refused", "call": call_id})
+        if not await self._close_signed_out():
+            await self.send_json(message or {"type": "refused", "call": call_id})
 
     # --- rendering, as this user, in this user's language (sync: run in a thread)
 
@@ -292,10 +426,15 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     def _scope(self) -> permissions.Scope:
         """The user's permission scope, read again every SCOPE_TTL seconds: a removed member stops
-        receiving within seconds, without a query per socket per event."""
+        receiving within seconds, without a query per socket per event. When the scopes' counter moved
+        since, the user is read again too (`_still_signed_in`): signed out, the scope is NOBODY."""
         now = time.monotonic()
+        if self.signed_out:
+            return NOBODY
         if self._scope_value is None or now - self._scope_read_at > SCOPE_TTL:
             version = broadcast.scopes_version()  # before the teams: a change committed meanwhile moves it
+            if (version is None or version != self._scope_version) and not self._still_signed_in():
+                return NOBODY
             self._scope_value, self._scope_read_at = permissions.scope_of(self.user), now
             self._scope_version = version
         return self._scope_value
@@ -321,7 +460,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         scope = await self._confirmed_scope()
         if scope is None:
             return cards.READ_AGAIN
-        return cards.from_notice(event, scope)
+        return cards.from_notice(event, scope, personal=event.get("group") == self.own_group)
 
     def _card_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
         ids = sorted(pk for pk in event.get("input_requests", []) if is_uuid(pk))
@@ -337,7 +476,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         card, viewers = shared
         scope = self._scope()
         items = [ir for ir in card.items if permissions.may_answer(scope, ir)]
-        mine = [ir for ir in items if str(ir.pk) in ids]
+        # A request made for this user alone comes in their own group's notice, not in its team's too.
+        personal = event.get("group") == self.own_group
+        mine = [ir for ir in items if str(ir.pk) in ids and (personal or ir.assignee_id is None)]
         if not mine:
             return None
         visible = replace(card, items=items)
@@ -373,7 +514,11 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     def _presence_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
         pk = event.get("input_request", "")
-        if not is_uuid(pk) or not permissions.answerable_input_requests(self.user).filter(pk=pk).exists():
+        if (
+            self._scope() is NOBODY
+            or not is_uuid(pk)
+            or not permissions.answerable_input_requests(self.user).filter(pk=pk).exists()
+        ):
             return None
         me = self.user.get_username()
         others = [name for name in event.get("viewers", []) if name != me]
@@ -385,6 +530,8 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         }
 
     def _call_message(self, call_id: str) -> dict[str, Any] | None:
+        if self._scope() is NOBODY:
+            return None
         call = selectors.dashboard_call(call_id)
         if call is None or not permissions.can_view_call(self.user, call):
             return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from django.conf import settings
+from django.contrib.auth.signals import user_logged_out
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -142,6 +144,23 @@ def scope_of(user: Any) -> Scope:
 def _membership_changed(**kwargs: Any) -> None:
     """A membership made, changed or removed (a team's or a user's deletion removes theirs one by one):
     open sockets read their scopes again once it is committed."""
+    transaction.on_commit(broadcast.scopes_changed)
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="approvals.permissions.user_saved")
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="approvals.permissions.user_deleted")
+def _user_changed(created: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    """A user saved or deleted (deactivated, their flags or their password changed): open sockets read their
+    users again (`consumers`), and close those no longer signed in. A sign-in's own save of `last_login`
+    changes nothing of that."""
+    if created or (update_fields is not None and set(update_fields) <= {"last_login"}):
+        return
+    transaction.on_commit(broadcast.scopes_changed)
+
+
+@receiver(user_logged_out, dispatch_uid="approvals.permissions.signed_out")
+def _signed_out(**kwargs: Any) -> None:
+    """A sign-out: the sockets its session opened are closed at their next ping or event."""
     transaction.on_commit(broadcast.scopes_changed)
 
 

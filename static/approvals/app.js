@@ -60,6 +60,7 @@
   // --- live connection ------------------------------------------------------------------------------
 
   const live = { socket: null, retry: 0, lastMessage: 0, pingTimer: null, up: false };
+  const SIGNED_OUT = 4401; // consumers.SIGNED_OUT
   const status = $("#live-status");
   const banner = $("#live-banner");
 
@@ -88,8 +89,11 @@
       try { message = JSON.parse(e.data); } catch (err) { return; }
       handle(message);
     });
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", (e) => {
       if (live.socket !== socket) return;
+      // Signed out (elsewhere, expired, deactivated): what the page shows is no longer theirs to see. The
+      // reload leads to the sign-in page; the hub closes with this code only once the session is gone.
+      if (e.code === SIGNED_OUT) { live.socket = null; location.reload(); return; }
       setLive(false);
       window.clearInterval(live.pingTimer);
       const delay = Math.min(10000, 500 * 2 ** live.retry++);
@@ -117,6 +121,13 @@
         $$(`[data-presence-for="${message.input_request}"]`).forEach((el) => { el.innerHTML = message.html; });
         break;
       case "call": onCall(message); break;
+      case "refused": {
+        // The call page's call is no longer this user's to see (removed from its team): the page's own
+        // answer (not found) replaces what it showed.
+        const callPage = $("[data-call-page]");
+        if (callPage && callPage.dataset.callPage === message.call) location.reload();
+        break;
+      }
       default: break;
     }
   }
@@ -126,6 +137,9 @@
       .then((r) => (r.ok ? read(r) : Promise.reject(r.status)));
   }
   const fetchHtml = (url) => fetchFrom(url, (r) => r.text());
+  // A resync's read of the page's own request or call that is not found: the user may no longer see it
+  // (removed from its team). The page's own answer replaces what it showed.
+  const goneUnlessFound = (status) => { if (status === 404) location.reload(); };
 
   function resync() {
     const queue = $("[data-queue]");
@@ -136,9 +150,11 @@
         wrapper.innerHTML = html;
         const fresh = wrapper.firstElementChild;
         const selected = $(".request-row.is-selected", queue)?.dataset.request;
+        const focused = focusKey(list);
         list.replaceWith(fresh);
         localiseTimes(fresh);
-        if (selected) select($(`[data-request="${selected}"]`, fresh));
+        if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, fresh), false);
+        restoreFocus(fresh, focused);
         updateCount();
       }).catch(() => {});
     }
@@ -146,11 +162,13 @@
     if (review && review.hasAttribute("data-open-request")) {
       fetchHtml(review.dataset.stateUrl).then((html) => {
         if (html.trim()) lockReview(html);
-      }).catch(() => {});
+      }).catch(goneUnlessFound);
     }
     const callPage = $("[data-call-page]");
     if (callPage) {
-      fetchHtml(callPage.dataset.bodyUrl).then((html) => { callPage.innerHTML = html; localiseTimes(callPage); });
+      fetchHtml(callPage.dataset.bodyUrl)
+        .then((html) => { callPage.innerHTML = html; localiseTimes(callPage); })
+        .catch(goneUnlessFound);
     }
   }
 
@@ -173,8 +191,11 @@
       localiseTimes(card);
       if (existing) {
         const selected = $(".request-row.is-selected", existing)?.dataset.request;
+        const focused = focusKey(existing);
+        if ($(".show-all", existing)?.open && $(".show-all", card)) $(".show-all", card).open = true;
         existing.replaceWith(card);
-        if (selected) select($(`[data-request="${selected}"]`, card));
+        if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, card), false);
+        restoreFocus(card, focused);
         if (!message.pending) fold(card);
         // A progress report redraws the card quietly; only a decision is announced.
         if (message.event !== "round.opened" && message.event !== "call.progress") announce(T.decided);
@@ -207,6 +228,31 @@
     if (callPage && callPage.dataset.callPage === message.call) {
       fetchHtml(callPage.dataset.bodyUrl).then((html) => { callPage.innerHTML = html; localiseTimes(callPage); });
     }
+  }
+
+  // A card or the list redrawn under the keyboard focus keeps it: on the same request's link, the same
+  // address, or the same fold; else on the redrawn part itself (never thrown back to the page's top).
+  function focusKey(root) {
+    const active = document.activeElement;
+    if (!active || active === document.body || !root.contains(active)) return null;
+    const row = active.closest("[data-request]");
+    if (row && active.matches("[data-open]")) return `[data-request="${CSS.escape(row.dataset.request)}"] [data-open]`;
+    if (active.matches(".show-all > summary")) {
+      const card = active.closest("[data-round]");
+      return card ? `[data-round="${CSS.escape(card.dataset.round)}"] .show-all > summary` : null;
+    }
+    const href = active.getAttribute("href");
+    return href ? `a[href="${CSS.escape(href)}"]` : "";
+  }
+
+  function restoreFocus(root, key) {
+    if (key === null || root.contains(document.activeElement)) return;
+    let target = key ? $(key, root) : null;
+    if (!target) {
+      target = root;
+      if (!target.hasAttribute("tabindex")) target.tabIndex = -1;
+    }
+    target.focus({ preventScroll: true });
   }
 
   function showNewPill(card) {
@@ -505,12 +551,12 @@
 
   function rows() { return $$(".request-row[data-pending-request]"); }
 
-  function select(row) {
+  function select(row, focus = true) {
     $$(".request-row.is-selected").forEach((r) => r.classList.remove("is-selected"));
     if (!row) return;
     row.classList.add("is-selected");
     const link = $("[data-open]", row);
-    if (link) link.focus({ preventScroll: false });
+    if (link && focus) link.focus({ preventScroll: false });
   }
 
   function move(step) {
