@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from approvals.audit.verbs import NOUNS, VERBS
@@ -22,6 +25,46 @@ OUTCOMES = [
 ]
 
 
+# A filter's date-time lies in this range: the analytics read 30 days before "Until", and a time is shown in
+# any zone, so a date at either end of the calendar would overflow Python's datetime (a 500, not a message).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+class LocalDateTimeField(forms.DateTimeField):
+    """A date-time typed on the reader's clock (the current time zone), within EARLIEST and LATEST.
+
+    A time the clock change makes happen twice (clocks going back) or not at all (clocks going forward) is
+    no error: the field takes the earliest instant it could mean (``latest=False``, for "From") or the
+    latest (for "Until"), so the range holds every event shown at that time.
+    """
+
+    def __init__(self, *, latest: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.latest = latest
+
+    def to_python(self, value: Any) -> datetime | None:
+        try:
+            moment = super().to_python(value)
+        except ValidationError as exc:
+            if exc.code != "ambiguous_timezone":
+                raise
+            moment = self._either_reading(value)
+        if moment is not None and not EARLIEST <= moment < LATEST:
+            raise ValidationError(_("Enter a date-time between 1970 and 9998."), code="out_of_range")
+        return moment
+
+    def _either_reading(self, value: Any) -> datetime | None:
+        with timezone.override(UTC):
+            read = super().to_python(value)
+        if read is None:
+            return None
+        wall, zone = read.replace(tzinfo=None), timezone.get_current_timezone()
+        # Compared in UTC: datetimes sharing a tzinfo compare by their wall clocks, fold ignored.
+        readings = [wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1)]
+        return max(readings) if self.latest else min(readings)
+
+
 class AuditFilterForm(forms.Form):
     q = forms.CharField(
         label=_("Search"),
@@ -31,8 +74,8 @@ class AuditFilterForm(forms.Form):
             'Words in the event; "exact phrase", or, -word. A call or input request id finds its events.'
         ),
     )
-    since = forms.DateTimeField(label=_("From"), required=False)
-    until = forms.DateTimeField(label=_("Until"), required=False)
+    since = LocalDateTimeField(label=_("From"), required=False, latest=False)
+    until = LocalDateTimeField(label=_("Until"), required=False, latest=True)
     actor = forms.CharField(label=_("Actor"), required=False, max_length=200)
     actor_type = forms.ChoiceField(
         label=_("Actor type"), required=False, choices=[("", _("Any")), *AuditEvent.ActorType.choices]

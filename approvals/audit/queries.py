@@ -23,8 +23,8 @@ from django.utils import timezone
 from approvals import schema_forms, urlsafety
 from approvals.audit import verbs
 from approvals.audit.core import redact
-from approvals.models import AuditEvent, InputRequest, Round, ToolCall, is_uuid
-from approvals.permissions import can_view_call, visible_audit_events, visible_calls
+from approvals.models import AuditEvent, InputRequest, McpServer, Round, ToolCall, is_uuid
+from approvals.permissions import can_view_call, visible_audit_events, visible_calls, visible_teams
 
 PAGE_SIZE = 50
 ANALYTICS_DAYS = 30
@@ -66,6 +66,18 @@ def filter_events(qs: QuerySet[AuditEvent], filters: dict[str, Any]) -> QuerySet
 
 def events_for(user: Any, filters: dict[str, Any]) -> QuerySet[AuditEvent]:
     return filter_events(visible_audit_events(user), filters)
+
+
+def suggested_servers(user: Any) -> list[str]:
+    """The server names the filter suggests: the reader's teams' servers (and those of no team, for staff, as
+    they see unrouted events), never the names of other teams' servers; every server for a superuser."""
+    servers = McpServer.objects.all()
+    if not user.is_superuser:
+        scope = Q(default_team__in=visible_teams(user))
+        if user.is_staff:
+            scope |= Q(default_team__isnull=True)
+        servers = servers.filter(scope)
+    return list(servers.order_by("slug").values_list("slug", flat=True))
 
 
 # A text search first reads the newest ids in id order (bounded work), then, if the page is not full, a

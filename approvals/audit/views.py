@@ -6,23 +6,47 @@ turns them into SQL scoped to what the user may see.
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Callable
+from datetime import tzinfo
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from approvals import schema_forms
 from approvals.audit import core as audit
 from approvals.audit import export as audit_export
 from approvals.audit.forms import AuditFilterForm, CursorForm
-from approvals.audit.queries import analytics, events_for, is_text_search, page, timeline
-from approvals.models import AuditEvent, McpServer
+from approvals.audit.queries import analytics, events_for, is_text_search, page, suggested_servers, timeline
+from approvals.forms import TZ_FIELD
+from approvals.models import AuditEvent
 from approvals.permissions import visible_teams
 
 NEWER_LIMIT = 100
+
+
+def _reviewer_zone(request: HttpRequest) -> tzinfo:
+    """The zone the reader's browser is in (the cookie every dashboard page sets), else the hub's."""
+    return schema_forms.resolve_tz(request.COOKIES.get(TZ_FIELD, "")) or timezone.get_default_timezone()
+
+
+def _on_reviewers_clock(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Read "From" and "Until" and show the events' times in the reader's zone, as the dashboard shows times:
+    the same clock for the page, its poll and its exports."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        with timezone.override(_reviewer_zone(request)):
+            return view(request, *args, **kwargs)
+
+    return wrapped
 
 
 def _filters(request: HttpRequest) -> tuple[AuditFilterForm, CursorForm]:
@@ -31,11 +55,14 @@ def _filters(request: HttpRequest) -> tuple[AuditFilterForm, CursorForm]:
 
 @require_GET
 @login_required
+@_on_reviewers_clock
 def index(request: HttpRequest) -> HttpResponse:
     form, cursor = _filters(request)
     context: dict[str, Any] = {"form": form, "chain": audit.last_chain_state(), "events": []}
     context["teams"] = list(visible_teams(request.user).values_list("slug", flat=True))
-    context["servers"] = list(McpServer.objects.values_list("slug", flat=True))
+    context["servers"] = suggested_servers(request.user)
+    # The export links keep the filters even when the cursor is refused: never the whole log instead.
+    context["query"] = _query_without(request, "before")
     if not (form.is_valid() and cursor.is_valid()):
         context["cursor_errors"] = cursor.errors if cursor.is_bound else {}
         return render(request, "approvals/audit/index.html", context, status=400)
@@ -52,7 +79,6 @@ def index(request: HttpRequest) -> HttpResponse:
         next_before=next_before,
         is_first_page=not before,
         newest_id=newest,
-        query=_query_without(request, "before"),
         stats=analytics(request.user, form.cleaned_data.get("since"), form.cleaned_data.get("until")),
     )
     return render(request, "approvals/audit/index.html", context)
@@ -60,6 +86,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
+@_on_reviewers_clock
 def newer(request: HttpRequest) -> HttpResponse:
     """Events newer than ``after`` matching the same filters, newest first: the page polls this.
 
@@ -86,6 +113,7 @@ def _newest_id() -> int:
 
 @require_GET
 @login_required
+@_on_reviewers_clock
 def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     call, entries = timeline(request.user, call_id)
     if not entries and call is None:
@@ -97,6 +125,7 @@ def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
 
 @require_GET
 @login_required
+@_on_reviewers_clock
 def export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
     form = AuditFilterForm(request.GET)
     if not form.is_valid():
