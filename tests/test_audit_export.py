@@ -147,10 +147,26 @@ def test_csv_export_is_safe_in_a_spreadsheet_and_verifies(root: Client, events, 
 
 
 def test_csv_cells_that_look_like_formulas_are_escaped_and_restored() -> None:
-    for value in ["=1+1", "+33 1 23", "-5", "@SUM(A1)", "'quoted", "'=x", "plain"]:
+    values = ["=1+1", "+33 1 23", "-5", "@SUM(A1)", "'quoted", "'=x", "plain", "x;=HYPERLINK(1)", "a;;'-b;"]
+    for value in values:
         escaped = audit_verify.escape_cell(value)
-        assert not escaped.startswith(("=", "+", "-", "@"))
+        # Read with either list separator, no cell starts a formula.
+        assert not any(part.startswith(("=", "+", "-", "@")) for part in escaped.split(";")), escaped
         assert audit_verify.unescape_cell(escaped) == value
+
+
+def test_a_formula_after_a_semicolon_stays_text_where_the_list_separator_is_a_semicolon(
+    root: Client, tmp_path: Path
+) -> None:
+    audit.record(
+        actor=Actor("user", "9", 'x;=HYPERLINK("https://evil.example")'), verb="input.answered", data={}
+    )
+    body = download(root, "csv", {})
+    for line in body.decode().splitlines():
+        for cell in next(csv.reader([line], delimiter=";")):
+            assert not cell.lstrip('"').startswith(("=", "+", "-", "@")), cell
+    result = verify_offline(tmp_path, "export.csv", body)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_export_is_an_audit_event_and_covers_what_came_before(root: Client, events) -> None:

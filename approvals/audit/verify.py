@@ -116,11 +116,18 @@ def derive_action_outcome(verb: str, data: Mapping[str, Any]) -> tuple[str, str]
 
 
 def escape_cell(value: str) -> str:
-    return "'" + value if value.startswith(_FORMULA_START) else value
+    """`value` as a spreadsheet shows it as text: each part that could start a cell (the value's start, and
+    what follows each ``;``, where a spreadsheet whose list separator is ``;`` splits a comma CSV's unquoted
+    cell) gets a leading apostrophe when it would run as a formula."""
+    return ";".join("'" + part if part.startswith(_FORMULA_START) else part for part in value.split(";"))
 
 
 def unescape_cell(value: str) -> str:
-    return value[1:] if value.startswith("'") and value[1:].startswith(_FORMULA_START) else value
+    """`escape_cell` undone: the exact value."""
+    return ";".join(
+        part[1:] if part.startswith("'") and part[1:].startswith(_FORMULA_START) else part
+        for part in value.split(";")
+    )
 
 
 class Digest:
