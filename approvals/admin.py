@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.text import capfirst
 
 from approvals import netguard, urlsafety
 from approvals.audit.core import Actor
@@ -34,7 +36,13 @@ from approvals.models import (
 from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
 from approvals.services.sending import check_call_timeout, check_tool_timeouts
-from approvals.services.servers import parse_header_lines, probe_summary, server_probe
+from approvals.services.servers import (
+    parse_header_lines,
+    probe_summary,
+    server_moved,
+    server_probe,
+    server_probe_run,
+)
 from approvals.throttling import ThrottledAdminAuthenticationForm, answer_throttled_with_429
 
 
@@ -100,6 +108,19 @@ def _guarded_url(url: str) -> str:
                 f"The hub may not send requests here: {exc.message}. ELICIT_OUTBOUND_ALLOW lists exceptions."
             ) from None
     return url
+
+
+def _origin(url: str) -> str:
+    """Where a URL sends requests: ``scheme://host:port`` (the scheme's default port written out)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return ""
+    if not parts.hostname:
+        return ""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme.lower()}://{host}:{port}"
 
 
 class WriteOnlyTextarea(forms.Textarea):
@@ -189,8 +210,8 @@ class McpServerForm(forms.ModelForm):
         raw = self.cleaned_data.get("new_headers") or ""
         try:
             return parse_header_lines(raw.splitlines()) or None
-        except ValueError:
-            raise forms.ValidationError("Each line must look like “Name: value”.") from None
+        except ValueError as exc:  # never names a value: what was typed is a credential
+            raise forms.ValidationError(capfirst(f"{exc}.")) from None
 
     def clean_arguments(self) -> list[str]:
         raw = self.cleaned_data.get("arguments") or ""
@@ -222,10 +243,30 @@ class McpServerForm(forms.ModelForm):
                 self.add_error("url", "A Streamable HTTP server needs its URL.")
             if cleaned.get("command") or cleaned.get("arguments") or cleaned.get("new_env"):
                 self.add_error("command", "Only a stdio server has a command, arguments or environment.")
+            self._check_credentials_follow(cleaned)
         return cleaned
+
+    def _check_credentials_follow(self, cleaned: dict[str, Any]) -> None:
+        """Stored credentials are never shown, so they never follow the server to another origin (scheme,
+        host, port) unseen: whoever may edit the URL could otherwise read them at an address of their own.
+        Moved elsewhere, the server's credentials are set again with it, or removed."""
+        stored, url = self.instance.url if self.instance.pk else "", cleaned.get("url") or ""
+        if not (stored and url and self.instance.headers):
+            return
+        if cleaned.get("new_headers") or cleaned.get("clear_headers"):
+            return
+        before, after = _origin(stored), _origin(url)
+        if before != after:
+            self.add_error(
+                "new_headers",
+                f"The stored credentials were set for {before or 'another address'}; to send requests to "
+                f"{after or 'this address'}, set them again here, or remove them.",
+            )
 
     def save(self, commit: bool = True) -> McpServer:
         server = super().save(commit=False)
+        if self.instance.pk and {"url", "transport"} & set(self.changed_data):
+            server_moved(server)  # the old address's era and tools are not the new one's
         if self.cleaned_data.get("clear_headers"):
             server.headers = {}
         elif self.cleaned_data.get("new_headers"):
@@ -258,14 +299,21 @@ class McpServerAdmin(AuditedAdmin):
     search_fields = ["slug", "name", "url"]
     readonly_fields = ["probe_details"]
 
+    def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
+        """An HTTP server is probed as the form configures it before anything is written: the admin's
+        transaction then holds no lock (the audit chain's, the server's row) while a slow server answers."""
+        form.probe_result = server_probe_run(obj)
+        super().save_model(request, obj, form, change)
+
     def save_related(self, request: HttpRequest, form: Any, formsets: Sequence[Any], change: bool) -> None:
-        """Saved (and audited) first, then probed: an unreachable or incompatible server is flagged at once
-        and still registered."""
+        """Saved (and audited) first, then what the probe found is stored: an unreachable or incompatible
+        server is flagged at once and still registered."""
         super().save_related(request, form, formsets, change)
         obj: McpServer = form.instance
-        if obj.transport != McpServer.Transport.HTTP:
+        result = getattr(form, "probe_result", None)
+        if result is None:
             return
-        found = server_probe(obj, actor=Actor.user(request.user))
+        found = server_probe(obj, result=result, actor=Actor.user(request.user))
         summary = f"Probe of {obj.slug}: {probe_summary(found)}"
         if found.get("ok"):
             self.message_user(request, summary, messages.SUCCESS)

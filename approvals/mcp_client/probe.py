@@ -25,7 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from approvals import safejson
+from approvals import netguard, safejson
 from approvals.mcp_client.client import (
     CLIENT_INFO,
     _check_url,
@@ -66,6 +66,11 @@ HINTS = {
     "auth_failed": "the server refused the hub's credentials: set the right headers for this server",
     "url_refused": "the outbound guard refuses this address (ELICIT_OUTBOUND_ALLOW lists exceptions)",
     "invalid_url": "the server URL cannot be used: check it",
+    "invalid_headers": "set this server's credentials again (printable ASCII only)",
+    "redirect_not_followed": (
+        "the hub follows no redirect: if the address the server redirects to is the intended server, "
+        "register that address"
+    ),
     "http_5xx": "the server failed: look at its logs",
     "rate_limited": "the server is rate limiting the hub: try again later",
     "protocol_unsupported": (
@@ -161,18 +166,18 @@ async def _connect(
     wire = Wire(None)
     secret: list[str] = []
     http: httpx2.AsyncClient | None = None
-    if isinstance(target, ServerConfig):
-        secret = _secrets(target)
-        checked = await _check_url(target.url)
-        http = _guarded_http(target, wire, httpx2.Timeout(target.timeout), checked)
-        transport = TeeTransport(streamable_http_client(target.url, http_client=http), wire)
-    else:
-        transport = TeeTransport(target(), wire)
     failure: BaseException | None = None
     value: Any = None
     elapsed = 0
     started = time.monotonic()
     try:
+        if isinstance(target, ServerConfig):
+            secret = _secrets(target)
+            checked = await _check_url(target.url)
+            http = _http_client(target, wire, checked)
+            transport = TeeTransport(streamable_http_client(target.url, http_client=http), wire)
+        else:
+            transport = TeeTransport(target(), wire)
         with anyio.fail_after(timeout * 4):
             client = Client(
                 transport,
@@ -205,6 +210,17 @@ async def _connect(
     if failure is not None:
         raise _classify(failure, wire, what, secret) from None
     return value, elapsed
+
+
+def _http_client(target: ServerConfig, wire: Wire, checked: netguard.Checked) -> httpx2.AsyncClient:
+    """The guarded HTTP client for `target`; headers HTTP cannot carry (stored before they were checked)
+    are an error for the admin, never named by their value."""
+    try:
+        return _guarded_http(target, wire, httpx2.Timeout(target.timeout), checked)
+    except (UnicodeError, ValueError):
+        raise PermanentError(
+            "invalid_headers", "a header stored for this server holds characters HTTP cannot carry"
+        ) from None
 
 
 async def _modern(target: Target, timeout: float) -> _Found:

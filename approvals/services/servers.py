@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -23,18 +24,55 @@ logger = logging.getLogger(__name__)
 RETRY_UNREACHABLE = 300  # seconds
 
 
+MAX_HEADERS = 50
+MAX_HEADER_VALUE = 8192  # characters
+# RFC 9110: a header's name is a token; its value visible ASCII, spaces and tabs (what HTTP/1.1 can carry).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
 def parse_header_lines(lines: Iterable[str]) -> dict[str, str]:
     """Headers sent to a server, from "Name: value" lines (blank lines skipped).
 
-    Raises ValueError naming the part before the first colon of a bad line, never its value.
+    Raises ValueError saying what is wrong with a line: its value, and a name that is no header name, are
+    never in the message (a value is a credential, and a line without a colon may be one pasted alone).
     """
-    headers = {}
+    headers: dict[str, str] = {}
     for line in filter(None, (line.strip() for line in lines)):
         key, sep, value = line.partition(":")
-        if not sep or not key.strip():
-            raise ValueError(key)
-        headers[key.strip()] = value.strip()
+        name, value = key.strip(), value.strip()
+        if not sep or not name:
+            raise ValueError('each line must look like "Name: value"')
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError(
+                'each line must look like "Name: value", and a header name holds only letters, digits and '
+                "!#$%&'*+-.^_`|~ (at most 100)"
+            )
+        if not _HEADER_VALUE.fullmatch(value):
+            raise ValueError(
+                f"the value of the {name} header may hold only printable ASCII characters (no accents, no "
+                "line breaks or other control characters)"
+            )
+        if len(value) > MAX_HEADER_VALUE:
+            raise ValueError(f"the value of the {name} header is longer than {MAX_HEADER_VALUE} characters")
+        if name.lower() in (known.lower() for known in headers):
+            raise ValueError(f"the {name} header is given twice")
+        headers[name] = value
+        if len(headers) > MAX_HEADERS:
+            raise ValueError(f"a server takes at most {MAX_HEADERS} headers")
     return headers
+
+
+# What the hub learned of a server at its address: its last probe, server/discover result and tool list.
+LEARNED = ("probe", "probed_at", "discover", "tools", "tools_fetched_at")
+
+
+def server_moved(server: McpServer) -> None:
+    """`LEARNED` emptied on `server` (saved by the caller): it now answers at another address, whose era
+    and tools may not be those of the old one (routing, grants and approvals read the stored tool
+    definitions), so nothing learned there stands until the new address is probed."""
+    for name in LEARNED:
+        setattr(server, name, None)
 
 
 def server_config(server: McpServer) -> mcp_client.ServerConfig:
@@ -66,6 +104,15 @@ def _store_tools(server: McpServer, tools: list[dict[str, Any]], *, why: str | N
         actor=Actor.system(), verb="server.tools_refreshed", data=data | ({"why": why} if why else {})
     )
     return kept
+
+
+def server_probe_run(server: McpServer) -> mcp_probe.ProbeResult | None:
+    """Probe an HTTP server as configured in memory (its URL, headers and era, saved or not) through the
+    outbound guard, storing nothing: the admin probes a server before its transaction writes anything, so
+    no lock is held while a slow server answers. None for a stdio server (its holder probes it)."""
+    if server.transport != McpServer.Transport.HTTP:
+        return None
+    return mcp_client.run(mcp_probe.probe(server_config(server), era=server.era))
 
 
 def server_probe(

@@ -6,13 +6,14 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import URLValidator
 from django.db import transaction
+from django.db.models import Field, Model
 
 from approvals import netguard
 from approvals.audit.core import Actor
 from approvals.models import McpServer, Team, validate_server_slug
 from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
-from approvals.services.servers import parse_header_lines, probe_summary, server_probe
+from approvals.services.servers import LEARNED, parse_header_lines, probe_summary, server_probe
 
 # Registering a URL makes the server a Streamable HTTP one: no command, arguments or environment stay.
 NOT_STDIO = {"transport": McpServer.Transport.HTTP, "command": "", "args": [], "env": {}}
@@ -66,10 +67,14 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         if not McpServer.objects.filter(slug=slug).exists():  # one registered before the rule keeps its slug
+            _check(McpServer, "slug", slug, f"the slug {slug[:60]!r}")
             try:
                 validate_server_slug(slug)
             except ValidationError as exc:
                 raise CommandError(f"{slug!r}: {' '.join(exc.messages)}") from None
+        _check(McpServer, "name", name or "-", "--name")
+        if team and not Team.objects.filter(slug=team).exists():
+            _check(Team, "slug", team, f"--team {team[:60]!r}")
         if options.get("command"):
             if url or header:
                 raise CommandError("a stdio server (--command) has no URL and no --header")
@@ -79,7 +84,8 @@ class Command(BaseCommand):
         try:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
-            raise CommandError(f"{url!r} is not an http(s) URL.") from None
+            raise CommandError(f"{url[:100]!r} is not an http(s) URL.") from None
+        _check(McpServer, "url", url, "the URL")
         try:
             netguard.check_url(url)
         except netguard.Refused as exc:
@@ -88,10 +94,17 @@ class Command(BaseCommand):
             ) from None
         try:
             headers = parse_header_lines(header)
-        except ValueError as exc:
-            raise CommandError(f'--header must look like "Name: value", got {str(exc)!r}...') from None
+        except ValueError as exc:  # never names a value: it is a credential
+            raise CommandError(f"--header: {exc}") from None
+        stored = McpServer.objects.filter(slug=slug).values_list("transport", "url").first()
+        # Moved to another address: what the hub learned at the old one (era, tools) does not stand.
+        moved = dict.fromkeys(LEARNED) if stored not in (None, (McpServer.Transport.HTTP, url)) else {}
         server, verb = self.register(
-            slug, name, team, era, {**NOT_STDIO, "url": url, **({"headers": headers} if headers else {})}
+            slug,
+            name,
+            team,
+            era,
+            {**NOT_STDIO, "url": url, **({"headers": headers} if headers else {}), **moved},
         )
         self.stdout.write(
             f"{verb} MCP server {server.slug} at {server.url}"
@@ -157,3 +170,14 @@ class Command(BaseCommand):
         )
         # Started (and probed) by the holder that takes its lease; it is never started twice to probe it.
         self.stdout.write("the holder starts it and probes it; `manage.py check_server` shows the probe")
+
+
+def _check(model: type[Model], field: str, value: str, what: str) -> None:
+    """A CommandError saying what is wrong unless `value` suits the model's `field` (its length, a slug's
+    characters): refused here, not by the database after a traceback."""
+    checked = model._meta.get_field(field)
+    assert isinstance(checked, Field)
+    try:
+        checked.clean(value, None)
+    except ValidationError as exc:
+        raise CommandError(f"{what}: {' '.join(exc.messages)}") from None

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals.audit.core import Actor
@@ -38,6 +39,10 @@ class Command(BaseCommand):
         acts_for: list[str],
         **opts: Any,
     ) -> None:
+        try:
+            AgentClient._meta.get_field("name").clean(name.strip(), None)
+        except ValidationError as exc:
+            raise CommandError(f"the agent's name: {' '.join(exc.messages)}") from None
         servers = list(McpServer.objects.filter(slug__in=server))
         missing = set(server) - {s.slug for s in servers}
         if missing:

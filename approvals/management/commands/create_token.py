@@ -3,9 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals.audit.core import Actor
+from approvals.models import PersonalToken
 from approvals.services import tokens
 
 
@@ -17,6 +19,10 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="")
 
     def handle(self, *args: Any, username: str, name: str, **options: Any) -> None:
+        try:
+            PersonalToken._meta.get_field("name").clean(name, None)
+        except ValidationError as exc:
+            raise CommandError(f"--name: {' '.join(exc.messages)}") from None
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}")
