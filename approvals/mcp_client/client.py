@@ -60,6 +60,7 @@ from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
     classify_rpc_error,
     invalid_header_reason,
+    listed,
     read_call_result,
     scrub,
     validation_summary,
@@ -213,7 +214,7 @@ def _prior_discover(server: ServerConfig) -> mcp_types.DiscoverResult | None:
         logger.warning("ignoring an unreadable cached server/discover result")
         return None
     if not any(v in prior.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
-        offered = ", ".join(prior.supported_versions)
+        offered = listed(prior.supported_versions)
         raise PermanentError(
             "protocol_unsupported", f"this server does not speak MCP {PROTOCOL_VERSION} (it offers {offered})"
         )
@@ -606,7 +607,7 @@ async def discover_on(client: Client, wire: Wire) -> dict[str, Any]:
             supported: list[Any] = named if isinstance(named, list) else []
             mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
             if not mutual:
-                offered = ", ".join(map(str, supported)) or "no version it names"
+                offered = listed(supported) or "no version it names"
                 raise PermanentError(
                     "protocol_unsupported", f"{not_modern} (it offers {offered})", rpc_code=exc.code
                 ) from None
@@ -629,7 +630,7 @@ async def discover_on(client: Client, wire: Wire) -> dict[str, Any]:
         ) from None
     if not any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
         raise PermanentError(
-            "protocol_unsupported", f"{not_modern} (it offers {', '.join(result.supported_versions)})"
+            "protocol_unsupported", f"{not_modern} (it offers {listed(result.supported_versions)})"
         )
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 

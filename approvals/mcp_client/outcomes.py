@@ -13,6 +13,9 @@ from typing import Any
 from approvals import safejson
 
 REDACTED = "[redacted]"
+# The longest error message kept: what quotes a server (`wire.quoted`, `wire.scrub`) is far shorter; this
+# bounds whatever else may one day carry a server's text into a call's error, the audit log and the logs.
+MAX_ERROR_MESSAGE = 2000
 
 
 # Every text a server sends that ends up in an outcome or an error passes here.
@@ -92,7 +95,8 @@ class McpError(Exception):
     prove the server refused it before running it (`client.REFUSALS`): a time-out, a lost connection or
     stream, a 5xx, an answer lost or unreadable after the server accepted the request. The server may have
     run the tool, so sending it again is safe only for a tool that may be repeated. `message` is always
-    storable (`storable_text`), whatever the server put in its own error text.
+    storable (`storable_text`), whatever the server put in its own error text, and at most
+    `MAX_ERROR_MESSAGE` characters long.
     """
 
     transient = False
@@ -107,6 +111,8 @@ class McpError(Exception):
         may_have_run: bool = False,
     ) -> None:
         message = storable_text(message)
+        if len(message) > MAX_ERROR_MESSAGE:
+            message = message[:MAX_ERROR_MESSAGE] + "..."
         super().__init__(code, message)
         self.code = code
         self.message = message

@@ -55,6 +55,10 @@ MAX_MESSAGE = 300
 # real tools are far shallower, and the hub walks what it stores without recursion anyway.
 MAX_DEPTH = 64
 MAX_KEY = 500  # the longest inputRequests key the hub stores
+# How much of a value from the server an error message quotes (a key, a method, a version), and how many
+# versions it lists: a server's answer may be megabytes, and the message is stored, audited and logged.
+MAX_QUOTED = 80
+MAX_LISTED = 5
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -64,6 +68,7 @@ __all__ = [
     "encode_header_value",
     "handshake_hint",
     "invalid_header_reason",
+    "listed",
     "names_unknown_tool",
     "param_headers",
     "parse_retry_after",
@@ -98,6 +103,32 @@ def param_headers(input_schema: Any, arguments: Mapping[str, Any] | None) -> dic
 # ---- results -----------------------------------------------------------------------------------
 
 
+def quoted(value: Any) -> str:
+    """A value from the server as an error message quotes it: a string as its repr, at most `MAX_QUOTED`
+    characters of it, storable; any other value only by its JSON type (its repr may be huge, or raise)."""
+    if isinstance(value, str):
+        more = "..." if len(value) > MAX_QUOTED else ""
+        return repr(storable_text(value[:MAX_QUOTED])) + more
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list | tuple) else "an object"
+
+
+def listed(values: Iterable[Any]) -> str:
+    """The versions (or names) a server listed, as an error message shows them: at most `MAX_LISTED`, each
+    cut short."""
+    shown: list[str] = []
+    for number, value in enumerate(values):
+        if number == MAX_LISTED:
+            shown.append("...")
+            break
+        text = storable_text(value if isinstance(value, str) else quoted(value))
+        shown.append(text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "...")
+    return ", ".join(shown)
+
+
 def _malformed(what: str, detail: str) -> PermanentError:
     return PermanentError("malformed_response", f"the server's answer to {what} is malformed: {detail}")
 
@@ -118,7 +149,8 @@ def check_input_requests(value: Any, what: str = "tools/call") -> dict[str, dict
     """Validate an ``inputRequests`` object and return ``{key: {"method": ..., "params": ...}}``.
 
     Raises `PermanentError`: ``unsupported_input_request`` for anything but ``elicitation/create``
-    (sampling, roots), ``malformed_response`` for a badly shaped elicitation.
+    (sampling, roots), ``malformed_response`` for a badly shaped elicitation. What the messages quote of the
+    server's answer is bounded (`quoted`).
     """
     if value is None:
         return {}
@@ -129,30 +161,30 @@ def check_input_requests(value: Any, what: str = "tools/call") -> dict[str, dict
         if len(key) > MAX_KEY:
             raise _malformed(what, f"an input request key is longer than {MAX_KEY} characters")
         if not isinstance(request, dict) or not isinstance(request.get("method"), str):
-            raise _malformed(what, f"input request {key!r} has no method")
+            raise _malformed(what, f"input request {quoted(key)} has no method")
         method = request["method"]
         if method != ELICITATION_METHOD:
             raise PermanentError(
                 "unsupported_input_request",
-                f"the server asked for {method!r} (input request {key!r}); the hub can only answer "
-                f"{ELICITATION_METHOD!r} (forms and URLs for a human), not sampling or roots requests",
+                f"the server asked for {quoted(method)} (input request {quoted(key)}); the hub can only "
+                f"answer {ELICITATION_METHOD!r} (forms and URLs for a human), not sampling or roots requests",
             )
         params = request.get("params")
         if not isinstance(params, dict):
-            raise _malformed(what, f"elicitation {key!r} has no params object")
+            raise _malformed(what, f"elicitation {quoted(key)} has no params object")
         mode = params.get("mode", "form")
         if mode not in ("form", "url"):
-            raise _malformed(what, f"elicitation {key!r} has an unknown mode {mode!r}")
+            raise _malformed(what, f"elicitation {quoted(key)} has an unknown mode {quoted(mode)}")
         if not isinstance(params.get("message"), str):
-            raise _malformed(what, f"elicitation {key!r} has no message text")
+            raise _malformed(what, f"elicitation {quoted(key)} has no message text")
         if mode == "form":
             schema = params.get("requestedSchema")
             if not isinstance(schema, dict) or not isinstance(schema.get("properties", {}), dict):
-                raise _malformed(what, f"form elicitation {key!r} has no requestedSchema object")
+                raise _malformed(what, f"form elicitation {quoted(key)} has no requestedSchema object")
         else:
             url = params.get("url")
             if not isinstance(url, str) or not _looks_like_url(url):
-                raise _malformed(what, f"URL elicitation {key!r} has no valid url")
+                raise _malformed(what, f"URL elicitation {quoted(key)} has no valid url")
         checked[key] = {"method": method, "params": params}
     return checked
 
@@ -189,7 +221,7 @@ def read_call_result(raw: Any, what: str = "tools/call") -> Outcome:
         kept = {k: v for k, v in raw.items() if k != "requestState"}
         return InputRequired(raw=kept, input_requests=requests, request_state=state)
     if result_type != "complete":
-        raise _malformed(what, f"unknown resultType {result_type!r}")
+        raise _malformed(what, f"unknown resultType {quoted(result_type)}")
     try:
         parsed = mcp_types.CallToolResult.model_validate({**raw, "resultType": "complete"}, by_name=False)
     except ValidationError as exc:
@@ -258,19 +290,21 @@ class HttpFacts:
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date), or None; never raises."""
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    # ASCII digits only: str.isdigit() also takes "²", which float() refuses, and this runs in the HTTP
+    # client's response hook, where an exception would lose the answer it came with.
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when is None:
+            return None
+        delta = when.timestamp() - (time.time() if now is None else now)
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
         return None
-    if when is None:
-        return None
-    delta = when.timestamp() - (time.time() if now is None else now)
     return max(0.0, delta)
 
 
@@ -326,10 +360,10 @@ def classify_rpc_error(
         return PermanentError("http_4xx", f"the server rejected {what} with HTTP {status}", rpc_code=None)
     if code == UNSUPPORTED_PROTOCOL_VERSION:
         supported = data.get("supported") if isinstance(data, dict) else None
-        offered = f" (it offers {', '.join(map(str, supported))})" if isinstance(supported, list) else ""
-        listed = supported if isinstance(supported, list) else []
-        older = [str(v) for v in listed if v in HANDSHAKE_PROTOCOL_VERSIONS]
-        newer = [str(v) for v in listed if v in MODERN_PROTOCOL_VERSIONS]
+        offered = f" (it offers {listed(supported)})" if isinstance(supported, list) else ""
+        named = supported if isinstance(supported, list) else []
+        older = [str(v) for v in named if v in HANDSHAKE_PROTOCOL_VERSIONS]
+        newer = [str(v) for v in named if v in MODERN_PROTOCOL_VERSIONS]
         advice = f": {handshake_hint(max(older))}" if older and not newer else ""
         return PermanentError(
             "protocol_unsupported",

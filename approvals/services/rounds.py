@@ -63,8 +63,17 @@ def too_many_problem(count: int) -> str:
     return f"the server asked for {count} inputs in one round; the hub accepts at most {limit}"
 
 
+# An elicitation's params are kept and handed on as the server sent them (to reviewers, to an agent that
+# answers itself): besides the message and the requestedSchema (bounded by the settings), its url and the
+# rest of its params (``_meta``, fields of later revisions) are bounded too.
+MAX_URL = 8 * 1024  # characters; what browsers and servers commonly take
+MAX_OTHER_PARAMS = 16 * 1024  # bytes of compact JSON
+_BOUNDED_PARAMS = frozenset({"message", "requestedSchema", "url"})
+
+
 def _size_problem(params: dict[str, Any]) -> str:
-    """Why one elicitation is too big to show (its message or its requestedSchema), or ""."""
+    """Why one elicitation is too big to show or keep (its message, its requestedSchema, its url or the rest
+    of its params), or ""."""
     message = params.get("message")
     if isinstance(message, str) and len(message) > settings.ELICIT_MAX_MESSAGE:
         return (
@@ -74,6 +83,12 @@ def _size_problem(params: dict[str, Any]) -> str:
     schema = params.get("requestedSchema")
     if schema is not None and (size := safejson.size(schema)) > settings.ELICIT_MAX_SCHEMA:
         return f"its requestedSchema is {size} bytes; the hub accepts at most {settings.ELICIT_MAX_SCHEMA}"
+    url = params.get("url")
+    if isinstance(url, str) and len(url) > MAX_URL:
+        return f"its url is {len(url)} characters long; the hub accepts at most {MAX_URL}"
+    rest = {name: value for name, value in params.items() if name not in _BOUNDED_PARAMS}
+    if rest and (size := safejson.size(rest)) > MAX_OTHER_PARAMS:
+        return f"its other params are {size} bytes; the hub accepts at most {MAX_OTHER_PARAMS}"
     return ""
 
 
