@@ -5,15 +5,17 @@ Plain synchronous ORM reads; the ASGI side runs them in a thread (``approvals.ga
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.gateway.names import gateway_name
+from approvals.gateway.names import MAX_NAME, gateway_name, may_be_hashed, name_prefix, plain_tool
 from approvals.models import AgentClient, Decision, InputRequest, McpServer, Round, ToolCall
 from approvals.selectors import gate_summary
 
@@ -65,19 +67,84 @@ def exposed_tools(agent_id: int, slug: str | None = None) -> list[ExposedTool]:
     found: list[ExposedTool] = []
     for name, named in by_name.items():
         if len(named) > 1:
-            logger.warning(
-                "gateway: the tool name %s is left out: it names %s; a server slug holding '__' (or ending "
-                "in '_') is ambiguous, rename the server",
-                name,
-                ", ".join(f"{tool.tool} of {tool.server}" for tool in named),
-            )
+            _left_out(name, [(tool.server, tool.tool) for tool in named])
             continue
         found.append(named[0])
     return found
 
 
+def _left_out(name: str, named: Sequence[tuple[str, str]]) -> None:
+    logger.warning(
+        "gateway: the tool name %s is left out: it names %s; a server slug holding '__' (or ending "
+        "in '_') is ambiguous, rename the server",
+        name,
+        ", ".join(f"{tool} of {server}" for server, tool in named),
+    )
+
+
+# The entries of a stored tool list that `exposed_tools` counts: objects with a non-empty string name.
+_ENTRIES = """
+    FROM approvals_mcpserver s CROSS JOIN LATERAL jsonb_array_elements(
+        CASE WHEN jsonb_typeof(s.tools) = 'array' THEN s.tools ELSE '[]'::jsonb END
+    ) WITH ORDINALITY AS e(spec, at)
+    WHERE jsonb_typeof(e.spec) = 'object' AND jsonb_typeof(e.spec -> 'name') = 'string'
+        AND e.spec ->> 'name' <> ''
+"""
+
+
+def _tool_names(server_ids: list[int], only: list[str] | None) -> set[tuple[int, str]]:
+    """(server id, tool name) of the servers' stored tools (of those named ``only``): names, not lists."""
+    sql = f"SELECT DISTINCT s.id, e.spec ->> 'name' {_ENTRIES} AND s.id = ANY(%s)"
+    params: list[Any] = [server_ids]
+    if only is not None:
+        sql += " AND e.spec ->> 'name' = ANY(%s)"
+        params.append(only)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {(server_id, tool) for server_id, tool in cursor.fetchall()}
+
+
+def _definition(server_id: int, tool: str) -> dict[str, Any] | None:
+    """The first entry of the server's stored tool list named ``tool`` (a name a list holds twice counts
+    once), read alone."""
+    sql = f"SELECT e.spec::text {_ENTRIES} AND s.id = %s AND e.spec ->> 'name' = %s ORDER BY e.at LIMIT 1"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [server_id, tool])
+        found = cursor.fetchone()
+    return json.loads(found[0]) if found else None
+
+
 def find_tool(agent_id: int, name: str, slug: str | None = None) -> ExposedTool | None:
-    return next((tool for tool in exposed_tools(agent_id, slug) if tool.name == name), None)
+    """The tool `exposed_tools` names ``name``, or None: the same names and the same rule for a name two
+    tools share, read without loading tool lists (each can be megabytes). On `/mcp` only the servers whose
+    slug can begin the name are looked at, only their tools' names, and only for a name that may be cut or
+    mended, all of them; then the one tool's definition."""
+    servers = McpServer.objects.filter(agents__pk=agent_id, enabled=True)
+    if slug is not None:
+        server_id = servers.filter(slug=slug).values_list("pk", flat=True).first()
+        spec = _definition(server_id, name) if server_id is not None else None
+        return None if spec is None else ExposedTool(name, slug, name, {**spec, "name": name})
+    if len(name) > MAX_NAME:  # longer than any name `gateway_name` gives
+        return None
+    slugs = {
+        pk: found for pk, found in servers.values_list("pk", "slug") if name.startswith(name_prefix(found))
+    }
+    only = None if may_be_hashed(name) else [t for found in slugs.values() if (t := plain_tool(found, name))]
+    if not slugs or only == []:
+        return None
+    named = sorted(
+        (slugs[pk], tool)
+        for pk, tool in _tool_names(list(slugs), only)
+        if gateway_name(slugs[pk], tool) == name
+    )
+    if len(named) != 1:
+        if named:
+            _left_out(name, named)
+        return None
+    server, tool = named[0]
+    server_id = next(pk for pk, found in slugs.items() if found == server)
+    spec = _definition(server_id, tool)
+    return None if spec is None else ExposedTool(name, server, tool, {**spec, "name": name})
 
 
 def agent(agent_id: int) -> AgentClient | None:

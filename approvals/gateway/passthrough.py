@@ -30,6 +30,7 @@ from starlette.requests import Request
 
 from approvals import safejson
 from approvals.gateway import catalog
+from approvals.gateway.names import shown
 from approvals.models import AgentClient
 from approvals.services import answers
 from approvals.services.errors import AnswerInvalid, Invalid, ServiceError
@@ -152,7 +153,7 @@ async def record_responses(
         dumped = response.model_dump(by_alias=True, mode="json", exclude_none=True)
         if key not in requests:
             raise MCPError(
-                types.INVALID_PARAMS, f"inputResponses names {key!r}, which this round did not ask."
+                types.INVALID_PARAMS, f"inputResponses names {shown(key)!r}, which this round did not ask."
             )
         if not isinstance(response, types.ElicitResult):
             raise MCPError(types.INVALID_PARAMS, f"The answer to {key!r} is not an elicitation result.")

@@ -22,7 +22,8 @@ import functools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import anyio
@@ -38,6 +39,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, decode_header_value
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -48,6 +50,7 @@ from starlette.types import Receive, Scope, Send
 from approvals import broadcast, outage, safejson
 from approvals.gateway import catalog, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
+from approvals.gateway.names import shown
 from approvals.models import AgentClient, ToolCall
 from approvals.ratelimit import AnonymousRateThrottle, TokenRateThrottle
 from approvals.services import calls, tokens
@@ -57,6 +60,10 @@ logger = logging.getLogger(__name__)
 
 CALL_META_KEY = "elicit-hub/call"  # the hub's call id and status, in every tools/call result's _meta
 MAX_IDEMPOTENCY_KEY = 200  # ToolCall.idempotency_key's length
+
+# The tool a 2026-07-28 tools/call names, as the guard found it: (name, its input schema as tools/list shows
+# it to this client, or None). The SDK's Mcp-Param-* check reads it (`_input_schema`) before dispatch.
+_CALLED: ContextVar[tuple[str, Mapping[str, Any] | None] | None] = ContextVar("gateway_called", default=None)
 
 T = TypeVar("T")
 
@@ -151,7 +158,12 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        called = scope[SCOPE_KEY].get("called")
+        token = _CALLED.set(None if called is None else (called[0], called[2]))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _CALLED.reset(token)
 
     async def _refusal(self, scope: Scope) -> Response | None:
         """The answer to a request the guard turns away, or None for one it lets through (`scope` then
@@ -179,11 +191,39 @@ class Guard:
         if slug is not None and not await _db(catalog.may_use, agent.pk, slug):
             # The same answer whether the server does not exist or the agent may not use it.
             return _error(404, "unknown_server", f"This agent has no MCP server {slug!r}.")
-        scope[SCOPE_KEY] = {"agent": agent.pk, "slug": slug}
+        scope[SCOPE_KEY] = {"agent": agent.pk, "slug": slug, "called": await _called(request, agent.pk, slug)}
         # The session manager binds a handshake-era session to this principal: another agent presenting
         # the session's id gets 404. Only the agent's id is kept, never its token.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
         return None
+
+
+async def _called(
+    request: Request, agent_id: int, slug: str | None
+) -> tuple[str, catalog.ExposedTool | None, Mapping[str, Any] | None] | None:
+    """A 2026-07-28 tools/call's tool, found once from its `Mcp-Name` header (which the SDK holds to the
+    body's name before anything else reads it): (name, the tool or None, its input schema as tools/list shows
+    it to this client). The SDK's Mcp-Param-* check takes the schema, `call_tool` the tool, instead of each
+    looking for it among every tool of the agent. None for any other request."""
+    version = request.headers.get("mcp-protocol-version", "")
+    name = decode_header_value(request.headers.get(MCP_NAME_HEADER))
+    if request.headers.get(MCP_METHOD_HEADER) != "tools/call" or name is None:
+        return None
+    if version not in MODERN_PROTOCOL_VERSIONS:
+        return None
+    exposed = await _db(catalog.find_tool, agent_id, name, slug)
+    try:
+        listed = None if exposed is None else _for_version(types.Tool.model_validate(exposed.spec), version)
+    except ValueError:  # not a valid tool: not listed, so no header of it to check
+        listed = None
+    return name, exposed, None if listed is None else listed.input_schema
+
+
+def _input_schema(name: str) -> Mapping[str, Any] | None:
+    """The SDK's Mcp-Param-* check's schema for the tool ``name`` (the guard found it): None, nothing to
+    check, for a tool not listed to this client, as the SDK's own walk of tools/list would find."""
+    called = _CALLED.get()
+    return called[1] if called is not None and called[0] == name else None
 
 
 def _who(ctx: ServerRequestContext[Any, Any]) -> tuple[int, str | None]:
@@ -322,15 +362,19 @@ async def call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
 ) -> types.CallToolResult | types.InputRequiredResult:
     agent_id, slug = _who(ctx)
-    exposed = await _db(catalog.find_tool, agent_id, params.name, slug)
+    request = ctx.request
+    called = request.scope[SCOPE_KEY].get("called") if isinstance(request, Request) else None
+    if called is not None and called[0] == params.name:
+        exposed = called[1]
+    else:
+        exposed = await _db(catalog.find_tool, agent_id, params.name, slug)
     if exposed is None:
-        raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {shown(params.name)}")
     arguments = params.arguments or {}
     problem = safejson.problem(arguments, max_depth=settings.ELICIT_MAX_JSON_DEPTH)
     if problem:
         where, reason = problem
         raise MCPError(types.INVALID_PARAMS, f"The arguments hold {reason} at {where}.")
-    request = ctx.request
     key = (request.headers.get("idempotency-key") or "").strip() if isinstance(request, Request) else ""
     if len(key) > MAX_IDEMPOTENCY_KEY:
         raise MCPError(types.INVALID_PARAMS, f"The Idempotency-Key is over {MAX_IDEMPOTENCY_KEY} characters.")
@@ -465,6 +509,7 @@ def build_app() -> Starlette:
             "Tools of the MCP servers this agent may use, called through Elicit Hub. A call whose server "
             "asks for input waits while people answer; ask for progress to hear what it waits for."
         ),
+        get_tool_input_schema=_input_schema,
         on_list_tools=never_leaks(list_tools),
         on_call_tool=never_leaks(call_tool),
     )
