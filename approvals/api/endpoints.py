@@ -12,8 +12,11 @@ from uuid import UUID
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
+from django.core import signals
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.log import log_response
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
@@ -54,6 +57,8 @@ ERRORS: dict[int | str, Any] = {
     409: ErrorOut,
     413: ErrorOut,
     429: ErrorOut,
+    500: ErrorOut,
+    503: ErrorOut,
 }
 
 
@@ -100,6 +105,23 @@ def on_throttled(request: HttpRequest, exc: NinjaThrottled) -> HttpResponse:
 @api.exception_handler(Http404)
 def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error(request, 404, "not_found", "Not found.")
+
+
+@api.exception_handler(Exception)
+def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """A fault no other handler knows (a bug): the API's JSON shape still, with no detail for the caller;
+    the traceback goes to the log, as Django's own 500 would (and its signal, which tests' clients read).
+    Django's refusals keep their statuses (400 for a suspicious request, 403)."""
+    if isinstance(exc, SuspiciousOperation):
+        return error(request, 400, "invalid_request", "The request was refused as malformed.")
+    if isinstance(exc, PermissionDenied):
+        return error(request, 403, "forbidden", "You may not do this.")
+    signals.got_request_exception.send(sender=None, request=request)
+    response = error(
+        request, 500, "internal_error", "The hub failed to handle this request; the fault is logged."
+    )
+    log_response("Internal Server Error: %s", request.path, response=response, request=request, exception=exc)
+    return response
 
 
 @api.exception_handler(HttpError)
@@ -153,7 +175,8 @@ def _created(call: ToolCall, base: str) -> Created:
 
 @api.post("/calls", auth=agent_auth, response={200: Created, 202: Created, **ERRORS}, tags=["agents"])
 def call_create(request: AgentRequest, payload: CallIn) -> Status:
-    """Ask the hub to call a tool. The same idempotency_key from the same agent returns the existing call."""
+    """Ask the hub to call a tool. The same idempotency_key from the same agent, with the same server, tool
+    and arguments, returns the existing call (200); with another request it is refused (409)."""
     call, created = calls.call_submit(
         agent=request.auth,
         server_slug=payload.server,
@@ -163,6 +186,10 @@ def call_create(request: AgentRequest, payload: CallIn) -> Status:
         callback_url=payload.callback_url or "",
         on_behalf_of=payload.on_behalf_of,
     )
+    if not created:
+        calls.refuse_other_request(
+            call, server_slug=payload.server, tool=payload.tool, arguments=payload.arguments
+        )
     return Status(202 if created else 200, _created(call, "calls"))
 
 
@@ -213,7 +240,7 @@ def call_get(request: AgentRequest, call_id: UUID, wait: int = 0) -> dict:
 @api.post("/calls/{call_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
 def call_cancel(request: AgentRequest, call_id: UUID) -> dict:
     """Give up: pending input requests are cancelled and the call ends ``cancelled``."""
-    calls.call_cancel(agent=request.auth, call_id=call_id)
+    calls.call_cancel(agent=request.auth, call_id=call_id, kind=ToolCall.Kind.CALL)
     return selectors.call_detail(_own_call(request.auth, call_id, ToolCall.Kind.CALL))
 
 
@@ -231,6 +258,10 @@ def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
         expires_in=payload.expires_in,
         on_behalf_of=payload.on_behalf_of,
     )
+    if not created:
+        calls.refuse_other_request(
+            call, server_slug=payload.server, tool=payload.tool, arguments=payload.arguments
+        )
     return Status(201 if created else 200, _created(call, "relays"))
 
 
@@ -243,7 +274,7 @@ def relay_get(request: AgentRequest, relay_id: UUID, wait: int = 0) -> dict:
 
 @api.post("/relays/{relay_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
 def relay_cancel(request: AgentRequest, relay_id: UUID) -> dict:
-    calls.call_cancel(agent=request.auth, call_id=relay_id)
+    calls.call_cancel(agent=request.auth, call_id=relay_id, kind=ToolCall.Kind.RELAY)
     return selectors.relay_detail(_own_call(request.auth, relay_id, ToolCall.Kind.RELAY))
 
 

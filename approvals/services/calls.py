@@ -16,7 +16,7 @@ from django.utils import timezone
 from approvals import broadcast, netguard, safejson
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import AgentClient, InputRequest, McpServer, Round, ToolCall
+from approvals.models import AgentClient, AuditEvent, InputRequest, McpServer, Round, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.queueing import NEW_WORK, RUN_CALL, enqueue_on_commit
 from approvals.services import gates, webhooks
@@ -24,6 +24,8 @@ from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import notify_holders, round_open
 
 MAX_KEY = 500  # InputRequest.key's length
+# A relay's server label is kept where a slug is: on the call, and on its audit events (their server_slug).
+MAX_LABEL = AuditEvent._meta.get_field("server_slug").max_length or 50
 
 FINAL_EVENT: dict[str, str] = {
     ToolCall.Status.COMPLETED: "call.completed",
@@ -94,6 +96,28 @@ def _existing(agent: AgentClient, idempotency_key: str | None, kind: str) -> Too
             code="idempotency_key_reused",
         )
     return existing
+
+
+def refuse_other_request(call: ToolCall, *, server_slug: str, tool: str, arguments: dict[str, Any]) -> None:
+    """An idempotency_key repeats only its own request: `call`, found by the key, must be ``tool`` of
+    ``server_slug`` (a relay's label) with ``arguments``, compared as JSON values (key order aside; ``true``
+    is not ``1``) with those the agent asked for (a reviewer may have edited them at a gate). Anything else
+    is a new request reusing the key: refused (409), rather than answered with the first one's result."""
+    same = (
+        ToolCall.objects.filter(pk=call.pk, tool=tool)
+        .filter(Q(server__slug=server_slug) | Q(server__isnull=True, server_label=server_slug))
+        .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
+    )
+    if same.exists():
+        return
+    first = f"{call.tool} of {call.server_slug}"
+    if (call.tool, call.server_slug) == (tool, server_slug):
+        first += " with other arguments"
+    raise Conflict(
+        f"This idempotency_key was already used for {first}; a new request needs a new key.",
+        code="idempotency_key_reused",
+        fields={"idempotency_key": "already used for another request"},
+    )
 
 
 def _acted_for(agent: AgentClient, username: str | None) -> Any:
@@ -271,6 +295,13 @@ def relay_submit(
     )
     if problems:
         raise Invalid("Some input requests are malformed.", code="invalid_body", fields=problems)
+    if len(server_slug) > MAX_LABEL:
+        raise Invalid(
+            f"server is at most {MAX_LABEL} characters: a server's slug, or a label for one the hub does "
+            "not know.",
+            code="invalid_body",
+            fields={"server": f"at most {MAX_LABEL} characters"},
+        )
     known = McpServer.objects.filter(slug=server_slug).first()
     if known is not None and not agent.servers.filter(pk=known.pk).exists():
         raise Forbidden(
@@ -415,12 +446,32 @@ def call_outcome_discarded(*, call: ToolCall, status: str | None) -> bool:
     return False
 
 
-def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
-    """The agent gives up: pending input requests are cancelled and the call ends ``cancelled``."""
+def _in_flight(call: ToolCall) -> bool:
+    """Whether a tools/call (or its retry with answers) may be at the server: a worker is sending it, or a
+    holder's session runs it. A cancel then cannot stop the tool, and its result will not be kept."""
+    held = call.holder_id is not None and call.started_at is not None
+    return call.status in ToolCall.Status.sending() or held
+
+
+def _cancelled_in_flight() -> dict[str, Any]:
+    return {
+        "code": "cancelled_while_sending",
+        "message": "The agent cancelled the call while it was on its way to the server: the tool may have "
+        "run, and any result it sends is not kept. Check the server before calling the tool again.",
+        "tool_may_have_run": True,
+    }
+
+
+def call_cancel(*, agent: AgentClient, call_id: Any, kind: str = ToolCall.Kind.CALL) -> ToolCall:
+    """The agent gives up: pending input requests are cancelled and the call ends ``cancelled``. Only a
+    call of ``kind`` (the address the agent used): a relay's id given as a call's is not found, as its GET
+    is, and nothing changes."""
     with transaction.atomic():
-        call = ToolCall.objects.select_for_update(no_key=True).filter(pk=call_id, agent=agent).first()
+        call = (
+            ToolCall.objects.select_for_update(no_key=True).filter(pk=call_id, agent=agent, kind=kind).first()
+        )
         if call is None:
-            raise NotFound("No such call.")
+            raise NotFound(f"No such {ToolCall.Kind(kind).name.lower()}.")
         if call.is_final:
             raise Conflict(f"The call is already {call.status}.", code="already_final")
         now = timezone.now()
@@ -435,7 +486,11 @@ def call_cancel(*, agent: AgentClient, call_id: Any) -> ToolCall:
                 status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.CANCELLED
             )
         call_finish(
-            call=call, status=ToolCall.Status.CANCELLED, verb="call.cancelled", actor=Actor.agent(agent)
+            call=call,
+            status=ToolCall.Status.CANCELLED,
+            error=_cancelled_in_flight() if _in_flight(call) else None,
+            verb="call.cancelled",
+            actor=Actor.agent(agent),
         )
         call_id_ = call.pk
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id_, cancelled))

@@ -134,6 +134,10 @@ def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequ
     problem = ""
     if ir.method != "elicitation/create":
         problem = f"the hub does not answer {ir.method or 'unnamed'} requests"
+        # Nothing of it is shown; the row still needs its mode's payload (a relay may send any request).
+        ir.requested_schema = {}
+        if ir.mode == InputRequest.Mode.URL:
+            ir.url = "about:blank"
     elif mode == "url":
         ir.url = str(params.get("url") or "")
         problem = urlsafety.refusal(params.get("url"))
