@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from approvals.gateway.names import MAX_NAME, gateway_name, may_be_hashed, name_prefix, plain_tool
@@ -288,18 +287,6 @@ def round_requests(call_id: Any, round_id: int) -> dict[str, InputRequest]:
     """The requests of one round of this call that the requester answers, by key."""
     found = InputRequest.objects.filter(round_id=round_id, round__call_id=call_id, for_requester=True)
     return {ir.key: ir for ir in found}
-
-
-def other_request(call_id: Any, server: str, tool: str, arguments: dict[str, Any]) -> str | None:
-    """What an Idempotency-Key's call was made for, in words, when it is not ``tool`` of ``server`` with
-    ``arguments`` (as the agent asked them: a reviewer may have edited them at a gate); None when it is."""
-    found = ToolCall.objects.filter(pk=call_id).values_list("server__slug", "tool").first()
-    if found is None:
-        return None
-    if found != (server, tool):
-        return f"{found[1]} of {found[0]}"
-    same = ToolCall.objects.filter(pk=call_id).filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
-    return None if same.exists() else f"{tool} of {server} with other arguments"
 
 
 def call_owner(call_id: Any) -> tuple[int, str] | None:

@@ -405,8 +405,15 @@ async def call_tool(
             )
             # A client's headers are the same on every request of its connection: a key set once reaches
             # every tools/call, and must not answer one tool with the result of another.
-            found = submitted.pk, exposed.server, exposed.tool, arguments
-            other = None if created else await _db(catalog.other_request, *found)
+            other = None
+            if not created:
+                other = await _db(
+                    calls.other_request,
+                    submitted,
+                    server_slug=exposed.server,
+                    tool=exposed.tool,
+                    arguments=arguments,
+                )
             if other is not None:
                 raise MCPError(
                     types.INVALID_PARAMS,

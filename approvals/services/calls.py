@@ -98,26 +98,34 @@ def _existing(agent: AgentClient, idempotency_key: str | None, kind: str) -> Too
     return existing
 
 
-def refuse_other_request(call: ToolCall, *, server_slug: str, tool: str, arguments: dict[str, Any]) -> None:
-    """An idempotency_key repeats only its own request: `call`, found by the key, must be ``tool`` of
-    ``server_slug`` (a relay's label) with ``arguments``, compared as JSON values (key order aside; ``true``
-    is not ``1``) with those the agent asked for (a reviewer may have edited them at a gate). Anything else
-    is a new request reusing the key: refused (409), rather than answered with the first one's result."""
+def other_request(call: ToolCall, *, server_slug: str, tool: str, arguments: dict[str, Any]) -> str | None:
+    """What `call`, found by an idempotency key, was made for, in words, when it is not ``tool`` of
+    ``server_slug`` (a relay's label) with ``arguments``; None when it is. Arguments compare as JSON values
+    (key order aside; ``true`` is not ``1``) with those the agent asked for (a reviewer may have edited them
+    at a gate)."""
     same = (
         ToolCall.objects.filter(pk=call.pk, tool=tool)
         .filter(Q(server__slug=server_slug) | Q(server__isnull=True, server_label=server_slug))
         .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
     )
     if same.exists():
-        return
+        return None
     first = f"{call.tool} of {call.server_slug}"
     if (call.tool, call.server_slug) == (tool, server_slug):
         first += " with other arguments"
-    raise Conflict(
-        f"This idempotency_key was already used for {first}; a new request needs a new key.",
-        code="idempotency_key_reused",
-        fields={"idempotency_key": "already used for another request"},
-    )
+    return first
+
+
+def refuse_other_request(call: ToolCall, *, server_slug: str, tool: str, arguments: dict[str, Any]) -> None:
+    """An idempotency_key repeats only its own request (`other_request`): anything else is a new request
+    reusing the key, refused (409) rather than answered with the first one's result."""
+    first = other_request(call, server_slug=server_slug, tool=tool, arguments=arguments)
+    if first is not None:
+        raise Conflict(
+            f"This idempotency_key was already used for {first}; a new request needs a new key.",
+            code="idempotency_key_reused",
+            fields={"idempotency_key": "already used for another request"},
+        )
 
 
 def _acted_for(agent: AgentClient, username: str | None) -> Any:
