@@ -55,6 +55,9 @@ T = TypeVar("T")
 # After the server's announced wait, how long the hub still keeps the round open (clock skew, latency).
 DEADLINE_GRACE = 2.0
 PROGRESS_EVERY = 1.0  # seconds between stored progress updates of one call
+# A question answered ``cancel`` because its call ended: how long the tool has to end on its own before the
+# holder stops it (abandons its tools/call, which sends the server notifications/cancelled).
+STOP_AFTER_CANCEL = 5.0
 # While LISTEN works, a waiting call re-reads its round this rarely (a NOTIFY wakes it at once): hundreds of
 # idle sessions must not poll the database every few seconds. Without LISTEN, every ELICIT_HOLDER_POLL.
 RECHECK_LISTENING = 30.0
@@ -85,6 +88,8 @@ class _Run:
     progress_writer: asyncio.Task[None] | None = None
     progress_flush: asyncio.Event = field(default_factory=asyncio.Event)
     last_progress: float = -math.inf
+    asking: bool = False  # a question of the server's waits for a person
+    refused: int = 0  # questions declined because another was waiting
 
 
 class _NotSent(Exception):
@@ -223,17 +228,24 @@ class HolderProcess:
                 waiter.set()
             if call_id in self.tasks and call_id not in self.asking:
                 # Not waiting for a person: the call may have ended meanwhile (the agent cancelled it).
-                check = asyncio.create_task(self._stop_if_ended(call_id))
-                self._checks.add(check)  # held: a task is weakly referenced
-                check.add_done_callback(self._checks.discard)
+                self._check_ended(call_id)
         else:
             self.wake.set()
 
-    async def _stop_if_ended(self, call_id: str) -> None:
+    def _check_ended(self, call_id: str, *, after: float = 0.0) -> None:
+        """`_stop_if_ended`, in a task of its own, `after` seconds from now."""
+        check = asyncio.create_task(self._stop_if_ended(call_id, after=after))
+        self._checks.add(check)  # held: a task is weakly referenced
+        check.add_done_callback(self._checks.discard)
+
+    async def _stop_if_ended(self, call_id: str, *, after: float = 0.0) -> None:
         """The call ended while its tools/call runs (the agent cancelled it): stop waiting for the result.
         Cancelling the request makes the SDK send the server ``notifications/cancelled`` for it, so the tool
-        stops now rather than at its end. A call waiting for a person needs nothing here: the cancelled
-        round answers the server ``cancel`` on the same session (`_wait_answer`)."""
+        stops now rather than at its end. A call waiting for a person is not stopped here: the cancelled
+        round answers the server ``cancel`` on the same session (`_wait_answer`) first, and `_elicit` asks
+        for this check `STOP_AFTER_CANCEL` seconds later: a tool may go on running once it has that answer."""
+        if after > 0:
+            await asyncio.sleep(after)
         try:
             ended = await db(holding.held_ended)(call_id=call_id)
         except Exception:
@@ -411,23 +423,56 @@ class HolderProcess:
         return False
 
     async def _elicit(self, run: _Run, params: dict[str, Any]) -> dict[str, Any]:
-        """The server's ``elicitation/create``: a push round, answered on this session."""
+        """The server's ``elicitation/create``: a push round, answered on this session.
+
+        One at a time (as `holding.push_open` rules): a question that comes while another waits for a person
+        is declined here, before it costs a transaction on the holder's one database thread, so a server
+        asking hundreds at once holds up neither the other calls' work nor this holder's heartbeat."""
         held = run.held
-        opened = await db(holding.push_open)(call_id=held.call_id, params=params)
+        if run.asking:
+            run.refused += 1
+            if run.refused & (run.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th...: the log stays bounded
+                logger.warning(
+                    "call %s: an elicitation while another waits for a person; declined (%d so far)",
+                    held.call_id,
+                    run.refused,
+                )
+            return {"action": "decline"}
+        run.asking = True
+        try:
+            opened = await db(holding.push_open)(call_id=held.call_id, params=params)
+        except BaseException:
+            run.asking = False
+            raise
         if opened.answer is not None or opened.round_id is None:
-            return opened.answer or {"action": "cancel"}
+            run.asking = False
+            return self._answering(held.call_id, opened.answer)
         round_id = opened.round_id
         deadline = anyio.current_time() + held.elicitation_wait + DEADLINE_GRACE
         try:
             answer = await self._wait_answer(held.call_id, round_id, deadline=deadline)
         except BaseException:
-            # The server cancelled its request, the session ended, or this holder is stopping.
-            await shielded(holding.push_gone, round_id=round_id, why="the server stopped waiting")
+            # The server cancelled its request, the session ended, or this holder is stopping: no answer
+            # reaches it now, not even one given a moment ago. Its next question may come at once.
+            run.asking = False
+            await shielded(
+                holding.push_gone, round_id=round_id, why="the server stopped waiting", undelivered=True
+            )
             raise
+        run.asking = False
         if answer is None:
             await shielded(holding.push_gone, round_id=round_id, why="the server's wait for an answer passed")
             # An answer may have won the race with the deadline: it is still what the server gets.
             answer = await db(holding.push_answer)(round_id=round_id)
+        return self._answering(held.call_id, answer)
+
+    def _answering(self, call_id: str, answer: dict[str, Any] | None) -> dict[str, Any]:
+        """The answer the server gets (``cancel`` when there is none). A ``cancel`` may mean that the call
+        ended (the agent cancelled it): its tool is then stopped too if it has not ended a moment later,
+        not left to run on the session until the call's limit (on a stdio server, holding it from every
+        other call)."""
+        if answer is None or answer.get("action") == "cancel":
+            self._check_ended(call_id, after=STOP_AFTER_CANCEL)
         return answer or {"action": "cancel"}
 
     async def _wait_answer(

@@ -15,9 +15,11 @@ The supervisor
   environment, which holds the hub's secrets). When the hub runs as root the process runs as
   ``ELICIT_STDIO_USER`` (default ``nobody``) through ``setpriv``, without supplementary groups and with
   no-new-privileges; it is killed if the holder dies (parent-death signal);
-- sends its stderr, line by line, to the log (logger ``approvals.stdio.<slug>``), never to reviewers;
-- restarts it when it ends (a crash, or an exit of its own), with a backoff, and reads its registration
-  again at every start, so an admin's edits apply on the next restart;
+- sends its stderr, line by line, to the log (logger ``approvals.stdio.<slug>``), never to reviewers, with
+  the values of its configured environment (its credentials) replaced;
+- restarts it when it ends (a crash, or an exit of its own: its stdout closes; a server may close its
+  stderr, or point it elsewhere, and go on running), with a backoff, and reads its registration again at
+  every start, so an admin's edits apply on the next restart;
 - gives exclusive use of the open client to one call at a time. A stdio connection is one session: an
   ``elicitation/create`` that arrives on it names no call, so the hub could not tell which of two
   concurrent calls asked. Calls to one stdio server are therefore serialised, and the session's
@@ -45,7 +47,7 @@ from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from approvals.mcp_client.outcomes import TransientError
+from approvals.mcp_client.outcomes import REDACTED, TransientError
 from approvals.mcp_client.probe import probe_open
 from approvals.mcp_client.session import Dispatcher, Mode, list_tools_on, open_client
 from approvals.models import McpServer
@@ -57,6 +59,9 @@ logger = logging.getLogger(__name__)
 # The PATH a stdio server gets (after the directory of its own command), unless its environment sets one.
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_STDERR_LINE = 4096
+# A server's stderr in the log: this many lines at once, then this many a second; the rest are counted.
+STDERR_BURST = 1000
+STDERR_RATE = 20
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
 # A process that ran this long before it ended was not crash-looping: the backoff starts again.
@@ -170,6 +175,52 @@ class _StdioDispatcher(Dispatcher):
         await super().message_handler(message)
 
 
+class _Watched:
+    """The read stream of a stdio transport, which calls `on_end` when it ends: the server's stdout closed
+    (it exited), or the transport was closed."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._on_end()
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _watched(transport: Any, on_end: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
+    """`transport` (the SDK's `stdio_client`), whose read stream tells `on_end` when the process's stdout
+    closes. Its stderr cannot tell: a server may close it, or point it at a file, and go on running."""
+    async with transport as (read_stream, write_stream):
+        yield _Watched(read_stream, on_end), write_stream
+
+
 class StdioSupervisor:
     """Runs one stdio server for one holder process; see the module docstring."""
 
@@ -184,7 +235,7 @@ class StdioSupervisor:
         self._dispatcher: Dispatcher | None = None
         self._ready = asyncio.Event()
         self._wake = asyncio.Event()
-        self._ended = asyncio.Event()  # set when the process's stderr closed: it has exited
+        self._ended = asyncio.Event()  # set when the process's stdout closed: it has exited
         self._restart_asked = False
         self._suspect = False  # the last call failed: check the session before the next one
         self._ready_once = False
@@ -369,18 +420,18 @@ class StdioSupervisor:
         self._restart_asked = False
         self._suspect = False
         self._ready_once = False  # this start reached an open session
+        secrets = [value for value in launch.env.values() if len(value) >= 4]
         read_fd, write_fd = os.pipe()
         errlog: TextIO = os.fdopen(write_fd, "w")
-        pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug))
-        dispatcher = _StdioDispatcher(
-            self._tools_changed, secrets=[value for value in launch.env.values() if len(value) >= 4]
-        )
+        pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug, secrets))
+        dispatcher = _StdioDispatcher(self._tools_changed, secrets=secrets)
+        transport = _watched(stdio_client(params, errlog=errlog), self._exited)
         began = time.monotonic()
         try:
             async with open_client(
-                stdio_client(params, errlog=errlog), mode=mode, dispatcher=dispatcher, timeout=launch.timeout
+                transport, mode=mode, dispatcher=dispatcher, timeout=launch.timeout
             ) as client:
-                errlog.close()  # the process has its copy; EOF on the pipe now means it has exited
+                errlog.close()  # the process has its copy
                 # Its era, identity and tools, read on this session (a stdio server is never started twice
                 # to be probed), before the first call: routing rules match on the tools' annotations.
                 await self._record_probe(client, began)
@@ -396,6 +447,12 @@ class StdioSupervisor:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(pump), 5)
             pump.cancel()
+
+    def _exited(self) -> None:
+        """The session's read stream ended: the process exited (or its session is being closed)."""
+        self._ready.clear()
+        self._ended.set()
+        self._wake.set()
 
     async def _record_probe(self, client: Client, began: float) -> None:
         latency_ms = int((time.monotonic() - began) * 1000)
@@ -452,34 +509,79 @@ class StdioSupervisor:
                 self.last_exit = "the lease went to another holder"
                 return
 
-    async def _pump_stderr(self, read_fd: int, slug: str) -> None:
-        """Each stderr line to the log (``approvals.stdio.<slug>``, at INFO, cut at MAX_STDERR_LINE); at
-        EOF the process (and whatever inherited its stderr) has exited."""
+    async def _pump_stderr(self, read_fd: int, slug: str, secrets: list[str]) -> None:
+        """Each stderr line to the log (``approvals.stdio.<slug>``, at INFO), with `secrets` (the values of
+        the server's configured environment) replaced, cut at MAX_STDERR_LINE, and at most
+        STDERR_BURST lines at once then STDERR_RATE a second (the lines past that are counted, not logged).
+        Its end says nothing about the process: it may have closed its stderr and run on."""
         log = logging.getLogger(f"approvals.stdio.{slug}")
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=2 * MAX_STDERR_LINE)
         pipe = os.fdopen(read_fd, "rb", buffering=0)
         transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-        buffer = b""
+        budget = _LineBudget()
         try:
-            while chunk := await reader.read(MAX_STDERR_LINE):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                if len(buffer) > MAX_STDERR_LINE:
-                    lines.append(buffer)
-                    buffer = b""
-                for line in lines:
-                    text = line.decode("utf-8", "replace").rstrip("\r")
-                    if len(text) > MAX_STDERR_LINE:
-                        text = text[:MAX_STDERR_LINE] + " [cut]"
-                    log.info("%s", text)
-            if buffer:
-                log.info("%s", buffer.decode("utf-8", "replace")[:MAX_STDERR_LINE])
+            async for line in _stderr_lines(reader):
+                if not budget.take():
+                    continue
+                if budget.dropped:
+                    log.warning(
+                        "[%d stderr lines not logged: more than %d a second]", budget.dropped, STDERR_RATE
+                    )
+                    budget.dropped = 0
+                text = line.decode("utf-8", "replace").rstrip("\r")
+                for secret in secrets:
+                    text = text.replace(secret, REDACTED)
+                if len(line) > MAX_STDERR_LINE or len(text) > MAX_STDERR_LINE:
+                    text = text[:MAX_STDERR_LINE] + " [cut]"
+                log.info("%s", text)
+            if budget.dropped:
+                log.warning(
+                    "[%d stderr lines not logged: more than %d a second]", budget.dropped, STDERR_RATE
+                )
         finally:
             transport.close()
-            self._ready.clear()
-            self._ended.set()
-            self._wake.set()
+
+
+class _LineBudget:
+    """A token bucket of log lines: STDERR_BURST at once, refilled at STDERR_RATE a second."""
+
+    def __init__(self) -> None:
+        self.tokens = float(STDERR_BURST)
+        self.at = time.monotonic()
+        self.dropped = 0
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(float(STDERR_BURST), self.tokens + (now - self.at) * STDERR_RATE)
+        self.at = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return False
+        self.tokens -= 1
+        return True
+
+
+async def _stderr_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """The lines of a stderr, each at most 2 * MAX_STDERR_LINE bytes: the rest of a longer line is dropped
+    (its cut end would otherwise begin the next line, a secret in it split past recognition)."""
+    buffer = b""
+    cut = False  # the line under way was given already, cut: drop the rest of it
+    while chunk := await reader.read(MAX_STDERR_LINE):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if cut:
+                cut = False
+                continue
+            yield line
+        if cut:
+            buffer = b""
+        elif len(buffer) > MAX_STDERR_LINE:
+            yield buffer
+            buffer, cut = b"", True
+    if buffer and not cut:
+        yield buffer
 
 
 async def _check_alive(client: Client) -> None:

@@ -388,17 +388,24 @@ def _answers_of(rnd: Round) -> dict[str, Any]:
     return first.as_input_response() if first and first.action else {"action": "cancel"}
 
 
-def push_gone(*, round_id: int, why: str) -> bool:
-    """The server stopped waiting (or the session ended): the round and its pending requests are GONE."""
+def push_gone(*, round_id: int, why: str, undelivered: bool = False) -> bool:
+    """The server stopped waiting (or the session ended): the round and its pending requests are GONE.
+
+    `undelivered`: the server will never read an answer now (it cancelled its request, the session ended), so
+    a round already answered but whose answer the holder had not given yet is GONE as well: left as it was,
+    it would stay the call's open round, and the server's next question would be declined for it."""
+    statuses = [Round.Status.OPEN, Round.Status.READY] if undelivered else [Round.Status.OPEN]
     with transaction.atomic():
         rnd = (
             Round.objects.select_for_update(of=("self",), no_key=True)
             .select_related("call")
-            .filter(pk=round_id, status=Round.Status.OPEN)
+            .filter(pk=round_id, status__in=statuses)
             .first()
         )
         if rnd is None:
             return False
+        if rnd.status == Round.Status.READY:
+            why = f"{why}; the answer was not delivered"
         _gone(rnd, why)
         ToolCall.objects.filter(pk=rnd.call_id, status=ToolCall.Status.AWAITING_INPUT).update(
             status=ToolCall.Status.RUNNING, updated_at=timezone.now()
