@@ -169,7 +169,9 @@ def test_rounds_are_capped_as_on_2026_07_28(hub: Hub, holder: HolderRunner, unru
     assert AuditEvent.objects.filter(call_id=call_id).count() < 5 * sending.MAX_ROUNDS
     # The question past the cap was answered, and the tool stopped: it did not go on asking.
     wait_until(lambda: unruly.counts().get("loop_ask.stopped"), 20, 0.1, what="the tool to be stopped")
-    assert unruly.counts()["loop_ask.asked"] < asked
+    # Stopped soon after its cancel (the holder checks again STOP_AFTER_CANCEL seconds after any cancel it
+    # gives): not left to ask on until its own end.
+    assert unruly.counts()["loop_ask.asked"] < sending.MAX_ROUNDS + 25
     verbs = list(AuditEvent.objects.filter(call_id=call_id).values_list("verb", flat=True))
     assert "call.stop_sent" in verbs
     assert ToolCall.objects.get(pk=call_id).status == ToolCall.Status.FAILED
