@@ -288,14 +288,13 @@ def _groups_of(ir: InputRequest) -> set[str | None]:
 def queue_changed(
     event: str, call_id: object, input_requests: list[InputRequest], card: dict[str, Any] | None = None
 ) -> None:
-    """Tell the queues of the requests' teams. ``card``: the card of the round holding them, rendered for the
-    notice (``approvals.cards.prerender``); every team's notice carries it."""
+    """Tell the queues of the requests' teams, and each assignee's own. ``card``: the card of the round
+    holding them, rendered for the notice (``approvals.cards.prerender``); every notice carries it."""
     teams = set().union(*(_groups_of(ir) for ir in input_requests)) if input_requests else set()
     rounds = {ir.round_id for ir in input_requests}
     round_id = rounds.pop() if len(rounds) == 1 else None
-    for team in teams:
-        ids = [str(ir.pk) for ir in input_requests if team in _groups_of(ir)]
-        group = team_group(team)
+
+    def send(group: str, ids: list[str]) -> None:
         message = QueueChanged(
             type="queue.changed",
             event=event,
@@ -308,22 +307,13 @@ def queue_changed(
         if card is not None and round_id is not None:
             message["card"] = card
         _send(group, message)
+
+    for team in teams:
+        send(team_group(team), [str(ir.pk) for ir in input_requests if team in _groups_of(ir)])
     # A request made for one person reaches them alone, in their own group: they may review for none of
     # the teams above. (Their sockets take it from there only, not from the team's notice.)
     for assignee in {ir.assignee_id for ir in input_requests if ir.assignee_id is not None}:
-        group = user_group(assignee)
-        personal = QueueChanged(
-            type="queue.changed",
-            event=event,
-            call=str(call_id),
-            input_requests=[str(ir.pk) for ir in input_requests if ir.assignee_id == assignee],
-            round=round_id,
-            group=group,
-            seq=None,
-        )
-        if card is not None and round_id is not None:
-            personal["card"] = card
-        _send(group, personal)
+        send(user_group(assignee), [str(ir.pk) for ir in input_requests if ir.assignee_id == assignee])
 
 
 def input_escalated(ir: InputRequest) -> None:
