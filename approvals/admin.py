@@ -130,6 +130,14 @@ class WriteOnlyTextarea(forms.Textarea):
         return None
 
 
+class ShownUrlInput(forms.URLInput):
+    """A server's URL as it may be shown (`urlsafety.shown`): its query values and password are credentials,
+    never rendered, not even the ones just typed beside a form's errors."""
+
+    def format_value(self, value: Any) -> str | None:
+        return urlsafety.shown(str(value)) if value else None
+
+
 class McpServerForm(forms.ModelForm):
     new_headers = forms.CharField(
         label="Set credentials",
@@ -175,18 +183,37 @@ class McpServerForm(forms.ModelForm):
             "tool_timeouts",
             "honours_idempotency_key",
         ]
-        help_texts = {"command": "stdio: an absolute path, or a name found on the hub's PATH."}
+        help_texts = {
+            "command": "stdio: an absolute path, or a name found on the hub's PATH.",
+            "url": f"Query values and a password are credentials: shown as {urlsafety.HIDDEN}. Leave the "
+            "address as shown to keep it; to change it, type the whole address again, with its values.",
+        }
+        widgets = {"url": ShownUrlInput(attrs={"autocomplete": "off"})}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["transport"].required = False  # Streamable HTTP unless stdio is chosen
-        self.fields["call_timeout"].required = False  # the model's default (600 s) when left empty
-        self.fields["era"].required = False  # left out: automatic
+        # Streamable HTTP unless stdio is chosen; call_timeout: the model's default (600 s) when left empty;
+        # era left out: automatic. (Shown read-only, to a user who may only view, the form has no fields.)
+        for name in ("transport", "call_timeout", "era"):
+            if name in self.fields:
+                self.fields[name].required = False
+        # The stored address is compared as shown: left as shown, it is unchanged (and kept, in `clean_url`).
+        self.stored_url = self.instance.url if self.instance.pk else ""
+        if self.stored_url:
+            self.initial["url"] = urlsafety.shown(self.stored_url)
         if self.instance.pk and not self.is_bound:
             self.initial["arguments"] = "\n".join(self.instance.args or [])
 
     def clean_url(self) -> str:
-        return _guarded_url(self.cleaned_data.get("url") or "")
+        url = self.cleaned_data.get("url") or ""
+        if self.stored_url and url == urlsafety.shown(self.stored_url):
+            return self.stored_url  # left as shown: the stored address, hidden values included, stays
+        if urlsafety.HIDDEN in urlsafety.hidden_parts(url):
+            raise forms.ValidationError(
+                f"The address holds {urlsafety.HIDDEN} where a hidden value was: the stored values do not "
+                "follow an edited address. Type the whole address again, with its values."
+            )
+        return _guarded_url(url)
 
     def clean_call_timeout(self) -> int:
         value = self.cleaned_data.get("call_timeout")
@@ -250,7 +277,7 @@ class McpServerForm(forms.ModelForm):
         """Stored credentials are never shown, so they never follow the server to another origin (scheme,
         host, port) unseen: whoever may edit the URL could otherwise read them at an address of their own.
         Moved elsewhere, the server's credentials are set again with it, or removed."""
-        stored, url = self.instance.url if self.instance.pk else "", cleaned.get("url") or ""
+        stored, url = self.stored_url, cleaned.get("url") or ""
         if not (stored and url and self.instance.headers):
             return
         if cleaned.get("new_headers") or cleaned.get("clear_headers"):
@@ -265,7 +292,7 @@ class McpServerForm(forms.ModelForm):
 
     def save(self, commit: bool = True) -> McpServer:
         server = super().save(commit=False)
-        if self.instance.pk and {"url", "transport"} & set(self.changed_data):
+        if self.instance.pk and (server.url != self.stored_url or "transport" in self.changed_data):
             server_moved(server)  # the old address's era and tools are not the new one's
         if self.cleaned_data.get("clear_headers"):
             server.headers = {}
@@ -288,7 +315,7 @@ class McpServerAdmin(AuditedAdmin):
         "slug",
         "name",
         "transport",
-        "url",
+        "address",
         "era",
         "probe_state",
         "enabled",
@@ -296,8 +323,15 @@ class McpServerAdmin(AuditedAdmin):
         "credentials",
     ]
     list_filter = ["era"]
-    search_fields = ["slug", "name", "url"]
+    search_fields = ["slug", "name"]  # not the URL: a search would tell its hidden values letter by letter
     readonly_fields = ["probe_details"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """Read-only (a user who may only view servers), a field shows as stored: the URL only as shown."""
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            return ["address" if name == "url" else name for name in fields]
+        return fields
 
     def save_model(self, request: HttpRequest, obj: McpServer, form: Any, change: bool) -> None:
         """An HTTP server is probed as the form configures it before anything is written: the admin's
@@ -325,6 +359,10 @@ class McpServerAdmin(AuditedAdmin):
             f"{summary}. {error.get('message', '')}.{hint} The server is registered all the same.",
             messages.WARNING,
         )
+
+    @admin.display(description="URL")
+    def address(self, obj: McpServer) -> str:
+        return urlsafety.shown(obj.url)
 
     @admin.display(description="probe")
     def probe_state(self, obj: McpServer) -> str:

@@ -192,7 +192,7 @@ class McpServer(models.Model):
         return self.name
 
     def __repr__(self) -> str:
-        return f"<McpServer {self.slug} {self.url}>"
+        return f"<McpServer {self.slug} ({self.transport})>"  # not its URL: it may carry a credential
 
     def clean(self) -> None:
         """A new slug, or a changed one, must suit the gateway (`validate_server_slug`); a server registered

@@ -6,7 +6,9 @@ commands and the token services do to these, appends one audit event in the chan
 own rows) and what changed, field by field as ``{"field", "old", "new"}`` (many-to-many fields as the sorted
 names they hold). A secret field's value never leaves this module: ``SECRET_FIELDS`` names them per model
 (and any field named like a secret counts as one), and the event says only ``{"field", "change": "set" |
-"changed" | "cleared"}``; a digest, kept in memory, tells a changed secret from an unchanged one.
+"changed" | "cleared"}``; a digest, kept in memory, tells a changed secret from an unchanged one. A URL that
+may carry credentials (``SHOWN_FIELDS``: a server's, ``?api_key=...``) is recorded as `urlsafety.shown` gives
+it, with ``"hidden": "set" | "changed" | "cleared"`` when what that hides changed (so a new key is seen).
 
 Only the admin, the commands and token creation call this: nothing on a request's or a send's path.
 """
@@ -26,6 +28,7 @@ from django.db import models, router, transaction
 from django.db.models.deletion import Collector
 from django.utils.text import capfirst
 
+from approvals import urlsafety
 from approvals.audit import core as audit
 from approvals.audit.core import REDACTED, Actor, redact
 from approvals.models import (
@@ -75,6 +78,8 @@ SECRET_FIELDS: dict[type[models.Model], frozenset[str]] = {
     PersonalToken: frozenset({"token_hash"}),
     Team: frozenset({"chat_webhook_url"}),
 }
+# URLs that may carry credentials (query, userinfo): recorded as shown, what that hides only as a digest.
+SHOWN_FIELDS: dict[type[models.Model], frozenset[str]] = {McpServer: frozenset({"url"})}
 # What the hub writes itself (probes, tools, leases, last use, timestamps): not configuration.
 IGNORED_FIELDS: dict[type[models.Model], frozenset[str]] = {
     McpServer: frozenset(
@@ -91,7 +96,8 @@ _EMPTY: tuple[Any, ...] = (None, "", [], {})
 @dataclass(frozen=True)
 class State:
     """One object as the audit compares it: who it is, and its audited fields' values (a secret's as
-    ``(held, digest)``, never the value)."""
+    ``(held, digest)``, never the value; a URL of ``SHOWN_FIELDS`` as ``(shown, digest of its hidden
+    parts)``)."""
 
     model: type[models.Model]
     pk: Any
@@ -110,6 +116,8 @@ def state(obj: models.Model) -> State:
     """``obj`` as it is in memory (its many-to-many fields as stored)."""
     model = type(obj)
     values = {field.name: _value(obj, field, is_secret(model, field.name)) for field in _fields(model)}
+    for name in SHOWN_FIELDS.get(model, ()):
+        values[name] = _shown(values[name])
     return State(model, obj.pk, str(obj), _team_of(obj), values)
 
 
@@ -222,6 +230,15 @@ def _value(obj: models.Model, field: Any, secret: bool) -> Any:
     return value
 
 
+def _shown(url: Any) -> tuple[str, str] | None:
+    """A URL as ``(shown, digest of its hidden parts or "")``; None when there is none."""
+    if not url:
+        return None
+    hidden = urlsafety.hidden_parts(str(url))
+    digest = hashlib.sha256(json.dumps(hidden).encode()).hexdigest() if hidden else ""
+    return urlsafety.shown(str(url)), digest
+
+
 def _team_of(obj: models.Model) -> str:
     if isinstance(obj, Team):
         return obj.slug
@@ -245,9 +262,20 @@ def _changes(before: State | None, after: State | None) -> list[dict[str, Any]]:
             if held_old or held_new:
                 change = "changed" if held_old and held_new else "set" if held_new else "cleared"
                 changes.append({"field": name, "change": change})
+        elif name in SHOWN_FIELDS.get(known.model, ()):
+            changes.append(_shown_change(name, old, new))
         elif not (old in _EMPTY and new in _EMPTY):
             changes.append({"field": name, "old": old, "new": new})
     return changes
+
+
+def _shown_change(name: str, old: tuple[str, str] | None, new: tuple[str, str] | None) -> dict[str, Any]:
+    """A URL's change as shown (old -> new, which may read the same), and whether what it hides changed."""
+    change: dict[str, Any] = {"field": name, "old": old[0] if old else None, "new": new[0] if new else None}
+    hid_old, hid_new = old[1] if old else "", new[1] if new else ""
+    if hid_old != hid_new:
+        change["hidden"] = "changed" if hid_old and hid_new else "set" if hid_new else "cleared"
+    return change
 
 
 def _gate_switch(before: State, after: State) -> str:
@@ -278,7 +306,8 @@ def _describe(change: dict[str, Any]) -> str:
     if "change" in change:
         return f"{change['field']} {change['change']}"
     old, new = (_short(json.dumps(change[side], ensure_ascii=False), 60) for side in ("old", "new"))
-    return f"{change['field']} {old} -> {new}"
+    hidden = f" (its hidden part {change['hidden']})" if "hidden" in change else ""
+    return f"{change['field']} {old} -> {new}{hidden}"
 
 
 def _short(text: str, limit: int) -> str:

@@ -22,6 +22,7 @@ from approvals.models import McpServer
 
 logger = logging.getLogger(__name__)
 RETRY_UNREACHABLE = 300  # seconds
+NOT_RUNNING = "not_running"  # a stdio server asked of a process other than the holder running it
 
 
 MAX_HEADERS = 50
@@ -137,7 +138,7 @@ def server_probe(
             return server.probe or {
                 "ok": False,
                 "era": None,
-                "error": {"code": "not_running", "message": "the process that runs this server probes it"},
+                "error": {"code": NOT_RUNNING, "message": "the process that runs this server probes it"},
                 "hint": "start the holder; it probes a stdio server when it starts it",
             }
         result = mcp_client.run(mcp_probe.probe(target, era=server.era))
@@ -175,10 +176,22 @@ def server_refresh_tools(*, server: McpServer) -> list[dict]:
     """Fetch tools/list (its pages, as many tools as the hub keeps; tools with invalid x-mcp-header
     annotations or that cannot be stored dropped) and cache it.
 
-    A server that needs a session (handshake era, stdio) is probed instead, which lists its tools on one.
+    A handshake-era server is probed instead, which lists its tools on a session. Raises `McpError` when
+    nothing was listed (the stored list is kept): the server could not be reached or listed, or it is a
+    stdio server, whose tools only the holder running it lists, on its own session (at its start, and
+    when the server says they changed: `server_tools_changed` with the list).
     """
+    if server.transport == McpServer.Transport.STDIO:
+        raise mcp_client.PermanentError(
+            NOT_RUNNING, "a stdio server's tools are listed by the holder running it"
+        )
     if server.needs_session:
-        server_probe(server)
+        result = mcp_client.run(mcp_probe.probe(server_config(server), era=server.era))
+        server_probe(server, result=result)
+        if result.tools is None:
+            error = result.error or {}
+            kind = mcp_client.TransientError if not result.reachable else mcp_client.PermanentError
+            raise kind(error.get("code") or "unexpected_error", error.get("message") or "nothing was listed")
         return list(server.tools or [])
     return _store_tools(server, mcp_client.run(mcp_client.list_tools(server_config(server))))
 
@@ -187,8 +200,9 @@ def server_tools_changed(server_id: Any, *, tools: list[dict[str, Any]] | None =
     """The server said its tool list changed (``notifications/tools/list_changed``): store the new list.
 
     A process holding a session with the server may pass the `tools` it listed on that session (a stdio
-    server must not be started twice to list them); otherwise the hub lists them again itself. Returns the
-    stored list, or None when the server is gone or could not be reached (the old list is kept).
+    server must not be started twice to list them, so only its holder can); otherwise the hub lists them
+    again itself. Returns the stored list, or None when the server is gone, could not be reached or listed,
+    or is a stdio server and no list was passed (the old list is kept).
     """
     server = McpServer.objects.filter(pk=server_id).first()
     if server is None:
@@ -204,7 +218,10 @@ def server_tools_changed(server_id: Any, *, tools: list[dict[str, Any]] | None =
 
 def server_refresh_if_stale(server: McpServer, *, max_age: float) -> bool:
     """Re-list the server's tools unless they were fetched in the last `max_age` seconds (several workers
-    meeting the same unknown tool list it once). True when a refresh ran and succeeded."""
+    meeting the same unknown tool list it once). True when a refresh ran and succeeded; False also for a
+    stdio server, whose tools only the holder running it lists (on its session: nothing to do here)."""
+    if server.transport == McpServer.Transport.STDIO:
+        return False
     fresh = server.tools_fetched_at is not None and server.tools_fetched_at > timezone.now() - timedelta(
         seconds=max_age
     )
@@ -296,4 +313,4 @@ def probe_unreachable(found: dict[str, Any] | None) -> bool:
     """The last probe could not reach the server at all (no era found, a connection-level error)."""
     if not found or found.get("ok") or found.get("era"):
         return False
-    return (found.get("error") or {}).get("code") in {*mcp_probe.UNREACHABLE, "not_running"}
+    return (found.get("error") or {}).get("code") in {*mcp_probe.UNREACHABLE, NOT_RUNNING}

@@ -8,7 +8,7 @@ from django.core.validators import URLValidator
 from django.db import transaction
 from django.db.models import Field, Model
 
-from approvals import netguard
+from approvals import netguard, urlsafety
 from approvals.audit.core import Actor
 from approvals.models import McpServer, Team, validate_server_slug
 from approvals.services import config_audit
@@ -84,7 +84,7 @@ class Command(BaseCommand):
         try:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
-            raise CommandError(f"{url[:100]!r} is not an http(s) URL.") from None
+            raise CommandError(f"{urlsafety.shown(url)[:100]!r} is not an http(s) URL.") from None
         _check(McpServer, "url", url, "the URL")
         try:
             netguard.check_url(url)
@@ -107,7 +107,7 @@ class Command(BaseCommand):
             {**NOT_STDIO, "url": url, **({"headers": headers} if headers else {}), **moved},
         )
         self.stdout.write(
-            f"{verb} MCP server {server.slug} at {server.url}"
+            f"{verb} MCP server {server.slug} at {urlsafety.shown(server.url)}"
             + (f" ({len(headers)} header(s))" if headers else "")
             + f", era {server.era}"
         )

@@ -5,6 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from approvals import urlsafety
 from approvals.models import McpServer
 from approvals.services.servers import probe_summary, probe_unreachable, server_probe
 
@@ -39,7 +40,7 @@ class Command(BaseCommand):
         raise CommandError(f"{slug} cannot be used as configured", returncode=NOT_USABLE)
 
     def _show(self, server: McpServer, found: dict[str, Any]) -> None:
-        target = server.url or server.command
+        target = urlsafety.shown(server.url) or server.command
         self.stdout.write(f"{server.slug} ({server.transport} {target}), era setting {server.era}")
         self.stdout.write(f"probe: {probe_summary(found)}")
         info = found.get("server_info") or {}

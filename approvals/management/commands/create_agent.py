@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError
 
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, Team
@@ -55,17 +56,24 @@ class Command(BaseCommand):
             if owner_user is None:
                 raise CommandError(f"no user named {owner!r}")
         users, teams = _people(acts_for)
+        exists = CommandError(f"an agent named {name!r} exists already")
         if AgentClient.objects.filter(name=name).exists():
-            raise CommandError(f"an agent named {name!r} exists already")
-        agent, token = tokens.agent_create(
-            name=name,
-            servers=servers,
-            owner=owner_user,
-            with_webhook_secret=webhook_secret,
-            acts_for_users=users,
-            acts_for_teams=teams,
-            actor=Actor.system("manage.py create_agent"),
-        )
+            raise exists
+        try:
+            agent, token = tokens.agent_create(
+                name=name,
+                servers=servers,
+                owner=owner_user,
+                with_webhook_secret=webhook_secret,
+                acts_for_users=users,
+                acts_for_teams=teams,
+                actor=Actor.system("manage.py create_agent"),
+            )
+        except IntegrityError:
+            # Created meanwhile by another run with the same name (the check above saw none yet).
+            if AgentClient.objects.filter(name=name).exists():
+                raise exists from None
+            raise
         self.stdout.write(f"agent {agent.name} may call: {', '.join(s.slug for s in servers)}")
         people = [u.username for u in users] + [f"team:{t.slug}" for t in teams]
         self.stdout.write(f"it may act for: {', '.join(people) if people else 'no one'}")
