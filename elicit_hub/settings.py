@@ -510,5 +510,8 @@ LOGGING = {
         # httpx logs every request line at INFO; the hub logs its own hops.
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        # The SDK's transport logs a server's whole URL (a key in its query too) at DEBUG: not even with
+        # ELICIT_LOG_LEVEL=DEBUG.
+        "mcp.client.streamable_http": {"level": "INFO"},
     },
 }

@@ -44,7 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from referencing import Registry
 
-from approvals import netguard
+from approvals import netguard, urlsafety
 from approvals.mcp_client import loop
 from approvals.mcp_client.outcomes import (
     Completed,
@@ -100,10 +100,13 @@ async def _refuse_elicitation(context: Any, params: Any) -> Any:
 
 
 def _secrets(server: ServerConfig, request_state: str | None = None) -> list[str]:
+    """What no error message may repeat: the server's header values (and their long words), what its URL
+    hides when shown (a key in its query, a password), the round's requestState."""
     found: list[str] = []
     for value in server.headers.values():
         found.append(value)
         found.extend(part for part in value.split() if len(part) >= 8)
+    found.extend(urlsafety.hidden_parts(server.url))
     if request_state:
         found.append(request_state)
     return found
@@ -244,14 +247,20 @@ def _guarded_http(
 ) -> httpx2.AsyncClient:
     """The HTTP client of one exchange with `server`: its headers, TLS verified, no proxy from the
     environment, every request recorded on `wire` and sent to the address the outbound guard checked for its
-    URL (`checked`: the check made before connecting, by `_check_url`)."""
-    return httpx2.AsyncClient(
-        headers=dict(server.headers),
-        timeout=timeout,
-        transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
-        trust_env=False,
-        event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
-    )
+    URL (`checked`: the check made before connecting, by `_check_url`). A stored header HTTP cannot carry
+    (a server saved before headers were checked) is a `PermanentError` ``invalid_headers``: nothing sent."""
+    try:
+        return httpx2.AsyncClient(
+            headers=dict(server.headers),
+            timeout=timeout,
+            transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
+            trust_env=False,
+            event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
+        )
+    except (UnicodeError, ValueError):  # its message quotes the value: not repeated
+        raise PermanentError(
+            "invalid_headers", "a header stored for this server holds characters HTTP cannot carry"
+        ) from None
 
 
 async def _operate(

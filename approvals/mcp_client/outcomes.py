@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from approvals import safejson
+from approvals import safejson, urlsafety
 
 REDACTED = "[redacted]"
 # The longest error message kept: what quotes a server (`wire.quoted`, `wire.scrub`) is far shorter; this
@@ -40,7 +40,8 @@ class ServerConfig:
         shown = {name: REDACTED for name in self.headers}
         cached = "yes" if self.discover is not None else "no"
         return (
-            f"ServerConfig(url={self.url!r}, headers={shown!r}, discover={cached}, timeout={self.timeout!r})"
+            f"ServerConfig(url={urlsafety.shown(self.url)!r}, headers={shown!r}, discover={cached}, "
+            f"timeout={self.timeout!r})"
         )
 
 

@@ -215,12 +215,7 @@ async def _connect(
 def _http_client(target: ServerConfig, wire: Wire, checked: netguard.Checked) -> httpx2.AsyncClient:
     """The guarded HTTP client for `target`; headers HTTP cannot carry (stored before they were checked)
     are an error for the admin, never named by their value."""
-    try:
-        return _guarded_http(target, wire, httpx2.Timeout(target.timeout), checked)
-    except (UnicodeError, ValueError):
-        raise PermanentError(
-            "invalid_headers", "a header stored for this server holds characters HTTP cannot carry"
-        ) from None
+    return _guarded_http(target, wire, httpx2.Timeout(target.timeout), checked)
 
 
 async def _modern(target: Target, timeout: float) -> _Found:
