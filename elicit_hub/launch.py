@@ -5,8 +5,8 @@ server. One Ctrl-C stops them all, then the embedded engines.
 
 One of each by default. More of a kind, on one machine and one PostgreSQL + Redis:
 
-    python -m elicit_hub.launch --web 2 --api 2 --workers 2 --holders 2   # or ELICIT_WEB=2 ELICIT_API=2 ...
-    python -m elicit_hub.launch --web 2 --procfile    # print the process list, start nothing
+    .venv/bin/python -m elicit_hub.launch --web 2 --api 2 --workers 2 --holders 2   # or ELICIT_WEB=2 ...
+    .venv/bin/python -m elicit_hub.launch --web 2 --procfile    # print the process list, start nothing
 
 Web processes listen on consecutive ports from PORT (8000), then the gateways on the ports after them
 (unless ELICIT_GATEWAY_PORT says where the first one goes), then the API servers (unless ELICIT_API_PORT
@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -81,6 +83,15 @@ class Layout:
         first = self.api_port if self.api_port is not None else self.gateway_ports[-1] + 1
         return [first + i for i in range(self.api)]
 
+    def ports(self) -> list[tuple[int, str]]:
+        """Every port this layout listens on, with the process that wants it and the setting that moves it."""
+        wanted = [(port, "web", "PORT") for port in self.web_ports]
+        wanted += [(port, "MCP gateway", "ELICIT_GATEWAY_PORT") for port in self.gateway_ports]
+        wanted += [(port, "API server", "ELICIT_API_PORT") for port in self.api_ports]
+        if self.demo_port is not None:
+            wanted.append((self.demo_port, "demo MCP server", "ELICIT_DEMO_MCP_URL"))
+        return [(port, f"{port} ({what}, {setting})") for port, what, setting in wanted]
+
     @property
     def web_urls(self) -> list[str]:
         return [f"http://127.0.0.1:{port}" for port in self.web_ports]
@@ -111,7 +122,7 @@ def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str
         worker = [python, "-m", "celery", "-A", "elicit_hub", "worker", "--loglevel=INFO"]
         worker += [f"--concurrency={layout.worker_concurrency}", "-n", f"{name}@%h"]
         if i == 0:  # beat runs exactly once, whatever the number of workers
-            worker += ["--beat", "--schedule=var/celerybeat-schedule"]
+            worker += ["--beat", f"--schedule={_in_var('celerybeat-schedule')}"]
         procs[name] = worker
     if layout.demo_port is not None:
         procs["demo"] = [
@@ -124,6 +135,13 @@ def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str
             str(layout.demo_port),
         ]
     return procs
+
+
+def _in_var(name: str) -> Path:
+    """A file in the var directory (ELICIT_VAR_DIR, else ./var): relative to the checkout, where the processes
+    run, when it lies inside it."""
+    path = engines.VAR_DIR / name
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def procfile(layout: Layout, python: str = sys.executable) -> str:
@@ -144,9 +162,27 @@ def demo_step(*args: str) -> bool:
     return True
 
 
-def wait_for(url: str, timeout: float = 60.0) -> bool:
+def ports_in_use(layout: Layout) -> list[str]:
+    """The ports of `layout` that another program holds on 127.0.0.1, each named with its process and setting:
+    checked before anything starts, since a server that cannot listen stops every process of the hub, and
+    another program answering on the web port would pass for the hub."""
+    taken = []
+    for port, shown in layout.ports():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # As the servers bind: a port left in TIME_WAIT by an earlier run is free to them.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                taken.append(shown)
+    return taken
+
+
+def wait_for(url: str, timeout: float = 60.0, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether `url` answers (below 500) within `timeout` seconds; False at once when `alive()` turns false
+    (the hub's processes stopped: nothing will answer)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and alive():
         try:
             if httpx.get(url, timeout=1.0).status_code < 500:
                 return True
@@ -213,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     if only_print:
         print(procfile(layout), end="")
         return 0
+    taken = ports_in_use(layout)
+    if taken:
+        print(
+            f"Another program already listens on 127.0.0.1 port {', '.join(taken)}. Stop it, or give the hub "
+            "another port with the setting named; the gateway and API ports follow PORT unless set.",
+            file=sys.stderr,
+        )
+        return 2
     # Development mode for every process started here (DEBUG is off unless set).
     os.environ.setdefault("DJANGO_DEBUG", "true")
     # The demo MCP server runs on loopback, which the outbound guard refuses unless listed.
@@ -221,24 +265,36 @@ def main(argv: list[str] | None = None) -> int:
     if embedded:
         engines.start()
     manage("migrate", "--no-input", "-v", "0")
-    demo_step("bootstrap_demo")
     demo_url = os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
-    generated = ROOT / "var" / "Procfile"
-    generated.parent.mkdir(exist_ok=True)
+    generated = engines.VAR_DIR / "Procfile"
+    generated.parent.mkdir(parents=True, exist_ok=True)
     generated.write_text(procfile(layout))
     procs = subprocess.Popen(
         [sys.executable, "-m", "honcho", "start", "-d", str(ROOT), "-f", str(generated)], cwd=ROOT
     )
     try:
+
+        def running() -> bool:
+            return procs.poll() is None
+
         hubs, apis = layout.web_urls, layout.api_urls
+        gateways = [f"http://127.0.0.1:{port}" for port in layout.gateway_ports]
         # The demo's health route, not /mcp: a GET there opens a stream that never ends.
-        up = all(wait_for(f"{hub}/accounts/login/") for hub in [*hubs, *apis])
-        if up and wait_for(demo_url.rsplit("/", 1)[0] + "/healthz"):
-            gateways = ", ".join(f"http://127.0.0.1:{port}/mcp" for port in layout.gateway_ports)
+        urls = [f"{hub}/accounts/login/" for hub in [*hubs, *apis]]
+        urls += [f"{gateway}/healthz" for gateway in gateways] + [demo_url.rsplit("/", 1)[0] + "/healthz"]
+        up = all(wait_for(url, alive=running) for url in urls)
+        if not running():
+            print("\n  The hub's processes stopped before it answered: the first error above says why.\n")
+            return procs.wait()
+        # The demo server is registered once it answers, so its probe stores its era and tools (the gateway
+        # lists stored tools) instead of "unreachable"; and the demo login shows just above the banner.
+        demo_step("bootstrap_demo")
+        if up:
+            mcp = ", ".join(f"{gateway}/mcp" for gateway in gateways)
             web = ", ".join(f"{hub}/" for hub in hubs)
             api = "".join(f", also {url}/api/" for url in apis)
             print(
-                f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs{api}; MCP: {gateways})\n",
+                f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs{api}; MCP: {mcp})\n",
                 flush=True,
             )
             if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":

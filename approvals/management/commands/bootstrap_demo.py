@@ -14,8 +14,11 @@ from django.db import connection, transaction
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, Membership, Team
 from approvals.services import config_audit, tokens
+from approvals.services.servers import probe_summary, server_probe
+from elicit_hub import engines
 
-VAR_DIR = Path(settings.BASE_DIR) / "var"
+# Where `make run` keeps its state (ELICIT_VAR_DIR, else ./var), beside the embedded engines.
+VAR_DIR: Path = engines.VAR_DIR
 ACTOR = Actor.system("manage.py bootstrap_demo")
 
 
@@ -43,14 +46,7 @@ class Command(BaseCommand):
         config_audit.get_or_create(
             Membership, actor=ACTOR, team=team, user=admin, defaults={"role": Membership.Role.ADMIN}
         )
-        call_command(
-            "add_server",
-            "demo",
-            settings.ELICIT_DEMO_MCP_URL,
-            name="Demo deploy server",
-            team="release",
-            stdout=self.stdout,
-        )
+        self.register_demo_server()
         # The demo server answers a re-sent tools/call with the same Idempotency-Key without running it again.
         with transaction.atomic():
             demo = McpServer.objects.select_for_update().get(slug="demo")
@@ -81,3 +77,20 @@ class Command(BaseCommand):
         path.unlink(missing_ok=True)
         path.touch(mode=0o600)
         path.write_text(token)
+
+    def register_demo_server(self) -> None:
+        """Register the demo MCP server, or, when it is registered already at its URL, probe it again and
+        keep what an admin changed since (its name, default team, era, headers)."""
+        url = settings.ELICIT_DEMO_MCP_URL
+        demo = McpServer.objects.filter(slug="demo").first()
+        if demo is None or (demo.transport, demo.url) != (McpServer.Transport.HTTP, url):
+            call_command(
+                "add_server", "demo", url, name="Demo deploy server", team="release", stdout=self.stdout
+            )
+            return
+        found = server_probe(demo, actor=ACTOR)
+        self.stdout.write(f"MCP server demo at {url}, era {demo.era}")
+        self.stdout.write(f"probe: {probe_summary(found)}")
+        if not found["ok"]:
+            error = found.get("error") or {}
+            self.stdout.write(f"error: {error.get('code')}: {error.get('message')}")
