@@ -8,7 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import broadcast, permissions, safejson, schema_forms
+from approvals import broadcast, permissions, rules, safejson, schema_forms
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Decision, InputRequest, McpServer, Round
@@ -53,6 +53,15 @@ def no_longer_pending(ir: InputRequest) -> Conflict:
     if ir.status == InputRequest.Status.GONE:
         return Conflict(GONE_MESSAGE, code="request_gone")
     return Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
+
+
+def too_late(ir: InputRequest) -> Conflict:
+    """The 409 for an answer after the round's deadline: beat expires overdue rounds only every few seconds
+    (or not at all while no worker runs), and an answer in between comes too late all the same."""
+    when = moment(ir.round.deadline)
+    return Conflict(
+        f"This request expired at {when}: no one answered it before its deadline.", code="already_answered"
+    )
 
 
 def validate_answer(ir: InputRequest, action: str, content: Any) -> dict[str, Any] | None:
@@ -154,6 +163,8 @@ def input_respond(
     if ir.status != InputRequest.Status.PENDING:
         # Before the answer is checked: that it came too late is the news, not what was wrong with it.
         raise no_longer_pending(ir)
+    if ir.round.deadline <= timezone.now() and not is_gate(ir):  # a gate's decision says so its own way
+        raise too_late(ir)
     call = ir.round.call
     _check_policy(ir, call, user)
     content = validate_answer(ir, action, content)
@@ -170,7 +181,10 @@ def input_respond(
         rnd = _ROUND_LOCKED.first(pk=ir.round_id)
         if rnd is None:
             raise Round.DoesNotExist(f"no round {ir.round_id}")
-        needs_more = action == InputRequest.Action.ACCEPT and ir.approvals_required > 1
+        # A request made for one person is theirs alone (rounds opened before routing said so too).
+        needs_more = (
+            action == InputRequest.Action.ACCEPT and ir.approvals_required > 1 and ir.assignee_id is None
+        )
         if needs_more and not _approval_completes(ir, user, content, reason):
             return ir
         now = timezone.now()
@@ -253,17 +267,24 @@ def _check_policy(ir: InputRequest, call: Any, user: Any) -> None:
 
 
 def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) -> bool:
-    """Record one approval of N. True when it is the Nth distinct approval of the same values."""
+    """Record one approval of N. True when it is the Nth distinct approval of the same values by reviewers who
+    may all still answer the request."""
     ir.refresh_from_db()
     if ir.status != InputRequest.Status.PENDING:
         raise no_longer_pending(ir)
-    standing = list(ir.decisions.filter(action=InputRequest.Action.ACCEPT, superseded=False, is_final=False))
+    standing = list(
+        ir.decisions.filter(
+            action=InputRequest.Action.ACCEPT, superseded=False, is_final=False
+        ).select_related("user")
+    )
     if any(d.user_id == user.pk for d in standing):
         raise Conflict(
             "You have already approved this request; another reviewer must confirm it.",
             code="already_approved",
         )
-    if standing and standing[0].content != content:
+    standing = _still_allowed(ir, user, standing)
+    # JSON equality (`true` is not `1`): every approval is of exactly the values that will be sent.
+    if standing and not rules.same(standing[0].content, content):
         # Different values restart the count: every approval must be of exactly what will be sent.
         ir.decisions.filter(pk__in=[d.pk for d in standing]).update(superseded=True)
         audit.record(
@@ -298,6 +319,32 @@ def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) 
     )
     transaction.on_commit(lambda: broadcast.queue_changed("input.answered", ir.round.call_id, [ir]))
     return False
+
+
+def _still_allowed(ir: InputRequest, user: Any, standing: list[Decision]) -> list[Decision]:
+    """The standing approvals whose reviewers may still answer the request (active, still in its team or
+    the team it was escalated to). The others (a reviewer removed from the team, demoted to viewer,
+    deactivated or deleted since) no longer count: they are superseded, and the audit log says whose."""
+    gone = [
+        d
+        for d in standing
+        if d.user is None or not d.user.is_active or not permissions.can_answer(d.user, ir)
+    ]
+    if not gone:
+        return standing
+    ir.decisions.filter(pk__in=[d.pk for d in gone]).update(superseded=True)
+    audit.record(
+        actor=Actor.user(user),
+        verb="input.approvals_restarted",
+        call=ir.round.call,
+        input_request=ir,
+        data={
+            "key": ir.key,
+            "superseded": len(gone),
+            "no_longer_allowed": [d.user.get_username() if d.user else None for d in gone],
+        },
+    )
+    return [d for d in standing if d not in gone]
 
 
 def _audit_content(ir: InputRequest, content: dict[str, Any] | None) -> dict[str, Any] | None:

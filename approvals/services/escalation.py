@@ -16,7 +16,7 @@ from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, Gate, InputRequest, Round, ToolCall
 from approvals.services import notifications
 from approvals.services.calls import call_finish
-from approvals.services.rounds import expiry_action, round_mark_ready
+from approvals.services.rounds import expiry_action, notify_holders, round_mark_ready
 
 
 def escalate_due(*, now: datetime) -> int:
@@ -133,6 +133,10 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
                 },
                 verb="call.expired",
             )
+            if rnd.kind == Round.Kind.PUSH:
+                # A holder waits on the session for this round's answer: it answers the server ``cancel`` now
+                # and stops the tool, instead of at its next look at the round.
+                notify_holders(f"call:{call.pk}")
             return True
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.EXPIRED)
         return True

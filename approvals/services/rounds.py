@@ -217,6 +217,8 @@ def round_open(
         rows = [_describe(key, request) for key, request in input_requests.items()]
     routes = route_all(call=call, requests=rows)
     ttls = [r.policy.ttl for r in routes if r.policy and r.policy.ttl]
+    # The strictest policy sets the round's clock; a relay's own `ttl` may shorten it, never lengthen it.
+    clock = min([ttl, *ttls]) if ttl else min(ttls or [round_ttl(call)])
     rnd = Round.objects.create(
         call=call,
         number=number,
@@ -225,8 +227,7 @@ def round_open(
         raw=_bounded_raw(raw, list(input_requests) if refused else None),
         request_state=request_state,
         opened_at=received_at,
-        # The strictest policy sets the round's clock.
-        deadline=received_at + timedelta(seconds=ttl or (min(ttls) if ttls else round_ttl(call))),
+        deadline=received_at + timedelta(seconds=clock),
     )
     for ir, chosen in zip(rows, routes, strict=True):
         ir.round = rnd
@@ -234,7 +235,7 @@ def round_open(
         ir.team, ir.policy, ir.rule, ir.assignee = chosen.team, chosen.policy, chosen.rule, chosen.assignee
         ir.routing = chosen.explanation
         ir.for_requester = chosen.for_requester and ir.status == InputRequest.Status.PENDING
-        ir.approvals_required = chosen.policy.approvals_required if chosen.policy else 1
+        ir.approvals_required = chosen.approvals_required
         ir.flags = [*ir.flags, *chosen.warnings]
         if ir.status != InputRequest.Status.PENDING:
             ir.answered_at = now

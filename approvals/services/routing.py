@@ -21,6 +21,14 @@ class Route:
     warnings: list[str] = field(default_factory=list)
     for_requester: bool = False  # passed through to the agent's own MCP client
 
+    @property
+    def approvals_required(self) -> int:
+        """The policy's count, but one for a request only one person may answer: a url-mode request made for
+        its assignee, or one passed through to the requester. No second approval could ever come."""
+        if self.policy is None or self.assignee is not None or self.for_requester:
+            return 1
+        return self.policy.approvals_required
+
 
 def passthrough_refusal(call: ToolCall, mode: str) -> str:
     """Why a request a rule gives to the requester still goes to the team ("" when it may pass through)."""
