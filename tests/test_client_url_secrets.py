@@ -19,7 +19,7 @@ class _EchoPath(BaseHTTPRequestHandler):
     """Refuses every request with a JSON-RPC error naming the path it was sent to (query included), as
     servers' errors often do."""
 
-    def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+    def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
         error = {"code": -32602, "message": f"bad key in {self.path}"}
         body = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "error": error}).encode()
