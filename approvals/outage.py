@@ -3,16 +3,17 @@
 - The API answers ``{"error": {"code": "engine_unavailable", ...}}`` (handlers installed on the NinjaAPI); so
   does the MCP gateway (``approvals.gateway.server.Guard``).
 - Dashboard pages get the readable ``503.html`` (``OutageMiddleware``, and ``handler500`` for faults raised
-  outside a view).
+  outside a view): a page reloads itself, a refused form says to send it again.
 - Writes need both engines: a write's side effects (Celery tasks, live notices) go through Redis after its
   transaction commits, so an unsafe request first checks that Redis answers, and while it does not, is
-  refused before anything is stored. Reads need only PostgreSQL.
+  refused before anything is stored. Reads need only PostgreSQL, and so does signing out.
 - The API's rate limits are kept in Redis; while Redis is away they are counted in each process's memory
   (``approvals.ratelimit``), so they neither fail the request nor stop limiting.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.csrf import requires_csrf_token
 from ninja import NinjaAPI
 
@@ -95,8 +97,11 @@ def api_response(engine: str) -> HttpResponse:
 
 
 def page_response(request: HttpRequest) -> HttpResponse:
+    """The readable 503. A page reloads itself; a refused form does not: a reload is a GET, which would drop
+    what was typed while the page said the hub tries again, so it says to go back and send it again."""
     # Rendered without a context processor or the user: the engines behind them are what is down.
-    response = HttpResponse(render_to_string("503.html", {"retry_after": RETRY_AFTER}), status=503)
+    context = {"retry_after": RETRY_AFTER, "sent": request.method not in SAFE_METHODS}
+    response = HttpResponse(render_to_string("503.html", context), status=503)
     response["Retry-After"] = str(RETRY_AFTER)
     return response
 
@@ -120,6 +125,13 @@ def redis_answers() -> bool:
         return False
 
 
+@functools.cache
+def sign_outs() -> frozenset[str]:
+    """The sign-out addresses (the dashboard's, the admin's): a write that needs only PostgreSQL (the
+    session's row; moving the sockets' counter is best effort), which a Redis outage must not hold up."""
+    return frozenset({reverse("logout"), reverse("admin:logout")})
+
+
 class OutageMiddleware:
     """Refuse a write while Redis is down (before anything is stored); turn an engine fault in a view into
     a 503: JSON under /api/, the readable page elsewhere."""
@@ -128,7 +140,7 @@ class OutageMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method not in SAFE_METHODS and not redis_answers():
+        if request.method not in SAFE_METHODS and request.path not in sign_outs() and not redis_answers():
             logger.warning("%s %s refused: Redis unavailable", request.method, request.path)
             return self._respond(request, "redis")
         return self.get_response(request)

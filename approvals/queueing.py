@@ -32,6 +32,9 @@ def enqueue_on_commit(task: str, *args: Any, priority: int = UNDER_WAY) -> None:
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}")
     # robust: a broker that fails after the commit must not turn the committed request into an error;
-    # the work is in PostgreSQL, and beat's recover_stuck queues it again.
-    send = partial(current_app.send_task, task, args=args, priority=priority)
+    # the work is in PostgreSQL, and beat's recover_stuck queues it again. Django logs a robust callback's
+    # failure by the callback's __qualname__, which a partial lacks: without one, the log line itself raised
+    # (AttributeError) out of the commit, and the caller failed after all.
+    send: Any = partial(current_app.send_task, task, args=args, priority=priority)
+    send.__qualname__ = f"queueing.enqueue_on_commit({task}, {', '.join(map(str, args))})"
     transaction.on_commit(send, robust=True)

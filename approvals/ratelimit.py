@@ -13,7 +13,8 @@ at a window's edge is not allowed twice over, as a fixed window would allow it. 
 off the count again: a client that waits as told gets in.
 
 While Redis is away the same counters are kept in this process's memory (the same limit per process), so
-the limit neither fails the request nor stops limiting.
+the limit neither fails the request nor stops limiting; the log says so once per outage, and again when
+Redis is back.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from approvals.outage import REDIS_ERRORS
 logger = logging.getLogger(__name__)
 
 _local = LocMemCache("elicit-hub-ratelimit", {"MAX_ENTRIES": 20000})
+# Set while this process counts in memory, so that an outage is logged once, not once per request.
+_redis_away = threading.Event()
 
 
 def estimate(previous: int, current: int, elapsed: float) -> float:
@@ -77,9 +80,15 @@ class SlidingWindowMixin(SimpleRateThrottle):
             store: Any = self.cache
             previous, current = self._count(store, current_key, previous_key)
         except REDIS_ERRORS:
-            logger.warning("rate limit counted in process memory: Redis unavailable")
+            if not _redis_away.is_set():  # once per outage: every request of it comes here
+                _redis_away.set()
+                logger.warning("rate limit counted in process memory: Redis unavailable")
             store = _local
             previous, current = self._count_locally(current_key, previous_key)
+        else:
+            if _redis_away.is_set():
+                _redis_away.clear()
+                logger.warning("rate limit counted in Redis again")
         if estimate(previous, current, elapsed) <= self.num_requests:
             self._last.wait = None
             return True

@@ -133,8 +133,8 @@ def _rate_limited(wait: float) -> Response:
 
 
 def _unavailable(exc: Exception) -> Response:
-    """An engine the guard needs (PostgreSQL, for the agent's token) is down: the REST API's 503, with its
-    Retry-After, instead of the server's bare 500."""
+    """An engine the guard needs is down (PostgreSQL, for the agent's token; Redis, for a request that may
+    queue work): the REST API's 503, with its Retry-After, instead of the server's bare 500."""
     engine = outage.engine_of(exc) or "postgresql"
     logger.warning("gateway: %s unavailable (%s)", engine, type(exc).__name__)
     return JSONResponse(
@@ -191,6 +191,13 @@ class Guard:
         if slug is not None and not await _db(catalog.may_use, agent.pk, slug):
             # The same answer whether the server does not exist or the agent may not use it.
             return _error(404, "unknown_server", f"This agent has no MCP server {slug!r}.")
+        if (
+            request.method == "POST"
+            and not await sync_to_async(outage.redis_answers, thread_sensitive=False)()
+        ):
+            # As the REST API refuses a write (approvals.outage): a tools/call's send is queued through Redis,
+            # so one accepted now would be stored with no send queued and its agent left waiting on it.
+            raise outage.EngineUnavailable("redis")
         scope[SCOPE_KEY] = {"agent": agent.pk, "slug": slug, "called": await _called(request, agent.pk, slug)}
         # The session manager binds a handshake-era session to this principal: another agent presenting
         # the session's id gets 404. Only the agent's id is kept, never its token.
