@@ -36,6 +36,7 @@ CORE = (
     "approvals.safejson",
     "approvals.schema_forms",
     "approvals.selectors",
+    "approvals.urlparts",
     "approvals.urlsafety",
 )
 SERVICES = ("approvals.services",)

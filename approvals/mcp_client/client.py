@@ -44,7 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from referencing import Registry
 
-from approvals import netguard, urlsafety
+from approvals import netguard, urlparts
 from approvals.mcp_client import loop
 from approvals.mcp_client.outcomes import (
     Completed,
@@ -106,7 +106,7 @@ def _secrets(server: ServerConfig, request_state: str | None = None) -> list[str
     for value in server.headers.values():
         found.append(value)
         found.extend(part for part in value.split() if len(part) >= 8)
-    found.extend(urlsafety.hidden_parts(server.url))
+    found.extend(urlparts.hidden_parts(server.url))
     if request_state:
         found.append(request_state)
     return found

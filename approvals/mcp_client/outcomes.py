@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from approvals import safejson, urlsafety
+from approvals import safejson, urlparts
 
 REDACTED = "[redacted]"
 # The longest error message kept: what quotes a server (`wire.quoted`, `wire.scrub`) is far shorter; this
@@ -40,7 +40,7 @@ class ServerConfig:
         shown = {name: REDACTED for name in self.headers}
         cached = "yes" if self.discover is not None else "no"
         return (
-            f"ServerConfig(url={urlsafety.shown(self.url)!r}, headers={shown!r}, discover={cached}, "
+            f"ServerConfig(url={urlparts.shown(self.url)!r}, headers={shown!r}, discover={cached}, "
             f"timeout={self.timeout!r})"
         )
 
