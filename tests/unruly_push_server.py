@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import UrlElicitationRequiredError
@@ -85,7 +84,10 @@ async def loop_ask(times: int, ctx: Context) -> str:
             COUNTS["loop_ask.asked"] += 1
             result = await ctx.elicit(TOO_LONG, Answer)
             actions[result.action] += 1
-    except anyio.get_cancelled_exc_class():
+    except BaseException:
+        # Stopped before its end: cancelled (the client sent notifications/cancelled), or the session it asks
+        # on ended under it (a client that abandons the call may close its session instead), which the
+        # waiting elicitation meets as an error, not as a cancellation.
         COUNTS["loop_ask.stopped"] += 1
         raise
     return ", ".join(f"{action}: {n}" for action, n in sorted(actions.items()))
