@@ -286,14 +286,7 @@ def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) 
     # JSON equality (`true` is not `1`): every approval is of exactly the values that will be sent.
     if standing and not rules.same(standing[0].content, content):
         # Different values restart the count: every approval must be of exactly what will be sent.
-        ir.decisions.filter(pk__in=[d.pk for d in standing]).update(superseded=True)
-        audit.record(
-            actor=Actor.user(user),
-            verb="input.approvals_restarted",
-            call=ir.round.call,
-            input_request=ir,
-            data={"key": ir.key, "superseded": len(standing)},
-        )
+        _supersede(ir, user, standing)
         standing = []
     if len(standing) + 1 >= ir.approvals_required:
         return True
@@ -332,19 +325,20 @@ def _still_allowed(ir: InputRequest, user: Any, standing: list[Decision]) -> lis
     ]
     if not gone:
         return standing
-    ir.decisions.filter(pk__in=[d.pk for d in gone]).update(superseded=True)
+    _supersede(ir, user, gone, no_longer_allowed=[d.user.get_username() if d.user else None for d in gone])
+    return [d for d in standing if d not in gone]
+
+
+def _supersede(ir: InputRequest, user: Any, decisions: list[Decision], **why: Any) -> None:
+    """These approvals no longer count (audited ``input.approvals_restarted``, with `why`)."""
+    ir.decisions.filter(pk__in=[d.pk for d in decisions]).update(superseded=True)
     audit.record(
         actor=Actor.user(user),
         verb="input.approvals_restarted",
         call=ir.round.call,
         input_request=ir,
-        data={
-            "key": ir.key,
-            "superseded": len(gone),
-            "no_longer_allowed": [d.user.get_username() if d.user else None for d in gone],
-        },
+        data={"key": ir.key, "superseded": len(decisions), **why},
     )
-    return [d for d in standing if d not in gone]
 
 
 def _audit_content(ir: InputRequest, content: dict[str, Any] | None) -> dict[str, Any] | None:
