@@ -7,11 +7,17 @@ ones before it did not. Tool annotations are the server's claims (read from tool
 from __future__ import annotations
 
 import fnmatch
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
 OPS = ("==", "!=", "in", "not in", "exists")
 _MISSING = object()
+
+# How an explanation quotes a value: an agent's argument may be as large as a body allows, and the explanation
+# (one line per rule checked, kept with every request of the round) quoted it whole for each rule.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxstring, _SHOWN.maxlong = 3, 8, 8, 120, 60
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,8 @@ def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
         ok = same(actual, expected) == (op == "==")
     else:
         ok = any(same(actual, choice) for choice in expected) == (op == "in")
-    shown = f"{name} is {actual!r}"
-    return Verdict(ok, f"{shown} ({'' if ok else 'not '}{op} {expected!r})")
+    shown = f"{name} is {_SHOWN.repr(actual)}"
+    return Verdict(ok, f"{shown} ({'' if ok else 'not '}{op} {_SHOWN.repr(expected)})")
 
 
 def evaluate(rule: Any, subject: Subject) -> Verdict:

@@ -3,6 +3,7 @@ for the round, not once per request (a round may hold many)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -95,3 +96,47 @@ def test_the_rules_reads_leave_their_servers_stored_json_unread() -> None:
     for sql in reads:
         for column in McpServer.STORED_JSON:
             assert f'"approvals_mcpserver"."{column}"' not in sql, (column, sql)
+
+
+def test_an_argument_shown_in_the_routing_explanation_is_shortened_whatever_its_size() -> None:
+    """Each rule checked leaves a line in every request's stored explanation, quoting the argument it looked
+    at. An agent's argument may be as large as a body allows (a 300 KB note here): quoted whole, it was copied
+    once per rule per request (each round request, every rule on it: 10 rules x 5 questions stored 15 MB).
+    The explanation quotes a short head of it instead, enough to see why the rule did not match."""
+    release = factories.team("release")
+    server = McpServer.objects.create(slug="deployer", name="Deployer", url="https://deployer.example/mcp")
+    note = "n" * 300_000
+    for position in range(10):
+        RoutingRule.objects.create(
+            position=position,
+            name=f"rule {position}",
+            team=release,
+            conditions=[{"argument": "details.note", "op": "==", "value": f"wanted {position}"}],
+        )
+    RoutingRule.objects.create(
+        position=50,
+        name="big notes",
+        team=release,
+        conditions=[{"argument": "details.note", "op": "in", "value": [note, "other"]}],
+    )
+    call = factories.call(server, arguments={"branch": "main", "details": {"note": note}})
+
+    with transaction.atomic():
+        rnd = round_open(
+            call=call,
+            input_requests={f"question{i}": _form(f"Question {i}") for i in range(5)},
+            raw={"resultType": "input_required"},
+            request_state=None,
+            received_at=timezone.now(),
+        )
+
+    stored = list(rnd.input_requests.values_list("routing", flat=True))
+    assert len(stored) == 5
+    for routing in stored:
+        assert routing["matched"] == "big notes"  # the rule still compares the whole value
+        assert len(json.dumps(routing)) < 16_000, len(json.dumps(routing))
+        first = routing["checked"][0]
+        assert first["matched"] is False
+        assert first["why"].startswith("details.note is 'nnnn")
+        assert "not == 'wanted 0'" in first["why"]
+        assert "..." in first["why"]
