@@ -8,6 +8,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
 from approvals import broadcast
@@ -18,9 +19,20 @@ from approvals.services import notifications
 from approvals.services.calls import call_finish
 from approvals.services.rounds import expiry_action, notify_holders, round_mark_ready
 
+# When a request's policy sends it on: its creation plus the policy's delay (seconds), computed by PostgreSQL.
+_ESCALATES_AT = ExpressionWrapper(
+    F("created_at")
+    + ExpressionWrapper(
+        F("policy__escalate_after") * Value(timedelta(seconds=1)), output_field=DurationField()
+    ),
+    output_field=DateTimeField(),
+)
 
-def escalate_due(*, now: datetime) -> int:
-    """Escalate every pending request whose policy's delay has passed. Returns how many."""
+
+def escalate_due(*, now: datetime, limit: int = 500) -> int:
+    """Escalate the pending requests whose policy's delay has passed (at most ``limit`` per run, the longest
+    waiting first). Returns how many. The delay is compared in the query: a backlog still within its delay
+    (a policy of a day, thousands waiting) is not read on every run."""
     candidates = (
         InputRequest.objects.pending()
         .filter(
@@ -29,7 +41,10 @@ def escalate_due(*, now: datetime) -> int:
             policy__escalate_after__isnull=False,
             policy__escalation_team__isnull=False,
         )
+        .alias(escalates_at=_ESCALATES_AT)
+        .filter(escalates_at__lte=now)
         .select_related("policy__escalation_team", "round__call__server", "team")
+        .order_by("created_at")[:limit]
     )
     escalated = 0
     for ir in candidates:
@@ -37,8 +52,6 @@ def escalate_due(*, now: datetime) -> int:
         # The query above only yields requests whose policy names both a delay and a fallback team.
         assert policy is not None and policy.escalate_after is not None
         assert policy.escalation_team is not None
-        if ir.created_at + timedelta(seconds=policy.escalate_after) > now:
-            continue
         fallback = policy.escalation_team
         with transaction.atomic():
             if not InputRequest.objects.filter(
