@@ -185,7 +185,8 @@ class McpServerForm(forms.ModelForm):
         ]
         help_texts = {
             "command": "stdio: an absolute path, or a name found on the hub's PATH.",
-            "url": f"Query values and a password are credentials: shown as {urlsafety.HIDDEN}. Leave the "
+            "url": f"Query values, a password and a key in the path are credentials: shown as "
+            f"{urlsafety.HIDDEN}. Leave the "
             "address as shown to keep it; to change it, type the whole address again, with its values.",
         }
         widgets = {"url": ShownUrlInput(attrs={"autocomplete": "off"})}
@@ -208,7 +209,7 @@ class McpServerForm(forms.ModelForm):
         url = self.cleaned_data.get("url") or ""
         if self.stored_url and url == urlsafety.shown(self.stored_url):
             return self.stored_url  # left as shown: the stored address, hidden values included, stays
-        if urlsafety.HIDDEN in urlsafety.hidden_parts(url):
+        if urlsafety.holds_hidden(url):
             raise forms.ValidationError(
                 f"The address holds {urlsafety.HIDDEN} where a hidden value was: the stored values do not "
                 "follow an edited address. Type the whole address again, with its values."

@@ -1,4 +1,5 @@
-"""A server URL as it may be shown: its credentials (query values, a password, a fragment) hidden.
+"""A server URL as it may be shown: its credentials (query values, a password, a fragment, a key in its path)
+hidden.
 
 Pure (no Django): the MCP client scrubs what a URL hides from its error messages with it, and stays free
 of Django (`approvals.mcp_client`). `approvals.urlsafety` re-exports both for the rest of the hub.
@@ -6,17 +7,23 @@ of Django (`approvals.mcp_client`). `approvals.urlsafety` re-exports both for th
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 # What `shown` writes in place of a URL's hidden parts. A URL holding it is one an admin left as shown.
 HIDDEN = "***"
+# A path segment that reads as a key: hosted MCP servers give each user a URL with the key in its path
+# (``https://mcp.example.com/s/<key>/mcp``, or a UUID). Twenty characters or more of those keys are made of,
+# letters and digits both: a long name of words (``release-managers-deploy``) is not one.
+_KEYLIKE = re.compile(r"(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[A-Za-z0-9_~+=.%-]{20,}")
 
 
 def shown(url: str) -> str:
     """A server URL as it may be shown, printed, logged or audited: scheme, host, port and path as written;
     every query value, the userinfo's password (all of a userinfo without one: a lone user name may be a
-    token) and any fragment replaced by `HIDDEN`, since hosted MCP servers take their key there
-    (``https://mcp.example.com/mcp?api_key=***``). Idempotent; "" for "", `HIDDEN` when it cannot be read."""
+    token), any fragment and every path segment that reads as a key (`_KEYLIKE`) replaced by `HIDDEN`,
+    since hosted MCP servers take their key there (``https://mcp.example.com/mcp?api_key=***``,
+    ``https://mcp.example.com/s/***/mcp``). Idempotent; "" for "", `HIDDEN` when it cannot be read."""
     if not url:
         return ""
     try:
@@ -30,7 +37,8 @@ def shown(url: str) -> str:
         hostport = (f"{user}:{HIDDEN}" if colon else HIDDEN) + "@" + hostport
     query = "&".join(_masked_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
     fragment = HIDDEN if parts.fragment else ""
-    return urlunsplit((parts.scheme, hostport, parts.path, query, fragment))
+    path = "/".join(HIDDEN if _KEYLIKE.fullmatch(segment) else segment for segment in parts.path.split("/"))
+    return urlunsplit((parts.scheme, hostport, path, query, fragment))
 
 
 def hidden_parts(url: str) -> list[str]:
@@ -53,7 +61,19 @@ def hidden_parts(url: str) -> list[str]:
         found.append(value if equals else key)
     if parts.fragment:
         found.append(parts.fragment)
+    found.extend(segment for segment in parts.path.split("/") if _KEYLIKE.fullmatch(segment))
     return [form for value in found if value for form in dict.fromkeys((value, unquote(value)))]
+
+
+def holds_hidden(url: str) -> bool:
+    """Whether `url` holds `HIDDEN` where `shown` hides a value: a shown URL, copied and edited."""
+    if HIDDEN in hidden_parts(url):
+        return True
+    try:
+        path = urlsplit(url.strip()).path
+    except ValueError:
+        return False
+    return HIDDEN in path.split("/")
 
 
 def _masked_pair(pair: str) -> str:

@@ -21,6 +21,7 @@ from publicsuffixlist import PublicSuffixList
 from approvals import netguard
 from approvals.urlparts import HIDDEN as HIDDEN  # re-exported: the hub's one place for URLs
 from approvals.urlparts import hidden_parts as hidden_parts
+from approvals.urlparts import holds_hidden as holds_hidden
 from approvals.urlparts import shown as shown
 
 

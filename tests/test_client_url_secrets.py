@@ -51,6 +51,16 @@ def test_a_key_in_the_url_that_the_server_echoes_is_scrubbed_from_the_error(echo
     assert "bad key in /mcp?api_key=" in caught.value.message
 
 
+def test_a_key_in_the_url_path_that_the_server_echoes_is_scrubbed_from_the_error(echo_url: str) -> None:
+    path_key = "NjM1ZTVhNDEtYjQ4Zi00ZDVjLWI1N2Y"
+    url = echo_url.replace("/mcp?", f"/s/{path_key}/mcp?")
+    with pytest.raises(PermanentError) as caught:
+        run(call_tool(ServerConfig(url=url), "echo", {}, tool={"name": "echo", "inputSchema": {}}))
+    assert path_key not in caught.value.message and path_key not in str(caught.value)
+    assert "bad key in /s/" in caught.value.message
+    assert path_key not in repr(ServerConfig(url=url))
+
+
 def test_a_server_config_repr_shows_its_url_without_its_key(echo_url: str) -> None:
     shown = repr(ServerConfig(url=echo_url))
     assert KEY not in shown and "/mcp?api_key=" in shown

@@ -61,6 +61,24 @@ def run(*args: str) -> str:
         ("https://ghp_token@mcp.example.com/mcp", "https://***@mcp.example.com/mcp"),
         ("https://mcp.example.com/mcp?sk-bare-token#frag", "https://mcp.example.com/mcp?***#***"),
         ("http://127.0.0.1:9/mcp", "http://127.0.0.1:9/mcp"),
+        # A key in the path, as hosted servers give each user a URL of their own: a token, a UUID.
+        (
+            "https://mcp.example.com/api/mcp/s/NjM1ZTVhNDEtYjQ4Zi00ZDVj/mcp",
+            "https://mcp.example.com/api/mcp/s/***/mcp",
+        ),
+        (
+            "https://mcp.example.net/0b5d6e0f-0c1b-4cde-8a2e-5f0e1e2d3c4b/github?k=v",
+            "https://mcp.example.net/***/github?k=***",
+        ),
+        # Words, versions and short ids stay: they name the server, not a key.
+        (
+            "https://mcp.example.com/v2/release-managers-deployments/mcp",
+            "https://mcp.example.com/v2/release-managers-deployments/mcp",
+        ),
+        (
+            "https://mcp.example.com/api/2026-07-28/tenant42/mcp",
+            "https://mcp.example.com/api/2026-07-28/tenant42/mcp",
+        ),
         ("https://mcp.example.com:99999/mcp?k=v", "***"),  # unreadable: nothing of it
         ("", ""),
     ],
@@ -105,6 +123,27 @@ def test_an_admin_edit_cannot_carry_hidden_values_to_an_edited_address(admin_cli
     page = response.content.decode()
     assert "type the whole address again" in page and KEY not in page
     assert McpServer.objects.get(pk=server.pk).url == url
+
+
+def test_an_admin_edit_cannot_carry_a_hidden_path_key_to_an_edited_address(admin_client: Client) -> None:
+    path_key = "NjM1ZTVhNDEtYjQ4Zi00ZDVjLWI1N2Y"
+    url = f"http://127.0.0.1:{live.free_port()}/s/{path_key}/mcp"
+    server = factories.server("deploy", url=url)
+    form = admin_client.get(f"/admin/approvals/mcpserver/{server.pk}/change/").content.decode()
+    assert path_key not in form and "/s/***/mcp" in form
+    edited = urlsafety.shown(url) + "?region=eu"
+    response = admin_client.post(f"/admin/approvals/mcpserver/{server.pk}/change/", server_form(edited))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "type the whole address again" in page and path_key not in page
+    assert McpServer.objects.get(pk=server.pk).url == url
+    # Left as shown, the stored address (its key included) stays.
+    response = admin_client.post(
+        f"/admin/approvals/mcpserver/{server.pk}/change/", server_form(urlsafety.shown(url), name="Renamed")
+    )
+    assert response.status_code == 302
+    assert McpServer.objects.get(pk=server.pk).url == url
+    assert in_audit_log(path_key) == 0
 
 
 def test_a_new_url_typed_in_the_admin_is_stored_audited_as_changed_and_never_echoed(
