@@ -9,7 +9,6 @@ class ApprovalsConfig(AppConfig):
         from approvals import (
             checks,  # noqa: F401  (registers the system checks)
             permissions,  # noqa: F401  (a membership's change reaches the sockets' scopes)
-            throttling,  # noqa: F401  (counts failed sign-ins)
         )
         from approvals.services import (
             gate_decisions,  # noqa: F401  (hands ready gate rounds to gate_decided: see rounds.READY_HANDLERS)

@@ -12,6 +12,9 @@ the estimate ``previous window * (share of it still inside the sliding period) +
 at a window's edge is not allowed twice over, as a fixed window would allow it. A refused request is taken
 off the count again: a client that waits as told gets in.
 
+Without a credential a client is counted by its address (``client_network``): an IPv6 address by its /64,
+which a single host is given whole and may send from any address of.
+
 While Redis is away the same counters are kept in this process's memory (the same limit per process), so
 the limit neither fails the request nor stops limiting; the log says so once per outage, and again when
 Redis is back.
@@ -20,6 +23,7 @@ Redis is back.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import math
 import threading
@@ -59,6 +63,24 @@ def wait_for(limit: int, previous: int, current: int, elapsed: float, period: fl
     return (1.0 - elapsed) * period + max(0.0, fits_at) * period
 
 
+def client_network(address: str | None) -> str | None:
+    """The client as the limits count it: an IPv4 address as itself (also when written inside IPv6), an IPv6
+    address as its /64 network. A host is routinely given a whole /64 and may send from any of its 2**64
+    addresses, so counting per IPv6 address let one client start afresh at will. Anything else (an
+    unparsable value a proxy passed on) is kept as given."""
+    if address is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
+    return str(ip)
+
+
 class SlidingWindowMixin(SimpleRateThrottle):
     """``allow_request`` and ``wait`` of a ninja throttle, on counters (the key is the throttle's own)."""
 
@@ -95,6 +117,9 @@ class SlidingWindowMixin(SimpleRateThrottle):
         self._uncount(store, current_key)
         self._last.wait = wait_for(self.num_requests, previous, current - 1, elapsed, self.duration)
         return False
+
+    def get_ident(self, request: HttpRequest) -> str | None:
+        return client_network(super().get_ident(request))
 
     def wait(self) -> float | None:
         waited = getattr(self._last, "wait", None)

@@ -1,10 +1,14 @@
-"""Sign-in throttling on the API's own limiter (django-ninja's SimpleRateThrottle over the Redis cache).
+"""Sign-in throttling, on the Redis cache the API's limiter uses.
 
 Failed sign-ins are counted per user name and per client address; past either limit every sign-in for
 that name or from that address is refused, the right password included, until the oldest counted failure
 leaves the window. The check is in the authentication backend, so the dashboard's sign-in page and the
 admin's are both covered.
-Anonymous API requests are limited in approvals.api.auth with the same limiter.
+
+An attempt is counted before its password is checked, atomically with reading the count, and taken off
+again when the password was right: read first and counted after the check, a burst of concurrent guesses
+all passed the check before any of their failures was known, however low the limit.
+Anonymous API requests are limited in approvals.api.auth with the API's limiter (approvals.ratelimit).
 """
 
 from __future__ import annotations
@@ -12,55 +16,69 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import time
+import secrets
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import ngettext
 from ninja.throttling import SimpleRateThrottle
+
+from approvals.ratelimit import client_network
 
 # Set on the request when a sign-in was refused unheard: seconds until the next attempt may count.
 RETRY_AFTER = "sign_in_retry_after"
 
 
 class FailureThrottle(SimpleRateThrottle):
-    """Counts failures only: ``retry_after`` looks without counting, ``failed`` counts one. Keyed by the
-    user name when given, else by the client's address (as the API's throttles find it)."""
+    """The attempts of one user name (when given) or one client address (its network, as the API's limits
+    count it) in the last period: a sorted set in Redis of attempt ids by time. ``begin`` adds one and
+    counts in one transaction, so of concurrent attempts only as many as the limit allows get in."""
+
+    cache_format = "sign_in_%(scope)s_%(ident)s"  # a sorted set (the former list lived under throttle_*)
 
     def __init__(self, scope: str, rate: str, username: str | None = None) -> None:
         self.scope = scope
         self.username = username
         super().__init__(rate)
+        self.limit, self.period = self.num_requests or 0, self.duration or 0  # `rate` is given: never None
+
+    def get_ident(self, request: HttpRequest) -> str | None:
+        return client_network(super().get_ident(request))
 
     def get_cache_key(self, request: HttpRequest) -> str:
         ident = self.username if self.username is not None else (self.get_ident(request) or "")
         digest = hashlib.sha256(ident.encode()).hexdigest()  # names and addresses stay out of Redis
         return self.cache_format % {"scope": self.scope, "ident": digest}
 
-    def _load(self, request: HttpRequest) -> None:
-        self.key = self.get_cache_key(request)
-        self.history = self.cache.get(self.key, [])
-        self.now = time.time()
-        while self.history and self.history[-1] <= self.now - self.duration:  # type: ignore[operator]
-            self.history.pop()
+    def begin(self, request: HttpRequest) -> None:
+        """Count an attempt now. Past the limit it is taken off again at once, and ``self.refused_for`` is the
+        seconds until one more may be made; otherwise ``self.refused_for`` is None."""
+        store: Any = self.cache
+        self.key = store.make_and_validate_key(self.get_cache_key(request))
+        self.client = store._cache.get_client(self.key, write=True)
+        self.attempt = secrets.token_hex(8)
+        now = self.timer()  # type: ignore[misc]  # ninja keeps time.time as a class attribute
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zremrangebyscore(self.key, "-inf", now - self.period)
+        pipe.zadd(self.key, {self.attempt: now})
+        pipe.expire(self.key, self.period + 1)
+        pipe.zrange(self.key, 0, -1, withscores=True)
+        *_, log = pipe.execute()
+        earlier = [at for attempt, at in log if attempt != self.attempt.encode()]
+        self.refused_for: float | None = None
+        if len(earlier) >= self.limit:
+            self.end()
+            # One more fits once all but `limit - 1` of the earlier attempts are a period old.
+            self.refused_for = max(1.0, earlier[len(earlier) - self.limit] + self.period - now)
 
-    def retry_after(self, request: HttpRequest) -> float | None:
-        """Seconds until an attempt may be made again, or None when one may be made now."""
-        self._load(request)
-        if len(self.history) < self.num_requests:  # type: ignore[operator]
-            return None
-        return self.wait() or float(self.duration)  # type: ignore[arg-type]
-
-    def failed(self, request: HttpRequest) -> None:
-        self._load(request)
-        self.throttle_success()  # records this failure in the window
+    def end(self) -> None:
+        """Take this attempt off the count: the password was right, or the attempt was refused."""
+        self.client.zrem(self.key, self.attempt)
 
 
 def sign_in_throttles(request: HttpRequest, username: Any) -> list[FailureThrottle]:
@@ -71,9 +89,24 @@ def sign_in_throttles(request: HttpRequest, username: Any) -> list[FailureThrott
     return throttles
 
 
-def sign_in_retry_after(request: HttpRequest, username: Any) -> float | None:
-    waits = [wait for t in sign_in_throttles(request, username) if (wait := t.retry_after(request))]
-    return max(waits, default=None)
+def sign_in_begin(request: HttpRequest, username: Any) -> list[FailureThrottle]:
+    """The attempt, counted for its client and its user name; refused (PermissionDenied, with the wait set
+    on the request as ``RETRY_AFTER``, and counted nowhere) when either is past its limit."""
+    throttles = sign_in_throttles(request, username)
+    for throttle in throttles:
+        throttle.begin(request)
+    waits = [throttle.refused_for for throttle in throttles if throttle.refused_for is not None]
+    if waits:
+        sign_in_end([throttle for throttle in throttles if throttle.refused_for is None])
+        setattr(request, RETRY_AFTER, max(waits))
+        raise PermissionDenied
+    return throttles
+
+
+def sign_in_end(throttles: list[FailureThrottle]) -> None:
+    """Take the attempt off the counts again: it was not a failure."""
+    for throttle in throttles:
+        throttle.end()
 
 
 def minutes(seconds: float) -> int:
@@ -126,24 +159,19 @@ def answer_throttled_with_429(login: Callable[..., HttpResponse]) -> Callable[..
 
 class ThrottledModelBackend(ModelBackend):
     """Django's own backend, refusing any sign-in for a throttled name or client before the password is
-    even checked."""
+    even checked, and counting the attempt as a failure unless the password was right."""
 
     def authenticate(
         self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kw: Any
     ) -> Any:
-        if request is not None:  # None: not a sign-in over HTTP (e.g. a management command)
-            wait = sign_in_retry_after(request, username if username is not None else kw.get("email"))
-            if wait:
-                setattr(request, RETRY_AFTER, wait)
-                raise PermissionDenied
-        return super().authenticate(request, username=username, password=password, **kw)
-
-
-@receiver(user_login_failed, dispatch_uid="approvals.throttling.count_failure")
-def count_failure(
-    sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kw: Any
-) -> None:
-    if request is None or getattr(request, RETRY_AFTER, None):
-        return  # refused unheard: not another failure
-    for throttle in sign_in_throttles(request, credentials.get("username")):
-        throttle.failed(request)
+        if request is None:  # not a sign-in over HTTP (e.g. a management command)
+            return super().authenticate(request, username=username, password=password, **kw)
+        throttles = sign_in_begin(request, username if username is not None else kw.get("email"))
+        try:
+            user = super().authenticate(request, username=username, password=password, **kw)
+        except Exception:  # the hub's fault (the database went away), not the caller's: not counted
+            sign_in_end(throttles)
+            raise
+        if user is not None:  # the right password: not a failure
+            sign_in_end(throttles)
+        return user

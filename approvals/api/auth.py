@@ -20,7 +20,20 @@ class AgentRequest(HttpRequest):
     auth: AgentClient
 
 
-class AgentToken(HttpBearer):
+class Bearer(HttpBearer):
+    """``Authorization: Bearer <token>``: the scheme in any case, one or more spaces before the token (RFC
+    7235). django-ninja's own parsing logged the whole header, token included, whenever the scheme was
+    another (``Token eha_...``, with DEBUG on), and took a second space as the token's first character."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        scheme, _, token = request.headers.get(self.header, "").partition(" ")
+        token = token.lstrip(" ")
+        if scheme.lower() != self.openapi_scheme or not token:
+            return None
+        return self.authenticate(request, token)
+
+
+class AgentToken(Bearer):
     openapi_description = "An agent token from `manage.py create_agent`."
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentClient | None:
@@ -28,7 +41,7 @@ class AgentToken(HttpBearer):
         return found if isinstance(found, AgentClient) else None
 
 
-class ReviewerToken(HttpBearer):
+class ReviewerToken(Bearer):
     openapi_description = "A personal token from `manage.py create_token`; acts as that user."
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
