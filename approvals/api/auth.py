@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.http import HttpRequest
 from ninja.errors import Throttled
 from ninja.security import HttpBearer, SessionAuth
@@ -20,17 +22,44 @@ class AgentRequest(HttpRequest):
     auth: AgentClient
 
 
+def bearer_token(request: HttpRequest) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` (the scheme in any case, one or more spaces before the
+    token), or None."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.lstrip(" ")
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def still_holds(request: HttpRequest) -> bool:
+    """Whether the credential `request` was let in with still holds, read again: after a long-poll's wait
+    (up to a minute), a token deleted, an agent or a user deactivated or a session signed out meanwhile is
+    not answered. A reviewer's token read again brings their teams with it (`tokens.authenticate`), so the
+    reads after the wait need no statement of their own for them."""
+    token = bearer_token(request)
+    if token is not None:
+        found = tokens.authenticate(token)
+        if isinstance(found, AgentClient):
+            return found.pk == getattr(request.auth, "pk", None)  # type: ignore[attr-defined]
+        if isinstance(found, PersonalToken) and found.user_id == request.user.pk:
+            request.user = found.user
+            return True
+        return False
+    key = request.session.session_key if hasattr(request, "session") else None
+    if key is None:
+        return False
+    # The session and its user read afresh, as at sign-in: gone, deactivated or a password changed since.
+    user = get_user(SimpleNamespace(session=request.session.__class__(key)))  # type: ignore[arg-type]
+    return bool(user.is_authenticated and user.pk == request.user.pk)
+
+
 class Bearer(HttpBearer):
     """``Authorization: Bearer <token>``: the scheme in any case, one or more spaces before the token (RFC
     7235). django-ninja's own parsing logged the whole header, token included, whenever the scheme was
     another (``Token eha_...``, with DEBUG on), and took a second space as the token's first character."""
 
     def __call__(self, request: HttpRequest) -> Any:
-        scheme, _, token = request.headers.get(self.header, "").partition(" ")
-        token = token.lstrip(" ")
-        if scheme.lower() != self.openapi_scheme or not token:
-            return None
-        return self.authenticate(request, token)
+        token = bearer_token(request)
+        return None if token is None else self.authenticate(request, token)
 
 
 class AgentToken(Bearer):

@@ -23,7 +23,7 @@ from ninja.errors import Throttled as NinjaThrottled
 from ninja.parser import Parser
 
 from approvals import broadcast, outage, permissions, ratelimit, safejson, selectors
-from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth
+from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth, still_holds
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
 from approvals.prepared import PreparedRead
@@ -91,7 +91,10 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
 
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return error(request, 401, "unauthorized", "A valid bearer token (or a signed-in session) is required.")
+    message = "A valid bearer token (or a signed-in session) is required."
+    response = error(request, 401, "unauthorized", message)
+    response["WWW-Authenticate"] = 'Bearer realm="elicit-hub"'  # RFC 9110: a 401 names its scheme
+    return response
 
 
 @api.exception_handler(NinjaThrottled)
@@ -218,22 +221,26 @@ def _own_status_released(agent: Any, call_id: UUID, kind: str) -> ToolCall:
     return call if call is not None else ToolCall(pk=call_id, status=ToolCall.Status.CANCELLED)
 
 
-def _long_poll(agent: Any, call_id: UUID, kind: str, wait: int) -> ToolCall:
-    """The call, once it is final or after ``wait`` seconds. Only the wait runs on the event loop; the reads
-    run here, on the request's thread, like any sync view's."""
+def _long_poll(request: AgentRequest, call_id: UUID, kind: str, wait: int) -> ToolCall:
+    """The agent's call, once it is final or after ``wait`` seconds. Only the wait runs on the event loop;
+    the reads run here, on the request's thread, like any sync view's. After a wait the agent's token is
+    read again: one revoked meanwhile gets a 401, not the call."""
+    agent = request.auth
     wait = max(0, min(wait, settings.ELICIT_LONG_POLL_MAX))
     # The whole call (rounds, requests, gates) is read once, for the answer; waiting reads its status, first
     # once the wait listens for the call's notices (a status read before that would have to be read again).
     if wait:
         status = sync_to_async(_own_status_released)
         async_to_sync(broadcast.wait_until_final)(call_id, wait, lambda: status(agent, call_id, kind))
+        if not still_holds(request):
+            raise AuthenticationError
     return _own_call_released(agent, call_id, kind)
 
 
 @api.get("/calls/{call_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
 def call_get(request: AgentRequest, call_id: UUID, wait: int = 0) -> dict:
     """The call. With ``wait`` (seconds, at most 60) it answers once the call is final, or after ``wait``."""
-    call = _long_poll(request.auth, call_id, ToolCall.Kind.CALL, wait)
+    call = _long_poll(request, call_id, ToolCall.Kind.CALL, wait)
     return selectors.call_detail(call)
 
 
@@ -268,7 +275,7 @@ def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
 @api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
 def relay_get(request: AgentRequest, relay_id: UUID, wait: int = 0) -> dict:
     """The relay; ``input_responses`` is null until every request is answered (or the relay expired)."""
-    call = _long_poll(request.auth, relay_id, ToolCall.Kind.RELAY, wait)
+    call = _long_poll(request, relay_id, ToolCall.Kind.RELAY, wait)
     return selectors.relay_detail(call)
 
 
@@ -342,6 +349,8 @@ def inbox(
         # view); the reads run on the request's thread.
         async_to_sync(broadcast.wait_until)(groups, wait, changed)
         permissions.forget_teams(request.user)  # a membership may have gone during the wait
+        if not still_holds(request):  # nor the token, the user or the session
+            raise AuthenticationError
         read = _inbox_read(request.user, size, cursor, None)
     if read.version is not None:
         response["Inbox-Version"] = read.version
