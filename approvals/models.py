@@ -591,7 +591,8 @@ class Round(models.Model):
     outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True)
     # The server's input_required result verbatim, minus requestState, which is kept apart below.
     raw = models.JSONField(default=dict)
-    # Opaque and secret: echoed byte for byte on the retry, never shown, logged or audited. NULL = absent.
+    # Opaque and secret: echoed byte for byte on the retry, never shown, logged or audited. NULL = absent, or
+    # forgotten once the call is final (beat: `rounds.rounds_forget_state`).
     request_state = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001  ("" is a value)
     opened_at = models.DateTimeField(default=timezone.now)  # when the input_required result arrived
     deadline = models.DateTimeField()
@@ -621,6 +622,11 @@ class Round(models.Model):
                 fields=["status", "send_started_at"],
                 condition=Q(status__in=["ready", "sending"]),
                 name="round_pending_send_idx",
+            ),
+            # The rounds still holding a server's requestState: beat clears it once their call is final
+            # (`rounds.rounds_forget_state`), so this stays about as small as the open calls.
+            models.Index(
+                fields=["call"], condition=Q(request_state__isnull=False), name="round_request_state_idx"
             ),
         ]
 
@@ -781,6 +787,7 @@ class Gate(models.Model):
         DECLINED = "declined", _("Declined")
         VOIDED = "voided", _("Voided: the call changed after approval")
         EXPIRED = "expired", _("No one decided in time")
+        CANCELLED = "cancelled", _("Cancelled by the agent: not sent")
 
     round = models.OneToOneField(Round, on_delete=models.CASCADE, related_name="gate")
     call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="gates")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.contrib.auth.signals import user_logged_out
+from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.http import HttpRequest
+from django.utils import timezone
 
 import approvals.prepared  # the `any` lookup the querysets below use is registered by importing it
 from approvals import broadcast
@@ -162,6 +165,42 @@ def _user_changed(created: bool = False, update_fields: Any = None, **kwargs: An
 def _signed_out(**kwargs: Any) -> None:
     """A sign-out: the sockets its session opened are closed at their next ping or event."""
     transaction.on_commit(broadcast.scopes_changed)
+
+
+# Where a browser session keeps when it was signed in (seconds since the epoch), and where a user object read
+# for a request made with that session carries it (`remember_session`).
+SIGNED_IN_AT = "elicit_signed_in_at"
+_SESSION_SIGN_IN = "_session_signed_in_at"
+
+
+@receiver(user_logged_in, dispatch_uid="approvals.permissions.signed_in")
+def _signed_in(request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """A sign-in: its session remembers when, so a policy that wants a recent sign-in judges this session's,
+    not the user's latest anywhere (`last_login`: a sign-in on a phone would make a week-old browser session
+    count as fresh)."""
+    session = getattr(request, "session", None)
+    if session is not None:
+        session[SIGNED_IN_AT] = timezone.now().timestamp()
+
+
+def remember_session(request: HttpRequest) -> None:
+    """The request comes with a browser session (the pages, the API's session auth): its user is judged by
+    when this session was signed in (`signed_in_at`). Called where such a request hands its user to the
+    services that check a policy's recent sign-in. A session signed in before the hub recorded the time has
+    none, and counts as signed in long ago: its reviewer signs in again."""
+    value = request.session.get(SIGNED_IN_AT)
+    when = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        when = datetime.fromtimestamp(value, tz=UTC)
+    setattr(request.user, _SESSION_SIGN_IN, when)
+
+
+def signed_in_at(user: Any) -> datetime | None:
+    """When the user last proved who they are, for the request in hand: the sign-in of its browser session
+    (`remember_session`), else (a personal token: no session) their last sign-in anywhere, ``last_login``."""
+    if hasattr(user, _SESSION_SIGN_IN):
+        return getattr(user, _SESSION_SIGN_IN)
+    return user.last_login
 
 
 class Answerable(Protocol):

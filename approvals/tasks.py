@@ -15,7 +15,7 @@ from django.utils import timezone
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
 from approvals.audit.tasks import verify_chain
 from approvals.models import Round, ToolCall
-from approvals.services import escalation, holding, notifications, sending, servers, webhooks
+from approvals.services import escalation, holding, notifications, rounds, sending, servers, webhooks
 
 # A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
 STUCK_AFTER = timedelta(seconds=90)
@@ -81,6 +81,12 @@ def refresh_tool_lists() -> int:
 
 
 @shared_task
+def forget_request_states() -> int:
+    """Clear the servers' requestState of the calls that ended (no retry will echo it); returns how many."""
+    return rounds.rounds_forget_state()
+
+
+@shared_task
 def clear_expired_sessions() -> None:
     """Delete the reviewers' expired sign-in sessions, as ``manage.py clearsessions`` does: Django leaves them
     in the table until something does, one row per sign-in for good."""
@@ -126,6 +132,7 @@ __all__ = [
     "escalate_and_warn",
     "escalate_due",
     "expire_stale",
+    "forget_request_states",
     "recover_stuck",
     "resume_call",
     "run_call",

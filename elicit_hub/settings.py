@@ -371,6 +371,8 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
     "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
     "clear-expired-sessions": {"task": "approvals.tasks.clear_expired_sessions", "schedule": 86400.0},
+    # A call's requestState (a secret) is forgotten within a minute of the call's end.
+    "forget-request-states": {"task": "approvals.tasks.forget_request_states", "schedule": 60.0},
 }
 
 # --- Elicit Hub ------------------------------------------------------------------------------------------

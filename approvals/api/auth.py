@@ -11,6 +11,7 @@ from django.http import HttpRequest
 from ninja.errors import Throttled
 from ninja.security import HttpBearer, SessionAuth
 
+from approvals import permissions
 from approvals.models import AgentClient, PersonalToken
 from approvals.ratelimit import AnonymousRateThrottle
 from approvals.services import tokens
@@ -86,7 +87,10 @@ class ReviewerSession(SessionAuth):
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
         user = super().authenticate(request, key)
-        return user if user and user.is_authenticated else None
+        if not (user and user.is_authenticated):
+            return None
+        permissions.remember_session(request)  # a policy's recent sign-in is this session's
+        return user
 
 
 class AnonymousLimit:

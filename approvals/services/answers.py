@@ -43,6 +43,8 @@ def describe_answer(ir: InputRequest) -> str:
     when = moment(ir.answered_at) if ir.answered_at else "earlier"
     if ir.status == InputRequest.Status.EXPIRED:
         return f"expired at {when}"
+    if ir.status == InputRequest.Status.CANCELLED:
+        return f"cancelled by the agent at {when}: it withdrew the call"
     who = ir.answered_by.get_username() if ir.answered_by else "the hub"
     verb = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}.get(ir.action, ir.status)
     return f"{verb} by {who} at {when}"
@@ -52,6 +54,12 @@ def no_longer_pending(ir: InputRequest) -> Conflict:
     """The 409 for an answer to a request that is no longer pending, saying what became of it."""
     if ir.status == InputRequest.Status.GONE:
         return Conflict(GONE_MESSAGE, code="request_gone")
+    if ir.status == InputRequest.Status.CANCELLED and is_gate(ir):
+        when = moment(ir.answered_at) if ir.answered_at else "earlier"
+        return Conflict(
+            f"The agent cancelled this call at {when}: it was not sent, and there is nothing left to decide.",
+            code="already_answered",
+        )
     return Conflict(f"This request was already {describe_answer(ir)}.", code="already_answered")
 
 
@@ -260,7 +268,8 @@ def _check_policy(ir: InputRequest, call: Any, user: Any) -> None:
             )
     if policy and policy.reauth_within:
         fresh_after = timezone.now() - timedelta(seconds=policy.reauth_within)
-        if user.last_login is None or user.last_login < fresh_after:
+        signed_in = permissions.signed_in_at(user)  # this browser session's sign-in; a token's: any
+        if signed_in is None or signed_in < fresh_after:
             raise _refuse(
                 ir, user, "reauth_required", "This policy needs a recent sign-in: sign in again, then answer."
             )

@@ -475,6 +475,14 @@ def call_cancel(*, agent: AgentClient, call_id: Any, kind: str = ToolCall.Kind.C
     call of ``kind`` (the address the agent used): a relay's id given as a call's is not found, as its GET
     is, and nothing changes."""
     with transaction.atomic():
+        # The open round's lock and its gate's before the call's: the order an answer, an expiry and a send
+        # take them in (an answer locks the round, then moves the call on). The other way round, a cancel
+        # racing a reviewer's answer or decision deadlocked, and PostgreSQL aborted one of the two.
+        open_rounds = Round.objects.filter(
+            call_id=call_id, call__agent=agent, call__kind=kind, status=Round.Status.OPEN
+        )
+        list(open_rounds.select_for_update(no_key=True, of=("self",)).values_list("pk", flat=True))
+        gates.gate_withdraw_lock(call_id=call_id, agent=agent)
         call = (
             ToolCall.objects.select_for_update(no_key=True).filter(pk=call_id, agent=agent, kind=kind).first()
         )
@@ -493,6 +501,7 @@ def call_cancel(*, agent: AgentClient, call_id: Any, kind: str = ToolCall.Kind.C
             Round.objects.filter(pk=open_round.pk).update(
                 status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.CANCELLED
             )
+        gates.gate_withdraw(call=call, now=now)
         call_finish(
             call=call,
             status=ToolCall.Status.CANCELLED,

@@ -15,17 +15,22 @@ opens for the call as it now is.
 Remembered grants (``approvals.services.grants``, when installed) let a call through without a person. Before
 such a call's first send the grant is checked again: revoked, expired or deleted since, or the tool's
 definition changed, and a gate opens for the call (``gate.grant_lapsed``).
+
+A call its agent cancels while its gate waits for a decision, or is approved and not sent, ends that gate
+``cancelled`` (`gate_withdraw`); a decision that comes after is refused.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import ModuleType
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from approvals import broadcast, canonical, rules
@@ -296,6 +301,34 @@ def gate_open(*, call: ToolCall, rule: RoutingRule, explanation: dict[str, Any],
     transaction.on_commit(functools.partial(_announce, rnd.pk, call.pk, [ir]))
     transaction.on_commit(lambda: broadcast.call_changed(call))
     return rnd
+
+
+# ---- withdrawn -----------------------------------------------------------------------------------------
+
+# A gate the agent's cancel ends: still waiting for a decision, or approved and not sent.
+WITHDRAWABLE = (Gate.Status.OPEN, Gate.Status.APPROVED)
+
+
+def gate_withdraw_lock(*, call_id: Any, agent: Any) -> None:
+    """Lock the gates of the agent's call that its cancel will end (`gate_withdraw`), before the call's lock:
+    the order a decision (round, gate, call) and a send's claim (gate, call) take them in. The other way
+    round, a cancel racing either deadlocked, and PostgreSQL aborted one of the two."""
+    list(
+        Gate.objects.filter(call_id=call_id, call__agent=agent, status__in=WITHDRAWABLE)
+        .select_for_update(no_key=True, of=("self",))
+        .values_list("pk", flat=True)
+    )
+
+
+def gate_withdraw(*, call: ToolCall, now: datetime) -> int:
+    """The agent cancelled the call (`calls.call_cancel`, in its transaction, the call locked): a gate still
+    waiting for a decision, or approved and not sent, ends ``cancelled``, so neither the agent's read of the
+    call nor the pages show one still open; the call is never sent, and a decision that comes after is
+    refused. Returns how many gates."""
+    return Gate.objects.filter(call=call, status__in=WITHDRAWABLE).update(
+        status=Gate.Status.CANCELLED,
+        decided_at=Coalesce("decided_at", Value(now)),  # an approval's stays
+    )
 
 
 # ---- deciding ------------------------------------------------------------------------------------------

@@ -382,3 +382,33 @@ def _relay_deliver(*, call: ToolCall, rnd: Round, expired: bool) -> None:
     )
     webhooks.webhook_queue(call=call, event_type="relay.expired" if expired else "relay.answered")
     transaction.on_commit(lambda: broadcast.call_changed(call))
+
+
+# Beat's sweep of the secrets a final call no longer needs (`rounds_forget_state`): this many rounds per
+# transaction, at most this many transactions per run (the rest waits for the next run).
+FORGET_BATCH = 500
+FORGET_BATCHES = 20
+
+
+def rounds_forget_state() -> int:
+    """Clear the ``requestState`` of the rounds whose call is final; returns how many were cleared.
+
+    The server's opaque state is echoed on a round's retry and read nowhere else, and a final call is never
+    sent again (an unknown outcome is reported, not re-sent): once the call ends the secret serves no one,
+    so the hub forgets it rather than keep it for good. A sweep, not a part of the statements that end a
+    call, so that no send or answer pays for it; a partial index (``round_request_state_idx``) finds the
+    rounds still holding one. Each batch is its own short transaction and skips rows a send or an answer
+    holds locked (the next run takes them)."""
+    cleared = 0
+    for _ in range(FORGET_BATCHES):
+        with transaction.atomic():
+            batch = list(
+                Round.objects.filter(request_state__isnull=False, call__status__in=ToolCall.Status.finals())
+                .select_for_update(skip_locked=True, no_key=True, of=("self",))
+                .values_list("pk", flat=True)[:FORGET_BATCH]
+            )
+            if batch:
+                cleared += Round.objects.filter(pk__in=batch).update(request_state=None)
+        if len(batch) < FORGET_BATCH:
+            break
+    return cleared
