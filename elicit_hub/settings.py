@@ -445,6 +445,8 @@ ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minim
 # The hub's own requestState, given to a 2026-07-28 client a question is passed through to, is refused
 # this many seconds after it was made (the round's own deadline applies as well).
 ELICIT_GATEWAY_STATE_TTL = env_int("ELICIT_GATEWAY_STATE_TTL", 3600, minimum=10)
+# tools/list on the gateway answers in pages of at most this many tools (MCP's cursor / nextCursor).
+ELICIT_GATEWAY_PAGE_SIZE = env_int("ELICIT_GATEWAY_PAGE_SIZE", 100, minimum=1)
 # The dashboard suggests a grant for a tool whose gate a team approved at least ELICIT_GRANT_SUGGEST_APPROVALS
 # times in the last ELICIT_GRANT_SUGGEST_DAYS days without declining it once.
 ELICIT_GRANT_SUGGEST_APPROVALS = env_int("ELICIT_GRANT_SUGGEST_APPROVALS", 20, minimum=1)

@@ -5,6 +5,7 @@ Plain synchronous ORM reads; the ASGI side runs them in a thread (``approvals.ga
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Collection, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from approvals.gateway.names import MAX_NAME, gateway_name, may_be_hashed, name_prefix, plain_tool
+from approvals.gateway.names import MAX_NAME, gateway_name, may_be_hashed, name_prefix, plain_tool, shown
 from approvals.models import AgentClient, Decision, InputRequest, McpServer, Round, ToolCall
 from approvals.selectors import gate_summary
 
@@ -31,53 +32,128 @@ class ExposedTool:
     spec: dict[str, Any]  # the stored tools/list entry, renamed
 
 
-def allowed_servers(agent_id: int, slug: str | None = None) -> list[McpServer]:
-    """The enabled servers this agent may use (one, under `/mcp/<slug>`); credentials are never loaded."""
-    servers = McpServer.objects.filter(agents__pk=agent_id, enabled=True).only("slug", "name", "tools")
-    if slug is not None:
-        servers = servers.filter(slug=slug)
-    return list(servers.order_by("slug"))
-
-
 def may_use(agent_id: int, slug: str) -> bool:
     return McpServer.objects.filter(agents__pk=agent_id, enabled=True, slug=slug).exists()
 
 
-def exposed_tools(agent_id: int, slug: str | None = None) -> list[ExposedTool]:
-    """The agent's tools from the stored tool lists: `<slug>__<tool>` on `/mcp`, the upstream names on
-    `/mcp/<slug>`. A tool list never fetched (or an entry without a name) contributes nothing; a name a
-    list holds twice counts once.
+# Where a tool stands in the order of `tools/list` pages: (server slug, the name the agent sees), a name
+# over NAME_KEY characters by its first NAME_KEY and a digest of the rest, so a page's cursor stays short.
+Position = tuple[str, str, str]
+NAME_KEY = 64
+
+
+def position(server: str, name: str) -> Position:
+    """The tool's place in the pages' order: by server, then by name (for a name that is cut, by its start,
+    then by the SHA-256 of the whole name)."""
+    if len(name) <= NAME_KEY:
+        return (server, name, "")
+    return (server, name[:NAME_KEY], hashlib.sha256(name.encode()).hexdigest()[:32])
+
+
+# One tool as `exposed_tools` orders it: (its position, its name, its server's id, its upstream name).
+_Placed = tuple[Position, str, int, str]
+_READS = 3  # times a page is read while its tool lists change under it
+
+
+def exposed_tools(
+    agent_id: int, slug: str | None = None, *, after: Position | None = None, limit: int | None = None
+) -> list[ExposedTool]:
+    """The agent's tools from the stored tool lists, in `position` order: `<slug>__<tool>` on `/mcp`, the
+    upstream names on `/mcp/<slug>`; only those after ``after``, at most ``limit`` (a page of tools/list). A
+    tool list never fetched (or an entry without a name) contributes nothing; a name a list holds twice counts
+    once, as its first entry.
 
     A slug may not hold `__` (nor end in `_`), so a name on `/mcp` splits at its first `__` into one server
     and one tool. A server registered before that rule may still have such a slug, and then two tools of
     two servers can take one name (`a` with `b__c`, `a__b` with `c`): that name is left out for both, and
-    logged, rather than calling whichever server came first; `/mcp/<slug>` still names each."""
-    by_name: dict[str, list[ExposedTool]] = {}
-    for server in allowed_servers(agent_id, slug):
-        for spec in server.tools or []:
-            tool = spec.get("name") if isinstance(spec, dict) else None
-            if not isinstance(tool, str) or not tool:
-                continue
-            name = tool if slug is not None else gateway_name(server.slug, tool)
-            named = by_name.setdefault(name, [])
-            if any(other.server == server.slug and other.tool == tool for other in named):
-                continue
-            named.append(ExposedTool(name=name, server=server.slug, tool=tool, spec={**spec, "name": name}))
-    found: list[ExposedTool] = []
+    logged, rather than calling whichever server came first; `/mcp/<slug>` still names each.
+
+    A page reads the tool names of the servers it reaches (in slug order, from the position on: one, then
+    two, then four...) and of those whose names could be theirs, then the definitions of its own tools
+    only: a stored list can be megabytes, and a walk of the pages reads each about once."""
+    for _ in range(_READS):
+        slugs, page = _page(agent_id, slug, after, limit)
+        specs = _definitions([(server_id, tool) for _, _, server_id, tool in page])
+        if len(specs) == len(page):
+            break
+        # A list changed between the two reads (a refresh): a page short of a tool it counted could end the
+        # walk early (a page as long as asked for says there is another), so it is read again.
+    return [
+        ExposedTool(name=name, server=slugs[server_id], tool=tool, spec={**spec, "name": name})
+        for _, name, server_id, tool in page
+        if (spec := specs.get((server_id, tool))) is not None
+    ]
+
+
+def _page(
+    agent_id: int, slug: str | None, after: Position | None, limit: int | None
+) -> tuple[dict[int, str], list[_Placed]]:
+    """The agent's servers (id: slug), and the tools of the page in order, by name only."""
+    servers = McpServer.objects.filter(agents__pk=agent_id, enabled=True)
+    if slug is not None:
+        servers = servers.filter(slug=slug)
+    slugs = dict(servers.values_list("pk", "slug"))
+    ahead = [
+        pk
+        for found, pk in sorted((found, pk) for pk, found in slugs.items())
+        if after is None or found >= after[0]
+    ]
+    placed: list[_Placed] = []
+    batch = 1 if limit is not None else len(ahead)
+    while ahead and (limit is None or len(placed) < limit):
+        placed += _placed(slugs, ahead[:batch], slug is not None, after)
+        ahead, batch = ahead[batch:], batch * 2
+    placed.sort()
+    return slugs, placed if limit is None else placed[:limit]
+
+
+def _placed(
+    slugs: dict[int, str], server_ids: list[int], scoped: bool, after: Position | None
+) -> list[_Placed]:
+    """The tools of the servers ``server_ids`` after ``after``, each with the name only it takes. On `/mcp`
+    the names of every server whose names could equal theirs (one's `name_prefix` begins the other's) are
+    read too, to leave out a name two tools would share."""
+    chosen = set(server_ids)
+    if scoped:
+        read = server_ids
+    else:
+        prefixes = {pk: name_prefix(found) for pk, found in slugs.items()}
+        read = [
+            pk
+            for pk, prefix in prefixes.items()
+            if pk in chosen
+            or any(prefix.startswith(prefixes[own]) or prefixes[own].startswith(prefix) for own in chosen)
+        ]
+    by_name: dict[str, list[tuple[int, str]]] = {}
+    for server_id, tool in _tool_names(read, None):
+        name = tool if scoped else gateway_name(slugs[server_id], tool)
+        by_name.setdefault(name, []).append((server_id, tool))
+    placed: list[_Placed] = []
     for name, named in by_name.items():
-        if len(named) > 1:
-            _left_out(name, [(tool.server, tool.tool) for tool in named])
+        if not any(server_id in chosen for server_id, _ in named):
             continue
-        found.append(named[0])
-    return found
+        if len(named) > 1:
+            _left_out(name, sorted((slugs[server_id], tool) for server_id, tool in named))
+            continue
+        server_id, tool = named[0]
+        at = position(slugs[server_id], name)
+        if after is None or at > after:
+            placed.append((at, name, server_id, tool))
+    return placed
 
 
 def _left_out(name: str, named: Sequence[tuple[str, str]]) -> None:
+    """Log a name two tools would share. Upstream tool names are quoted and cut (`shown`): one may hold a
+    newline that would forge a log line, or a megabyte that every page would repeat."""
+    if len({server for server, _ in named}) == 1:
+        why = "the server names one tool as the hub cuts or mends another's name"
+    else:
+        why = "a server slug holding '__' (or ending in '_') is ambiguous, rename the server"
     logger.warning(
-        "gateway: the tool name %s is left out: it names %s; a server slug holding '__' (or ending "
-        "in '_') is ambiguous, rename the server",
-        name,
-        ", ".join(f"{tool} of {server}" for server, tool in named),
+        "gateway: the tool name %r is left out: it names %s; %s",
+        shown(name),
+        ", ".join(f"{shown(tool)!r} of {server!r}" for server, tool in named),
+        why,
     )
 
 
@@ -111,6 +187,24 @@ def _definition(server_id: int, tool: str) -> dict[str, Any] | None:
         cursor.execute(sql, [server_id, tool])
         found = cursor.fetchone()
     return json.loads(found[0]) if found else None
+
+
+# The entries of the (server id, tool name) pairs given as two arrays, each pair's first entry first.
+_PAIRS = """
+    AND s.id = ANY(%s) AND (s.id, e.spec ->> 'name') IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))
+    ORDER BY 1, 2, e.at
+"""
+
+
+def _definitions(tools: list[tuple[int, str]]) -> dict[tuple[int, str], dict[str, Any]]:
+    """`_definition` of each (server id, tool name), in one statement unpacking only their servers' lists."""
+    if not tools:
+        return {}
+    sql = f"SELECT DISTINCT ON (1, 2) s.id, e.spec ->> 'name', e.spec::text {_ENTRIES}{_PAIRS}"
+    with connection.cursor() as cursor:
+        ids = [server_id for server_id, _ in tools]
+        cursor.execute(sql, [sorted(set(ids)), ids, [tool for _, tool in tools]])
+        return {(server_id, tool): json.loads(spec) for server_id, tool, spec in cursor.fetchall()}
 
 
 def find_tool(agent_id: int, name: str, slug: str | None = None) -> ExposedTool | None:

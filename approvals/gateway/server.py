@@ -4,7 +4,8 @@ Streamable HTTP on the SDK's server side: one `StreamableHTTPSessionManager` ser
 (2025-06-18, 2025-11-25: an `initialize`, then a session named by `Mcp-Session-Id`, held in this process)
 and 2026-07-28 clients (one self-contained POST per request); it routes by the `MCP-Protocol-Version`
 header. Agents authenticate with the REST API's bearer tokens; a handshake-era session stays bound to the
-agent that opened it.
+agent that opened it. `tools/list` answers in pages of ELICIT_GATEWAY_PAGE_SIZE tools; each page but the last
+ends in a cursor signed for the agent and the endpoint (`approvals.gateway.paging`).
 
 `tools/call` goes through `services.calls.call_submit`, the function behind `POST /api/v1/calls`, so routing,
 policies, audit, webhooks and the dashboard see a gateway call as they see any other (its audit records
@@ -48,7 +49,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from approvals import broadcast, outage, safejson
-from approvals.gateway import catalog, passthrough
+from approvals.gateway import catalog, paging, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
 from approvals.gateway.names import shown
 from approvals.models import AgentClient, ToolCall
@@ -176,7 +177,10 @@ class Guard:
             agent, wait = await _db(_agent_and_wait, token.strip())
         if agent is None:
             client = scope.get("client") or ("", 0)
-            wait = await _db(_anonymous_wait, client[0], request.headers.get("x-forwarded-for"))
+            # Every X-Forwarded-For line, joined as Django joins them: a proxy adds its own line after the
+            # client's (HAProxy's forwardfor), and the first alone may be the client's forgery.
+            forwarded = ",".join(request.headers.getlist("x-forwarded-for")) or None
+            wait = await _db(_anonymous_wait, client[0], forwarded)
             if wait is not None:
                 return _rate_limited(wait)
             return _error(
@@ -278,13 +282,22 @@ def _for_version(tool: types.Tool, version: str) -> types.Tool | None:
 async def list_tools(
     ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
-    """The agent's tools as its client's protocol version allows them: an upstream's tool that version
-    refuses is mended or left out, never costing the agent the whole list."""
+    """One page of the agent's tools (`approvals.gateway.paging`), as its client's protocol version allows
+    them: an upstream's tool that version refuses is mended or left out, never costing the agent the whole
+    list (its page may then hold fewer tools)."""
     agent_id, slug = _who(ctx)
     version = ctx.protocol_version
+    cursor = params.cursor if params is not None else None
+    after = None if cursor is None else paging.position_of(cursor, agent_id, slug)
+    size = paging.page_size()
+    page = await _db(catalog.exposed_tools, agent_id, slug, after=after, limit=size + 1)
+    next_cursor = None
+    if len(page) > size:  # one more than a page: there is a next one, after this page's last tool
+        page = page[:size]
+        next_cursor = paging.cursor_for(catalog.position(page[-1].server, page[-1].name), agent_id, slug)
     found: list[tuple[catalog.ExposedTool, types.Tool]] = []
     left_out: list[catalog.ExposedTool] = []
-    for exposed in await _db(catalog.exposed_tools, agent_id, slug):
+    for exposed in page:
         try:
             found.append((exposed, types.Tool.model_validate(exposed.spec)))
         except ValueError:
@@ -305,7 +318,7 @@ async def list_tools(
             version,
             ", ".join(f"{tool.tool[:128]!r} of {tool.server}" for tool in left_out[:5]),
         )
-    return types.ListToolsResult(tools=tools)
+    return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
 
 def _about(call: catalog.CallState) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-// The official MCP TypeScript SDK client against the hub's gateway: lists the tools, calls one with a
-// progress token, and prints one JSON line per event ({"tools"}, {"progress"}, {"result"} or {"error"}).
+// The official MCP TypeScript SDK client against the hub's gateway: lists the tools (every page, following
+// nextCursor), calls one with a progress token, and prints one JSON line per event ({"tools", "pages"},
+// {"progress"}, {"result"} or {"error"}).
 // Usage: node client.mjs <url> <token> <tool> <arguments as JSON>
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -13,8 +14,19 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
 const client = new Client({ name: "gateway-ts-test", version: "1.0.0" });
 try {
   await client.connect(transport);
-  const { tools } = await client.listTools();
-  emit({ tools: tools.map((t) => t.name) });
+  const tools = [];
+  const cursors = new Set();
+  let pages = 0;
+  let cursor;
+  do {
+    const page = await client.listTools(cursor === undefined ? undefined : { cursor });
+    tools.push(...page.tools);
+    pages += 1;
+    cursor = page.nextCursor;
+    if (cursor !== undefined && cursors.has(cursor)) throw new Error("tools/list repeated a cursor");
+    cursors.add(cursor);
+  } while (cursor !== undefined && pages < 1000);
+  emit({ tools: tools.map((t) => t.name), pages });
   const result = await client.callTool({ name: tool, arguments: JSON.parse(args) }, undefined, {
     onprogress: (p) => emit({ progress: p }),
     resetTimeoutOnProgress: true,
