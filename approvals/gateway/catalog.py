@@ -244,6 +244,11 @@ def agent(agent_id: int) -> AgentClient | None:
     return AgentClient.objects.filter(pk=agent_id, is_active=True).first()
 
 
+def still_holds(agent: AgentClient) -> bool:
+    """The agent is still active, with the token it was let in with (not rotated since)."""
+    return AgentClient.objects.filter(pk=agent.pk, is_active=True, token_hash=agent.token_hash).exists()
+
+
 @dataclass(frozen=True)
 class CallState:
     id: str

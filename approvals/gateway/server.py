@@ -465,7 +465,9 @@ async def wait_for(
     client: dict[str, Any],
 ) -> types.CallToolResult | types.InputRequiredResult:
     """Wait until the call is final, telling a client that asked for progress what it waits for every
-    ELICIT_GATEWAY_PROGRESS_INTERVAL seconds. Cancelled (the agent went away): the call goes on.
+    ELICIT_GATEWAY_PROGRESS_INTERVAL seconds. Cancelled (the agent went away): the call goes on. The agent is
+    checked again before each look at the call: one deactivated or given a new token while it waited (up to
+    ELICIT_GATEWAY_MAX_WAIT, a day) gets an error, not the call's result; the call goes on on the hub.
 
     A round whose rule passed it through to the requester is put to this client: returned as
     `input_required` to a 2026-07-28 client, pushed as `elicitation/create` to a handshake-era one."""
@@ -474,7 +476,16 @@ async def wait_for(
     started = loop_time()
     ticks = 0
     asked: set[str] = set()  # questions pushed to this handshake-era client during this wait
+    looked = False  # the first look follows the request's own authentication
     while True:
+        if looked and not await _db(catalog.still_holds, agent):
+            raise MCPError(
+                types.INVALID_REQUEST,
+                "This agent was deactivated or its token replaced while the call waited: the hub no longer "
+                f"answers it here (call {call_id} goes on).",
+                {"reason": "agent_revoked"},
+            )
+        looked = True
         state = await _db(catalog.call_state, call_id)
         if state is None:
             raise MCPError(types.INTERNAL_ERROR, f"The call {call_id} no longer exists on the hub.")
