@@ -1,7 +1,9 @@
 """Dashboard views: thin; parse, fetch through a permission-checking helper, call one service, render.
 
 Every failure reaches the browser as a readable page or message: a 404 page for what the user may not
-see, the request page with the problem beside the field or at the top for a refused answer.
+see, the request page with the problem beside the field or at the top for a refused answer. No page is
+kept by the browser (``never_cache``): Back after answering reads the request again instead of showing it
+still pending, and a browser signed out keeps no copy of what the hub showed.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from django.http import (
     JsonResponse,
 )
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
@@ -64,6 +69,16 @@ def decided_by_post(
         return view(request, pk)
 
     return decide
+
+
+def _overdue(ir: InputRequest) -> bool:
+    """Pending, but past its round's deadline: beat has not expired it yet, and an answer would be refused
+    as too late (``answers.input_respond``; a gate's decision says so its own way)."""
+    return (
+        ir.status == InputRequest.Status.PENDING
+        and ir.round.deadline <= timezone.now()
+        and not gates.is_gate(ir)
+    )
 
 
 def _get_request_for_user(user: Any, pk: UUID) -> InputRequest:
@@ -123,7 +138,8 @@ def _request_page(
     status: int = 200,
 ) -> HttpResponse:
     may_answer = permissions.can_answer(request.user, ir)
-    pending = ir.status == InputRequest.Status.PENDING
+    overdue = _overdue(ir)
+    pending = ir.status == InputRequest.Status.PENDING and not overdue
     unsupported_form = ""
     if gates.is_gate(ir):
         return _gate_page(request, ir, form=form, notice=notice, error=error, status=status)
@@ -144,6 +160,7 @@ def _request_page(
         },
         "may_answer": may_answer,
         "pending": pending,
+        "overdue": overdue,
         "form": form,
         "unsupported_form": unsupported_form,
         "url": urlsafety.analyse(ir.url, server_url=call.server.url if call.server else "")
@@ -153,6 +170,8 @@ def _request_page(
         "notice": notice,
         "error": error,
         "decline_reasons": DECLINE_REASONS,
+        # A decline that could not be recorded (answered meanwhile, a reason refused) keeps its reason.
+        "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         "sensitive": "sensitive_fields" in (ir.flags or []),
         "value_count": len(form.fields) if form else 0,
     }
@@ -230,6 +249,7 @@ def _gate_page(
 
 
 @login_required
+@never_cache
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context(request)
@@ -239,6 +259,7 @@ def queue(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def queue_list(request: HttpRequest) -> HttpResponse:
     """The queue's cards alone: what a page fetches to resync after a gap or a reconnect."""
@@ -246,6 +267,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def queue_count(request: HttpRequest) -> JsonResponse:
     """How many requests wait, with the page's filters: a queue page showing only the rounds that waited
@@ -254,12 +276,14 @@ def queue_count(request: HttpRequest) -> JsonResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def request_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     return _request_page(request, _get_request_for_user(request.user, pk))
 
 
 @login_required
+@never_cache
 @require_GET
 def request_state(request: HttpRequest, pk: UUID) -> HttpResponse:
     """The request's decision banner alone (empty while pending), for a page resyncing."""
@@ -268,14 +292,16 @@ def request_state(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @decided_by_post
 def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     ir = _get_request_for_user(request.user, pk)
     action = request.POST.get("action", "")
     content = None
     tz = request.POST.get(TZ_FIELD, "")
-    # An answer to a request no longer pending is not checked: the service says it came too late.
-    pending = ir.status == InputRequest.Status.PENDING
+    # An answer to a request no longer pending, or past its deadline, is not checked: the service says it
+    # came too late.
+    pending = ir.status == InputRequest.Status.PENDING and not _overdue(ir)
     if pending and action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
         schema = ir.form_schema
         content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
@@ -300,7 +326,7 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
         return _request_page(request, ir, form=form, status=422)
     except ServiceError as exc:
         return _request_page(request, ir, form=_kept(ir, request), error=exc.message, status=exc.status)
-    messages.success(request, _sent_message(ir))
+    messages.success(request, _with_call_link(_sent_message(ir), ir))
     return redirect("approvals:queue")
 
 
@@ -327,6 +353,7 @@ def _gate_edit_again(
 
 
 @login_required
+@never_cache
 @decided_by_post
 def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     """A reviewer's decision on a gate: approve as asked, approve edited arguments, or decline."""
@@ -383,17 +410,17 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     ir.refresh_from_db()
     values = {"server": ir.round.call.server_name, "tool": ir.round.call.tool}
     if ir.status == InputRequest.Status.PENDING:
-        messages.success(
-            request, _("Your approval of %(tool)s is recorded; another reviewer must confirm it.") % values
-        )
+        sent = _("Your approval of %(tool)s is recorded; another reviewer must confirm it.") % values
     elif ir.action == InputRequest.Action.ACCEPT:
-        messages.success(request, _("Approved: %(tool)s is sent to %(server)s.") % values)
+        sent = _("Approved: %(tool)s is sent to %(server)s.") % values
     else:
-        messages.success(request, _("Declined: %(tool)s is not sent; the agent is told why.") % values)
+        sent = _("Declined: %(tool)s is not sent; the agent is told why.") % values
+    messages.success(request, _with_call_link(sent, ir))
     return redirect("approvals:queue")
 
 
 @login_required
+@never_cache
 @decided_by_post
 def open_url(request: HttpRequest, pk: UUID) -> HttpResponse:
     """URL mode: record the consent, then send this (new) tab on to the page. Never opened otherwise."""
@@ -431,6 +458,7 @@ def request_presence(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def call_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     call = _get_call_for_user(request.user, pk)
@@ -438,6 +466,7 @@ def call_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def call_body(request: HttpRequest, pk: UUID) -> HttpResponse:
     call = _get_call_for_user(request.user, pk)
@@ -445,6 +474,7 @@ def call_body(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def call_routing(request: HttpRequest, pk: UUID) -> HttpResponse:
     """Read-only: for each input request of the call, which routing rule matched and why others did not."""
@@ -458,6 +488,7 @@ def call_routing(request: HttpRequest, pk: UUID) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_GET
 def recent(request: HttpRequest) -> HttpResponse:
     calls = selectors.recent_calls(request.user, since=timezone.now() - RECENT_WINDOW)[:500]
@@ -472,6 +503,13 @@ def _kept(ir: InputRequest, request: HttpRequest) -> AnswerForm | None:
         return answer_form(ir.form_schema, tz=request.POST.get(TZ_FIELD, ""), data=request.POST)
     except schema_forms.UnsupportedSchema:
         return None
+
+
+def _with_call_link(message: str, ir: InputRequest) -> str:
+    """The queue's confirmation of a decision, with the way to the call: what the server does with the
+    answer (its progress, its result) shows there. Server-named text in `message` is escaped here."""
+    url = reverse("approvals:call", args=[ir.round.call_id])
+    return format_html('{} <a href="{}" data-follow-call>{}</a>', message, url, _("Follow the call"))
 
 
 def _sent_message(ir: InputRequest) -> str:

@@ -354,11 +354,12 @@
     const slot = $("[data-decided-slot]", review);
     slot.innerHTML = decidedHtml;
     localiseTimes(slot);
-    const body = $("[data-form-body]", review);
-    if (body) body.disabled = true; // keeps what was typed, visible
-    $$("[data-decision] button, [data-decision] fieldset", review).forEach((el) => { el.disabled = true; });
+    $$("[data-decision] button", review).forEach((el) => { el.disabled = true; });
+    // A decline reason being written stays in view, to copy; an unopened one cannot be opened any more.
     const decline = $("[data-decline]", review);
-    if (decline) { decline.open = false; decline.inert = true; }
+    const reason = $("#decline-reason", review);
+    if (decline && !(decline.open && reason?.value.trim())) { decline.open = false; decline.inert = true; }
+    keepForCopying(review);
     $$("[data-presence-for]", review).forEach((el) => { el.innerHTML = ""; });
     $$(".status-line", review).forEach((el) => { el.hidden = true; });
     const note = document.createElement("p");
@@ -369,6 +370,16 @@
     announce(slot.textContent.trim());
     $("[data-presence-beat]")?.remove();
     sendPresence(true);
+  }
+
+  // What was typed stays on the locked page to be copied: text is made read-only (a disabled field's text
+  // cannot be selected), the other inputs disabled. Nothing can be sent from it any more.
+  function keepForCopying(review) {
+    $$(":is([data-form-body], [data-decision]) :is(input, select, textarea)", review)
+      .forEach((el) => {
+        if (el.matches("textarea, input:not([type=checkbox]):not([type=radio])")) el.readOnly = true;
+        else el.disabled = true;
+      });
   }
 
   // Approving never happens within a second of the request appearing or changing.
@@ -430,8 +441,8 @@
     if (kind === "boolean") return "";
     if (kind === "multi_select") {
       const count = inputs.filter((i) => i.checked).length;
-      if (d.minItems && count < Number(d.minItems) && (count > 0 || "required" in d)) return fmt(T.minItems, { count: d.minItems });
-      if (d.maxItems && count > Number(d.maxItems)) return fmt(T.maxItems, { count: d.maxItems });
+      if (d.minItems && count < Number(d.minItems) && (count > 0 || "required" in d)) return d.minItemsMessage || fmt(T.minItems, { count: d.minItems });
+      if (d.maxItems && count > Number(d.maxItems)) return d.maxItemsMessage || fmt(T.maxItems, { count: d.maxItems });
       return "";
     }
     if (kind === "single_select") {
@@ -449,8 +460,8 @@
       return "";
     }
     const length = Array.from(value).length;
-    if (d.minLength && length < Number(d.minLength)) return fmt(T.minLength, { count: d.minLength });
-    if (d.maxLength && length > Number(d.maxLength)) return fmt(T.maxLength, { count: d.maxLength });
+    if (d.minLength && length < Number(d.minLength)) return d.minLengthMessage || fmt(T.minLength, { count: d.minLength });
+    if (d.maxLength && length > Number(d.maxLength)) return d.maxLengthMessage || fmt(T.maxLength, { count: d.maxLength });
     if (!input.checkValidity()) return T[kind] || T.required; // email, url, date, datetime-local
     return "";
   }
@@ -482,7 +493,8 @@
       const item = document.createElement("li");
       const link = document.createElement("a");
       link.href = "#" + field.dataset.inputId;
-      const label = $("label, legend", field)?.textContent.trim() || field.dataset.name;
+      // The field's name as the server's summary gives it: without "(optional)".
+      const label = $("label bdi, legend bdi", field)?.textContent.trim() || field.dataset.name;
       link.textContent = `${label}: ${message}`;
       item.appendChild(link);
       list.appendChild(item);
@@ -515,9 +527,34 @@
     }
   }
 
+  // The page drawn in answer to a refused decision (a POST) takes the request's own address: reloading it,
+  // or coming back to it, reads the request afresh instead of asking to send the form again.
+  function ownAddress(review) {
+    const own = review.dataset.pageUrl;
+    if (own && location.pathname !== own) history.replaceState(null, "", own);
+  }
+
+  // The decision bar sticks to the bottom of the window: a field reached with Tab scrolls clear of it.
+  function clearOfDecisionBar(review) {
+    const bar = $("[data-decision]", review);
+    if (!bar || !("ResizeObserver" in window)) return;
+    const root = document.documentElement;
+    new ResizeObserver(() => {
+      root.style.setProperty("--decision-height", `${Math.ceil(bar.getBoundingClientRect().height) + 8}px`);
+    }).observe(bar);
+  }
+
   function setUpReview() {
     const review = $("[data-review]");
     if (!review) return;
+    ownAddress(review);
+    clearOfDecisionBar(review);
+    if (!review.hasAttribute("data-open-request")) {
+      // Drawn locked (answered meanwhile, or not this reviewer's to answer): what was typed stays copyable.
+      $$("[data-decision] button", review).forEach((el) => { el.disabled = true; });
+      $$("[data-form-body][disabled], [data-decision] fieldset[disabled]", review).forEach((el) => { el.disabled = false; });
+      keepForCopying(review);
+    }
     const form = $("[data-answer-form]", review);
     if (form) setUpAnswerForm(form);
     $$("[data-decision-form]", review).forEach((f) => f.addEventListener("submit", () => sendingState(f)));
@@ -571,6 +608,17 @@
     return [...form.querySelectorAll("button[type=submit]")].find((b) => !b.hidden) || null;
   }
 
+  // Whether the reviewer changed anything on the request page (a value, a choice, a decline reason).
+  function unsent(review) {
+    if (!review.hasAttribute("data-open-request")) return false;
+    return $$(":is([data-form-body], [data-decision]) :is(input, select, textarea)", review).some((el) => {
+      if (el.type === "hidden" || el.matches("[data-tz-input]")) return false;
+      if (el.type === "checkbox" || el.type === "radio") return el.checked !== el.defaultChecked;
+      if (el.tagName === "SELECT") return [...el.options].some((o) => o.selected !== o.defaultSelected);
+      return el.value !== el.defaultValue;
+    });
+  }
+
   function typing(target) {
     return target.closest("input, textarea, select, [contenteditable]") !== null;
   }
@@ -596,6 +644,8 @@
       if (decline?.open) { decline.open = false; $("[data-decline-toggle]")?.focus(); return; }
       if (typing(event.target)) { event.target.blur(); return; }
       const back = $("[data-back]");
+      // Esc never throws away an answer being written: it only moves to the way back, for Enter to take.
+      if (back && review && unsent(review)) { back.focus(); return; }
       if (back) { location.href = back.href; }
       return;
     }
