@@ -66,6 +66,7 @@ def decided_by_post(
             return redirect("approvals:request", pk=pk)
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
+        permissions.remember_session(request)  # a policy's recent sign-in is this browser session's
         return view(request, pk)
 
     return decide
@@ -428,7 +429,9 @@ def open_url(request: HttpRequest, pk: UUID) -> HttpResponse:
     call = ir.round.call
     analysis = urlsafety.analyse(ir.url, server_url=call.server.url if call.server else "")
     if ir.mode != InputRequest.Mode.URL or not analysis.openable:
-        return _request_page(request, ir, error=analysis.refused or _("This request has no page to open."))
+        return _request_page(
+            request, ir, error=analysis.refused or _("This request has no page to open."), status=400
+        )
     try:
         answers.input_respond(input_request_id=ir.pk, user=request.user, action=InputRequest.Action.ACCEPT)
     except Conflict as exc:

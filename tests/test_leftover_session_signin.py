@@ -126,10 +126,10 @@ def test_a_personal_token_is_judged_by_the_users_last_sign_in(risky: dict[str, A
     assert answered.status == InputRequest.Status.ANSWERED
 
 
-def test_over_the_api_an_old_session_is_refused_and_a_fresh_one_answers(
+def test_over_the_api_and_the_page_an_old_session_is_refused_and_a_fresh_one_answers(
     risky: dict[str, Any],
 ) -> None:
-    """End to end: the API's session auth hands the services the session's sign-in."""
+    """End to end: the API's session auth and the request page hand the services the session's sign-in."""
     old, fresh = Client(enforce_csrf_checks=False), Client(enforce_csrf_checks=False)
     old.post("/accounts/login/", {"username": "alice", "password": "pw-alice"})
     age(str(old.session.session_key), timedelta(days=7))
@@ -140,6 +140,9 @@ def test_over_the_api_an_old_session_is_refused_and_a_fresh_one_answers(
     api = old.post(f"/api/v1/input-requests/{ir.pk}/respond", answer, content_type="application/json")
     assert api.status_code == 403, api.content[:300]
     assert api.json()["error"]["code"] == "reauth_required"
+    page = old.post(f"/requests/{ir.pk}/respond/", {"action": "accept", "f-environment": "staging"})
+    assert page.status_code == 403, page.content[:300]
+    assert "sign in again" in page.content.decode()
     assert InputRequest.objects.get(pk=ir.pk).status == InputRequest.Status.PENDING
 
     api = fresh.post(f"/api/v1/input-requests/{ir.pk}/respond", answer, content_type="application/json")

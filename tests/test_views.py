@@ -241,7 +241,7 @@ def test_url_mode_refuses_addresses_it_must_not_open(client, world) -> None:
     ir = url_request(world, "javascript:alert(1)")
     client.force_login(world.alice)
     response = client.post(f"/requests/{ir.pk}/open/")
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "The hub will not open this address" in response.content.decode()
     ir.refresh_from_db()
     assert ir.status == "pending"
