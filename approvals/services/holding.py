@@ -201,6 +201,15 @@ def held_stopped(*, call_id: Any, holder: str) -> None:
 
 
 def _locked_open_call(call_id: Any) -> ToolCall | None:
+    """The call, locked, unless it is final; its rounds not yet closed are locked first, in the order an
+    answer and an agent's cancel take them (the round, then the call): the other way round, a holder's
+    end of the call (which closes its open round) deadlocked against a cancel, and one was aborted."""
+    list(
+        Round.objects.filter(call_id=call_id)
+        .exclude(status=Round.Status.CLOSED)
+        .select_for_update(of=("self",), no_key=True)
+        .values_list("pk", flat=True)
+    )
     return (
         ToolCall.objects.select_for_update(of=("self",), no_key=True)
         .select_related("server")
