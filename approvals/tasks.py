@@ -40,19 +40,25 @@ def recover_stuck(grace_seconds: float | None = None) -> int:
     webhooks and team notices whose task was lost."""
     cutoff = timezone.now() - (timedelta(seconds=grace_seconds) if grace_seconds is not None else STUCK_AFTER)
     requeued = 0
+    # Not a call a holder runs: no task would act on it, and `sweep_holders` mends the holder's loss.
     calls = ToolCall.objects.filter(
         kind=ToolCall.Kind.CALL,
         status__in=[ToolCall.Status.QUEUED, ToolCall.Status.RUNNING],
         updated_at__lt=cutoff,
+        holder__isnull=True,
     ).values_list("pk", flat=True)
     for call_id in calls:
         if not sending.is_sending(call_id):
             run_call.delay(str(call_id))
             requeued += 1
-    rounds = Round.objects.filter(
-        status__in=[Round.Status.READY, Round.Status.SENDING], answered_at__lt=cutoff
+    # A round's retry: answered, and its call not touched since (a retry waiting out its backoff touches it).
+    retries = Round.objects.filter(
+        status__in=[Round.Status.READY, Round.Status.SENDING],
+        answered_at__lt=cutoff,
+        call__updated_at__lt=cutoff,
+        call__holder__isnull=True,
     ).values_list("call_id", flat=True)
-    for call_id in rounds:
+    for call_id in retries:
         if not sending.is_sending(call_id):
             run_call.delay(str(call_id))
             requeued += 1

@@ -17,6 +17,10 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 # per task; `close_old_connections` below hands the connection back to the pool instead, as a request does.
 # The fixup still closes what a child inherited from its parent when it starts.
 app.conf["CELERY_DB_REUSE_MAX"] = sys.maxsize
+# A broker connection lost while a task runs: the task runs on (its message comes back, and the call's send
+# lock makes that copy a no-op). Celery 6 turns the default around and cancels such tasks: a send cut mid-way
+# would end `outcome_unknown`, or be sent again, on every Redis blip. Pinned, whatever the version's default.
+app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
 app.autodiscover_tasks()
 
 

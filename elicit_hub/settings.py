@@ -398,9 +398,10 @@ ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
 ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
 ELICIT_MAX_CALL_TIMEOUT = env_int("ELICIT_MAX_CALL_TIMEOUT", 3000, minimum=1)
 # A run_call task lists tools and then waits for the call: its time limits sit above the longest allowed
-# call (and below the broker's visibility timeout, system check approvals.E001). A task cut by the limit
-# leaves its send claimed; the redelivered task re-sends it only when that is safe.
-ELICIT_CALL_TASK_SOFT_TIME_LIMIT = ELICIT_MAX_CALL_TIMEOUT + 4 * ELICIT_MCP_TIMEOUT + 30
+# call, and the minute a worker waits for PostgreSQL to record a server's answer (sending.RECORD_PATIENCE),
+# and below the broker's visibility timeout (system check approvals.E001). A task cut by the limit leaves its
+# send claimed; the redelivered task re-sends it only when that is safe.
+ELICIT_CALL_TASK_SOFT_TIME_LIMIT = ELICIT_MAX_CALL_TIMEOUT + 4 * ELICIT_MCP_TIMEOUT + 30 + 60
 ELICIT_CALL_TASK_TIME_LIMIT = ELICIT_CALL_TASK_SOFT_TIME_LIMIT + 15
 CELERY_TASK_ANNOTATIONS = {
     name: {"soft_time_limit": ELICIT_CALL_TASK_SOFT_TIME_LIMIT, "time_limit": ELICIT_CALL_TASK_TIME_LIMIT}

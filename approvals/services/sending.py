@@ -10,7 +10,10 @@ Long tools run once: a send that may have reached the server and then failed in 
 the server refused it (a time-out, a lost connection or stream, a 5xx: the client's ``may_have_run``), or
 that a redelivered task finds still claimed, is sent again only when `safe_to_resend` says so (the tool is
 read-only or idempotent, or the server honours ``Idempotency-Key``, and then with the same key); otherwise
-the call ends ``failed`` with ``outcome_unknown`` and a person or the agent decides. An answer lost after
+the call ends ``failed`` with ``outcome_unknown`` and a person or the agent decides; even when safe, a send
+found still claimed is sent again only as often as a failing server is retried (`_tries_left`). A worker
+whose PostgreSQL session is lost mid-send keeps what it learned and writes it on a new session once it holds
+the call's lock again (`_recorded`, for up to `RECORD_PATIENCE`). An answer lost after
 the server accepted the call (malformed, too large) ends it ``outcome_unknown`` too, never re-sent. A
 failure before the request left the hub, or one the server refused it with (a 429), releases the claim
 (``queued`` / ``ready``) and is retried with backoff. Each
@@ -25,15 +28,15 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import InterfaceError, OperationalError, connection, connections, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -48,6 +51,7 @@ from approvals.services.rounds import input_responses, notify_holders, round_ope
 from approvals.services.servers import server_after_send, server_config
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 SYSTEM = Actor.system()
 MAX_ROUNDS = 50
 
@@ -132,6 +136,13 @@ def call_limit(call: ToolCall) -> float:
     return float(max(1, min(limit, settings.ELICIT_MAX_CALL_TIMEOUT)))
 
 
+def _tries_left(attempts: int) -> bool:
+    """May a send found still claimed (its worker stopped mid-send) be sent again, as its `attempts`-th try?
+    Even a tool safe to repeat is not sent for ever: a send that kills its worker each time (a crash, the OOM
+    killer) comes back at once (``task_reject_on_worker_lost``). It gets the tries a failing server gets."""
+    return attempts <= settings.ELICIT_MCP_MAX_RETRIES + 1
+
+
 def _lock_key(call_id: Any) -> int:
     return int.from_bytes(hashlib.sha256(f"send:{call_id}".encode()).digest()[:8], "big", signed=True)
 
@@ -151,15 +162,16 @@ def send_lock(call_id: Any) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
 
 
-def is_sending(call_id: Any) -> bool:
-    """True while some process holds the call's send lock. Only looks: taking the lock to test it could make
-    a worker that arrives at that instant skip its send."""
+def is_sending(call_id: Any, *, here: bool = False) -> bool:
+    """True while some process (`here`: this session) holds the call's send lock. Only looks: taking the lock
+    to test it could make a worker that arrives at that instant skip its send."""
     key = _lock_key(call_id) & 0xFFFFFFFFFFFFFFFF
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
-            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND granted)",
-            [key >> 32, key & 0xFFFFFFFF],
+            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND granted"
+            " AND (NOT %s OR pid = pg_backend_pid()))",
+            [key >> 32, key & 0xFFFFFFFF, here],
         )
         (held,) = cursor.fetchone()
     return bool(held)
@@ -256,7 +268,7 @@ def _claim(call_id: Any) -> Send | None:
         for field, value in claim.items():
             setattr(rnd, field, value)
         # A re-send (not one the outcome-unknown rule stops: that ends the call instead).
-        if rnd.send_attempts > 1 and (not held or safe_to_resend(call)):
+        if rnd.send_attempts > 1 and (not held or (safe_to_resend(call) and _tries_left(rnd.send_attempts))):
             audit.record(
                 actor=SYSTEM,
                 verb="round.resent",
@@ -285,12 +297,16 @@ def _hand_to_holders(call_id: Any) -> bool:
     (handshake era, stdio; the holders are woken if it still waits for one). Before a gated call's first
     send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
 
+    A send a worker claimed (being sent, no holder) stays the workers' even if its server needs a session
+    now (its era changed since): holders take only unclaimed calls, and `_claim` ends it as it must.
+
     One narrow read: every send passes here, and most find nothing to hand over."""
     row = _WHERE_SENT.first(pk=call_id)
     if row is None:
         return True
     status, holder_id, transport, era, probed_era, gated = row
-    if McpServer.session_needed(transport, era, probed_era):
+    claimed_here = holder_id is None and status in ToolCall.Status.sending()
+    if McpServer.session_needed(transport, era, probed_era) and not claimed_here:
         if status not in ToolCall.Status.finals() and holder_id is None:
             notify_holders()
         return True
@@ -344,8 +360,15 @@ def _send_claimed(call_id: Any) -> tuple[float | None, bool]:
         if send.redelivered and not safe_to_resend(send.call):
             _fail_unknown(send, "the hub stopped while sending this call")
             return None, True
+        if send.redelivered and not _tries_left(send.attempts):
+            _fail_unknown(
+                send,
+                f"the hub stopped while sending this call, {send.attempts - 1} times",
+                because="it gave up after as many tries as a failing server gets (ELICIT_MCP_MAX_RETRIES)",
+            )
+            return None, True
         try:
-            outcome = mcp_client.run(
+            outcome: mcp_client.Outcome | mcp_client.McpError = mcp_client.run(
                 mcp_client.call_tool(
                     server_config(send.call.server),
                     send.call.tool,
@@ -359,28 +382,113 @@ def _send_claimed(call_id: Any) -> tuple[float | None, bool]:
                     tool=send.call.server.tool(send.call.tool),
                 )
             )
-        except mcp_client.TransientError as exc:
-            if exc.may_have_run and not safe_to_resend(send.call):
-                _fail_unknown(send, exc.message)
-                return None, True
-            countdown = _transient(send, exc)
-            return countdown, countdown is None
-        except mcp_client.PermanentError as exc:
-            # What the failure says about the server first: a refused stateless request re-probes it.
-            server_after_send(send.call.server, send.call.tool, error=exc)
-            if _moved_to_session(send, exc):
-                return None, False
-            if exc.may_have_run:
-                # The call reached the server and its answer does not say whether it ran: never sent again.
-                _fail_unknown(send, exc.message, answer_lost=True)
-            else:
-                _fail(send, exc)
+        except (mcp_client.TransientError, mcp_client.PermanentError) as exc:
+            outcome = exc
+        received_at = timezone.now()
+        try:
+            countdown, ended, again = _recorded(send, functools.partial(_record, send, outcome, received_at))
+        except _TakenOver:
             return None, True
-        # Before the answer is applied: a round routes on the tool's annotations in the stored list.
-        server_after_send(send.call.server, send.call.tool, outcome=outcome)
-        if not _apply(send, outcome, received_at=timezone.now()):
-            # call_finish sets the final status on the call it was given.
-            return None, send.call.is_final
+        if not again:
+            return countdown, ended
+
+
+def _record(
+    send: Send, outcome: mcp_client.Outcome | mcp_client.McpError, received_at: Any
+) -> tuple[float | None, bool, bool]:
+    """Write what the send learned: (a countdown to retry later, whether the call ended, whether the next
+    send is due at once)."""
+    if isinstance(outcome, mcp_client.TransientError):
+        if outcome.may_have_run and not safe_to_resend(send.call):
+            _fail_unknown(send, outcome.message)
+            return None, True, False
+        countdown = _transient(send, outcome)
+        return countdown, countdown is None, False
+    assert send.call.server is not None
+    if isinstance(outcome, mcp_client.McpError):
+        # What the failure says about the server first: a refused stateless request re-probes it.
+        server_after_send(send.call.server, send.call.tool, error=outcome)
+        if _moved_to_session(send, outcome):
+            return None, False, False
+        if outcome.may_have_run:
+            # The call reached the server and its answer does not say whether it ran: never sent again.
+            _fail_unknown(send, outcome.message, answer_lost=True)
+        else:
+            _fail(send, outcome)
+        return None, True, False
+    # Before the answer is applied: a round routes on the tool's annotations in the stored list.
+    server_after_send(send.call.server, send.call.tool, outcome=outcome)
+    if _apply(send, outcome, received_at=received_at):
+        return None, False, True
+    # call_finish sets the final status on the call it was given.
+    return None, send.call.is_final, False
+
+
+# How long a worker holding a server's answer waits for PostgreSQL to take its record, and how often it tries.
+RECORD_PATIENCE = 60.0
+RECORD_PAUSE = 1.0
+
+
+class _TakenOver(Exception):
+    """This worker's session, and the call's lock with it, was lost mid-send, and another worker has taken
+    the call since: what this one learned is no longer its to write."""
+
+
+def _recorded(send: Send, record: Callable[[], _T]) -> _T:
+    """`record()`, which writes what a send learned. That knowledge exists only in this process: lost with a
+    PostgreSQL session (a restart, a failover, the session ended), a tool that ran, or a request that never
+    left, would later end ``outcome_unknown`` (or be sent again). So a write that failed with the session is
+    tried again on a new one, for up to `RECORD_PATIENCE` seconds, once this worker holds the call's lock
+    again (it went with the old session) and the send is still its own."""
+    deadline = time.monotonic() + RECORD_PATIENCE
+    while True:
+        try:
+            return record()
+        except (OperationalError, InterfaceError):
+            if time.monotonic() > deadline or _lock_kept(send.call.pk):
+                raise
+            logger.warning("call %s: PostgreSQL lost while recording the send; trying again", send.call.pk)
+        _lock_again(send, deadline)
+
+
+def _lock_kept(call_id: Any) -> bool:
+    """Does this worker's session still hold the call's lock? No when the session it took the lock on was
+    lost (Django may have opened another since), or when PostgreSQL does not answer."""
+    try:
+        return is_sending(call_id, here=True)
+    except (OperationalError, InterfaceError):
+        return False
+
+
+def _lock_again(send: Send, deadline: float) -> None:
+    """Take the call's lock on a new session, waiting for PostgreSQL until `deadline`; raises `_TakenOver`
+    when another worker holds it, or has claimed the call's send since this one's."""
+    while True:
+        connection.close()
+        time.sleep(RECORD_PAUSE)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [_lock_key(send.call.pk)])
+                (acquired,) = cursor.fetchone()
+            if acquired and _still_claimed(send):
+                return
+        except (OperationalError, InterfaceError):
+            if time.monotonic() > deadline:
+                raise
+            continue
+        logger.warning("call %s: another worker took it over while this one was away", send.call.pk)
+        raise _TakenOver
+
+
+def _still_claimed(send: Send) -> bool:
+    """The send is still the one this worker claimed: no other worker has claimed it again since."""
+    if send.round is not None:
+        return Round.objects.filter(
+            pk=send.round.pk, status=Round.Status.SENDING, send_attempts=send.round.send_attempts
+        ).exists()
+    return ToolCall.objects.filter(
+        pk=send.call.pk, status=ToolCall.Status.RUNNING, attempts=send.call.attempts
+    ).exists()
 
 
 def _moved_to_session(send: Send, exc: mcp_client.McpError) -> bool:
@@ -416,11 +524,13 @@ def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
     countdown = min(countdown, settings.ELICIT_MCP_RETRY_MAX)
     logger.warning("call %s: %s; retrying in %.1f s", send.call.pk, exc.code, countdown)
     with transaction.atomic():
-        # Release the claim: the retry then knows this attempt ended here, and is no redelivery.
+        # Release the claim: the retry then knows this attempt ended here, and is no redelivery. The call's
+        # `updated_at` tells beat's `recover_stuck` that its retry is waiting out a countdown, not lost.
         if send.round:
             Round.objects.filter(pk=send.round.pk, status=Round.Status.SENDING).update(
                 status=Round.Status.READY
             )
+            ToolCall.objects.filter(pk=send.call.pk).update(updated_at=timezone.now())
         else:
             ToolCall.objects.filter(pk=send.call.pk, status=ToolCall.Status.RUNNING).update(
                 status=ToolCall.Status.QUEUED, updated_at=timezone.now()
@@ -451,12 +561,13 @@ def _fail(send: Send, exc: mcp_client.McpError, note: str = "") -> None:
         call_finish(call=send.call, status=ToolCall.Status.FAILED, error=error)
 
 
-def _fail_unknown(send: Send, why: str, *, answer_lost: bool = False) -> None:
+def _fail_unknown(send: Send, why: str, *, answer_lost: bool = False, because: str = "") -> None:
     """End the call ``outcome_unknown``: the server may have run the tool, and sending it again is unsafe
     (or, `answer_lost`, the server's answer came and does not say whether the tool ran: lost after the server
-    accepted the call, unreadable, or a status that proves no refusal; such a failure is never re-sent)."""
+    accepted the call, unreadable, or a status that proves no refusal; such a failure is never re-sent; or
+    `because` says why else the hub stops sending it)."""
     logger.warning("call %s: outcome unknown (%s)", send.call.pk, why)
-    because = (
+    because = because or (
         "the server's answer does not say whether it ran"
         if answer_lost
         else "the tool is not marked read-only or idempotent and the server does not honour Idempotency-Key"
