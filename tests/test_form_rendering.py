@@ -418,3 +418,23 @@ def test_a_confirmation_is_accepted_with_no_content(client, reviewer) -> None:
     assert client.post(f"/requests/{ir.pk}/respond/", {"action": "accept"}).status_code == 302
     ir.refresh_from_db()
     assert (ir.action, ir.content) == ("accept", {})
+
+
+def test_a_suggested_date_time_is_an_instant_the_page_shows_on_the_readers_clock() -> None:
+    """The field itself is prefilled in the reviewer's zone; its suggestion line showed the server's raw UTC
+    text beside it (``...T10:00Z`` next to 11:00). An instant is given to the page as one, to be shown on the
+    reader's clock as every time is (a default without an offset is refused with the schema already)."""
+    requested = {
+        "type": "object",
+        "properties": {
+            "start": {"type": "string", "format": "date-time", "default": "2026-07-01T10:00:00Z"},
+            "label": {"type": "string", "default": "2026-07-01T10:00:00Z"},
+        },
+    }
+    form = answer_form(requested, tz="Europe/Paris")
+    html = render_to_string(
+        "approvals/_answer_form.html",
+        {"form": form, "ir": SimpleNamespace(pk=uuid.uuid4()), "pending": True, "may_answer": True},
+    )
+    assert '<time datetime="2026-07-01T10:00:00+00:00" data-local-time>2026-07-01T10:00:00Z</time>' in html
+    assert html.count("data-local-time") == 1  # not the plain text field's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 from django import template
@@ -129,6 +130,19 @@ def suggested(field: Any) -> str:
     if isinstance(default, list):
         return ", ".join(str(labels.get(item, item)) for item in default)
     return str(labels.get(default, default))
+
+
+@register.filter
+def suggested_moment(field: Any) -> str:
+    """A date-time field's suggested value as an instant (ISO 8601 with its offset), for the page to show on
+    the reader's clock as the field itself does; "" when it is not one (no offset: no instant to move)."""
+    if getattr(field, "kind", "") != "datetime" or not isinstance(field.default, str):
+        return ""
+    try:
+        moment = datetime.fromisoformat(field.default.strip().upper())
+    except ValueError:
+        return ""
+    return moment.isoformat() if moment.tzinfo is not None else ""
 
 
 @register.filter
