@@ -46,7 +46,7 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}.")
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -56,6 +56,8 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}.") from None
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}.")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum}, not {value}.")
     return value
 
 
@@ -398,10 +400,10 @@ ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
 ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
 ELICIT_MAX_CALL_TIMEOUT = env_int("ELICIT_MAX_CALL_TIMEOUT", 3000, minimum=1)
 # A run_call task lists tools and then waits for the call: its time limits sit above the longest allowed
-# call, and the minute a worker waits for PostgreSQL to record a server's answer (sending.RECORD_PATIENCE),
-# and below the broker's visibility timeout (system check approvals.E001). A task cut by the limit leaves its
-# send claimed; the redelivered task re-sends it only when that is safe.
-ELICIT_CALL_TASK_SOFT_TIME_LIMIT = ELICIT_MAX_CALL_TIMEOUT + 4 * ELICIT_MCP_TIMEOUT + 30 + 60
+# call (and below the broker's visibility timeout, system check approvals.E001). A task cut by the limit
+# leaves its send claimed; the redelivered task re-sends it only when that is safe. (A send that used its
+# whole limit and then waits for PostgreSQL to record its answer, sending.RECORD_PATIENCE, may be cut there.)
+ELICIT_CALL_TASK_SOFT_TIME_LIMIT = ELICIT_MAX_CALL_TIMEOUT + 4 * ELICIT_MCP_TIMEOUT + 30
 ELICIT_CALL_TASK_TIME_LIMIT = ELICIT_CALL_TASK_SOFT_TIME_LIMIT + 15
 CELERY_TASK_ANNOTATIONS = {
     name: {"soft_time_limit": ELICIT_CALL_TASK_SOFT_TIME_LIMIT, "time_limit": ELICIT_CALL_TASK_TIME_LIMIT}
@@ -485,7 +487,9 @@ NINJA_NUM_PROXIES = env_int("ELICIT_NUM_PROXIES", 0)
 # refused with 413 before it is parsed (Django's own limit is set to the same value); JSON nested deeper than
 # ELICIT_MAX_JSON_DEPTH levels, or holding NaN/Infinity, NUL or lone surrogates, is refused with 400.
 ELICIT_MAX_BODY = env_int("ELICIT_MAX_BODY", 1024 * 1024, minimum=1024)
-ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4)
+# At most 90: the audit log refuses event data nested deeper than 100 levels, and an event holds the
+# arguments a few levels down.
+ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4, maximum=90)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ELICIT_MAX_BODY
 # What the hub accepts from an MCP server. A round with more input requests, or an input request with a
 # longer message or a bigger requestedSchema (compact JSON bytes), is declined to the server and shown as

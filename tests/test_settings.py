@@ -62,6 +62,8 @@ def test_production_settings_pass_check_deploy_without_warnings() -> None:
             "PostgreSQL",
         ),
         ({"DJANGO_DEBUG": "true", "ELICIT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "ELICIT_OUTBOUND_ALLOW"),
+        # Deeper than the audit log records (an accepted body would fail as its event is written).
+        ({"DJANGO_DEBUG": "true", "ELICIT_MAX_JSON_DEPTH": "500"}, "must be at most 90"),
     ],
 )
 def test_bad_settings_are_refused_with_a_clear_message(env: dict[str, str], message: str) -> None:

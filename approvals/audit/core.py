@@ -2,7 +2,9 @@
 
 Every row carries ``hash = sha256(prev_hash + canonical(row))``. Appends take a transaction-scoped advisory
 lock, so the chain order is the id order even with many writers, and the lock is held only until the
-surrounding transaction commits. Secrets are redacted before anything is recorded.
+surrounding transaction commits. Secrets are redacted before anything is recorded, and the data is made
+exactly what the jsonb column gives back (``storable``), or refused: a row hashed over anything else would
+never verify.
 
 The canonical form and the hashing live in ``approvals.audit.verify`` (pure Python), which the offline
 verifier of exports runs too. Retention (``prune``) removes the oldest part of the chain and records an
@@ -15,12 +17,14 @@ check recorded outside it (``AuditHead``), so a tail cut behind the triggers' ba
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import redis.exceptions
@@ -28,6 +32,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals import safejson
 from approvals.audit import verbs
 from approvals.audit import verify as audit_verify
 from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
@@ -39,9 +44,10 @@ _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
 # sees every append committed before the lock was granted). Every allocation of ids goes through it.
 _RESERVE = "SELECT last_id, head_hash FROM approvals_audit_reserve(%s, %s)"
 REDACTED = "[redacted]"
+# Words of a compound key may be joined by nothing, "_", "-", "." or a space: api_key, X-Api-Key, apiKey.
 _SECRET_KEY = re.compile(
-    r"(request_?state|password|passwd|passphrase|secret|token|api_?key|private_?key|authorization|cookie"
-    r"|credential|headers|card_?number|cvv"
+    r"(request[-_. ]?state|pass[-_. ]?w(or)?d|pass[-_. ]?phrase|secret|token|api[-_. ]?key|private[-_. ]?key"
+    r"|authorization|cookie|credential|headers|card[-_. ]?number|cvv"
     # a short word at the key's end: smtp_pass, DB_PASS, smtpPass, pwd, pin1 (not pass_rate, passed, spin)
     r"|(^|[^a-z])(pass|pw|pwd|pin)\d*$|(?-i:[a-z0-9](Pass|Pw|Pwd|Pin)\d*$))",
     re.IGNORECASE,
@@ -67,15 +73,99 @@ class Actor:
         return cls(AuditEvent.ActorType.SYSTEM, "", label)
 
 
+# A value that is a credential whatever its key is called: the hub's own tokens (a prefix and 43 URL-safe
+# characters, ``approvals.services.tokens``), anywhere in a text, and an Authorization header's value.
+_HUB_TOKEN = re.compile(r"\beh[ap]_[A-Za-z0-9_-]{43}")
+# "Basic internationalization" is words: a credential is one long run of token characters with a digit.
+_AUTH_VALUE = re.compile(r"\s*(bearer|basic)\s+(?=\S*\d)[A-Za-z0-9._~+/=-]{16,}\s*", re.IGNORECASE)
+
+
 def redact(value: Any) -> Any:
-    """Drop the values of secret-looking keys, at any depth."""
+    """Drop the values of secret-looking keys, and credentials in any text, at any depth."""
     if isinstance(value, Mapping):
         return {
             key: (REDACTED if _SECRET_KEY.search(str(key)) else redact(item)) for key, item in value.items()
         }
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [redact(item) for item in value]
+    if isinstance(value, str):
+        return REDACTED if _AUTH_VALUE.fullmatch(value) else _HUB_TOKEN.sub(REDACTED, value)
     return value
+
+
+MAX_DEPTH = 100  # levels of objects and arrays in an event's data; the hub's own inputs stop far sooner
+
+
+class _Refusal(Exception):
+    """Why a part of an event's data cannot be stored; ``path``: where, innermost first, filled in on the way
+    out (nothing is spent on locations while all is well)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path: list[str] = []
+
+
+def storable(data: Mapping[str, Any], verb: str = "") -> dict[str, Any]:
+    """`data` exactly as the jsonb column will give it back, so the hash written is the hash verified.
+
+    What PostgreSQL would change is changed here, before hashing: a float Python writes with an exponent
+    (1e16 and up) comes back as every one of its digits, an int; -0.0 comes back 0.0; a NUL or a lone
+    surrogate cannot be stored at all and becomes U+FFFD, as in every text the hub keeps
+    (``safejson.storable_text``); a key that is not a string becomes the string JSON makes of it. What cannot
+    be kept is refused with ``safejson.Unstorable`` naming where it is, before anything is written: NaN and
+    infinities, nesting deeper than MAX_DEPTH, other types, and two keys that become the same.
+    """
+    try:
+        return _storable(data, 0)
+    except _Refusal as refusal:
+        where = "$" + "".join(reversed(refusal.path))
+        raise safejson.Unstorable(f"{verb or 'audit'} event data: {refusal.reason}", where[:300]) from None
+
+
+def _storable(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return safejson.storable_text(value)
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Refusal(f"{value!r} is not a JSON number")
+        # repr's digits exactly, as numeric keeps them; + 0.0 turns -0.0 into 0.0
+        return int(Decimal(repr(value))) if abs(value) >= 1e16 else value + 0.0
+    if not isinstance(value, Mapping | list | tuple):
+        raise _Refusal(f"a {type(value).__name__} is not JSON")
+    if depth >= MAX_DEPTH:
+        raise _Refusal(f"nesting deeper than {MAX_DEPTH} levels")
+    if not isinstance(value, Mapping):
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_storable(item, depth + 1))
+            except _Refusal as refusal:
+                refusal.path.append(f"[{index}]")
+                raise
+        return items
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = _key(key)
+        if name in out:
+            raise _Refusal(f"two keys that are both {name[:40]!r} once stored")
+        try:
+            out[name] = _storable(item, depth + 1)
+        except _Refusal as refusal:
+            refusal.path.append(f".{name[:40]}")
+            raise
+    return out
+
+
+def _key(key: Any) -> str:
+    """A key as JSON writes it (``1`` -> ``"1"``, ``True`` -> ``"true"``), storable."""
+    if isinstance(key, str):
+        return safejson.storable_text(key)
+    if key is None or isinstance(key, int | float):
+        return json.dumps(key)
+    raise _Refusal(f"a {type(key).__name__} key is not JSON")
 
 
 def record(
@@ -92,7 +182,7 @@ def record(
         raise ValueError(f"audit verbs are namespaced (noun.verb), got {verb!r}")
     if not verbs.is_registered(verb):
         raise ValueError(f"{verb!r} is not in the registry of audit verbs (approvals.audit.verbs)")
-    clean = redact(dict(data or {}))
+    clean = redact(storable(data or {}, verb))
     action, outcome = derive_action_outcome(verb, clean)
     event = AuditEvent(
         actor_type=actor.type,
@@ -180,7 +270,7 @@ def append_many(rows: Sequence[Mapping[str, Any]]) -> int:
         verb = row["verb"]
         if not verbs.is_registered(verb):
             raise ValueError(f"{verb!r} is not in the registry of audit verbs (approvals.audit.verbs)")
-        data = redact(dict(row.get("data") or {}))
+        data = redact(storable(row.get("data") or {}, verb))
         action, outcome = derive_action_outcome(verb, data)
         prepared.append(
             {
@@ -437,30 +527,31 @@ def prune(*, before: datetime, actor: Actor, dry_run: bool = False) -> PruneResu
 
     Only a prefix of the chain is ever removed, so a row newer than ``before`` is never taken because an
     older one follows it. A prefix that does not verify is not removed: pruning must not launder tampering.
+
+    The prefix is verified before the chain lock is taken, so appends (every step of every call) go on
+    meanwhile, however long it is: its rows cannot change (never updated; only a prune removes any). Under the
+    lock it is read again, and verified again only if it changed meanwhile (an append older than ``before``,
+    another prune) or did not verify; only the record and the delete hold the lock.
     """
+    bounds = _prefix(before)
+    if bounds is None:
+        return None
+    report = _verify_prefix(bounds)
+    if dry_run:
+        if not report.ok:
+            raise ChainBroken(report)
+        return PruneResult(report.checked, bounds.first_id, bounds.last_id, bounds.last_hash)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CHAIN_LOCK])
-        keep_from = (
-            AuditEvent.objects.filter(at__gte=before).order_by("id").values_list("id", flat=True).first()
-        )
-        doomed = (
-            AuditEvent.objects.all() if keep_from is None else AuditEvent.objects.filter(id__lt=keep_from)
-        )
-        first = doomed.order_by("id").values("id", "at").first()
-        if first is None:
+        locked = _prefix(before)
+        if locked is None:
             return None
-        last = doomed.order_by("-id").values("id", "at", "hash").first()
-        assert last is not None
-        anchor, pruned_through = chain_anchor()
-        # Closed here, not when collected: a server-side cursor must not outlive a rolled-back savepoint.
-        with closing(doomed.order_by("id").values(*ROW_FIELDS).iterator(chunk_size=5000)) as rows:
-            report = _verify_rows(rows, anchor, pruned_through)
+        if locked != bounds or not report.ok:
+            bounds, report = locked, _verify_prefix(locked)
         if not report.ok:
             raise ChainBroken(report)
-        result = PruneResult(report.checked, first["id"], last["id"], last["hash"])
-        if dry_run:
-            return result
+        result = PruneResult(report.checked, bounds.first_id, bounds.last_id, bounds.last_hash)
         # The audit.pruned event goes in first, then the prefix it names: the table's trigger lets a DELETE
         # stand only when the newest event records exactly what it removed (migration 0007). Written before
         # the delete, it links to the same row it would afterwards: the newest kept event, or, when nothing
@@ -471,17 +562,48 @@ def prune(*, before: datetime, actor: Actor, dry_run: bool = False) -> PruneResu
             data={
                 "before": before.isoformat(),
                 "count": result.count,
-                "first_id": first["id"],
-                "first_at": first["at"].isoformat(),
-                "last_id": last["id"],
-                "last_at": last["at"].isoformat(),
-                "first_prev_hash": anchor,
-                "last_hash": last["hash"],
+                "first_id": bounds.first_id,
+                "first_at": bounds.first_at.isoformat(),
+                "last_id": bounds.last_id,
+                "last_at": bounds.last_at.isoformat(),
+                "first_prev_hash": bounds.anchor,
+                "last_hash": bounds.last_hash,
             },
         )
         with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM approvals_auditevent WHERE id <= %s", [last["id"]])
+            cursor.execute("DELETE FROM approvals_auditevent WHERE id <= %s", [bounds.last_id])
             removed = cursor.rowcount
         if removed != result.count:
             raise RuntimeError(f"expected to remove {result.count} events, removed {removed}")
     return PruneResult(result.count, result.first_id, result.last_id, result.last_hash, event)
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    """The part of the chain a prune would remove, and where the chain starts now."""
+
+    first_id: int
+    first_at: datetime
+    last_id: int
+    last_at: datetime
+    last_hash: str
+    anchor: str
+    pruned_through: int | None
+
+
+def _prefix(before: datetime) -> _Prefix | None:
+    keep_from = AuditEvent.objects.filter(at__gte=before).order_by("id").values_list("id", flat=True).first()
+    doomed = AuditEvent.objects.all() if keep_from is None else AuditEvent.objects.filter(id__lt=keep_from)
+    first = doomed.order_by("id").values("id", "at").first()
+    last = doomed.order_by("-id").values("id", "at", "hash").first()
+    if first is None or last is None:
+        return None
+    anchor, pruned_through = chain_anchor()
+    return _Prefix(first["id"], first["at"], last["id"], last["at"], last["hash"], anchor, pruned_through)
+
+
+def _verify_prefix(prefix: _Prefix) -> ChainReport:
+    rows = AuditEvent.objects.filter(id__lte=prefix.last_id).order_by("id").values(*ROW_FIELDS)
+    # Closed here, not when collected: a server-side cursor must not outlive a rolled-back savepoint.
+    with closing(rows.iterator(chunk_size=5000)) as chunked:
+        return _verify_rows(chunked, prefix.anchor, prefix.pruned_through)

@@ -37,6 +37,7 @@ import argparse
 import csv
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -115,19 +116,29 @@ def derive_action_outcome(verb: str, data: Mapping[str, Any]) -> tuple[str, str]
     return action, outcome
 
 
+# Where a spreadsheet may split a cell the CSV writer leaves unquoted: ``;`` (the list separator of many
+# locales) and a tab (checked by default in import dialogs). A comma always gets the cell quoted.
+_CELL_SEPARATORS = re.compile(r"([;\t])")
+
+
 def escape_cell(value: str) -> str:
     """`value` as a spreadsheet shows it as text: each part that could start a cell (the value's start, and
-    what follows each ``;``, where a spreadsheet whose list separator is ``;`` splits a comma CSV's unquoted
-    cell) gets a leading apostrophe when it would run as a formula."""
-    return ";".join("'" + part if part.startswith(_FORMULA_START) else part for part in value.split(";"))
+    what follows each ``;`` or tab) gets a leading apostrophe when it would run as a formula."""
+    parts = _CELL_SEPARATORS.split(value)  # text, separator, text, ...
+    for index in range(2, len(parts), 2):
+        if parts[index].startswith(_FORMULA_START):
+            parts[index] = "'" + parts[index]
+    return ("'" if value.startswith(_FORMULA_START) else "") + "".join(parts)
 
 
 def unescape_cell(value: str) -> str:
-    """`escape_cell` undone: the exact value."""
-    return ";".join(
-        part[1:] if part.startswith("'") and part[1:].startswith(_FORMULA_START) else part
-        for part in value.split(";")
-    )
+    """`escape_cell` undone: the exact value (the parts after a separator, then the value's start)."""
+    parts = _CELL_SEPARATORS.split(value)
+    for index in range(2, len(parts), 2):
+        if parts[index].startswith("'") and parts[index][1:].startswith(_FORMULA_START):
+            parts[index] = parts[index][1:]
+    text = "".join(parts)
+    return text[1:] if text.startswith("'") and text[1:].startswith(_FORMULA_START) else text
 
 
 class Digest:
@@ -310,6 +321,10 @@ def verify_rows(rows: Iterable[tuple[int, Mapping[str, Any]]], span: Span) -> Re
     return Result(span.digest.count)
 
 
+# What a malformed or hostile line raises while it is read and hashed (RecursionError: absurd nesting;
+# OverflowError: an id of 1e999; csv.Error: a broken quote; UnicodeDecodeError, a ValueError: a file not in
+# UTF-8): a failed line, named, never a traceback.
+_UNREADABLE = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError, csv.Error)
 _NOT_CONTIGUOUS = "the header does not mark it contiguous: it is filtered, or holds only the exporter's teams"
 _CSV = "a CSV export has no header saying what it covers; an unfiltered JSON Lines export does"
 
@@ -335,7 +350,7 @@ def verify_jsonl(lines: Iterable[str], *, head: Mapping[str, Any] | None = None)
     try:
         span = _jsonl_span(next(numbered, (1, ""))[1], head)
         result = verify_rows(events(), span)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except _UNREADABLE as exc:
         return Result(0, state["line"], f"unreadable: {exc}")
     if not result.ok:
         return result
@@ -372,15 +387,20 @@ def csv_row(values: Mapping[str, str]) -> dict[str, Any]:
     return row
 
 
+# A cell may hold an event's whole data: far beyond the csv module's default limit of 128 KiB per field.
+_CSV_FIELD_LIMIT = 2**31 - 1
+
+
 def verify_csv(lines: Iterable[str], *, head: Mapping[str, Any] | None = None) -> Result:
+    csv.field_size_limit(_CSV_FIELD_LIMIT)
     reader = csv.DictReader(lines)
-    if reader.fieldnames != COLUMNS:
-        return Result(0, 1, "the header row does not name the export's columns")
     span = Span(pin=None if head is None else head["head_id"])
     try:
+        if reader.fieldnames != COLUMNS:
+            return Result(0, 1, "the header row does not name the export's columns")
         result = verify_rows(((reader.line_num, csv_row(values)) for values in reader), span)
-    except (ValueError, KeyError) as exc:
-        return Result(0, reader.line_num, f"unreadable: {exc}")
+    except _UNREADABLE as exc:
+        return Result(span.digest.count, reader.line_num, f"unreadable: {exc}")
     if not result.ok:
         return result
     return span.finish(_CSV, head, reader.line_num)
