@@ -445,6 +445,20 @@ def stop() -> None:
 
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "status"
+    if command in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0
+    import psycopg
+
+    try:
+        return _command(command)
+    except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
+        # A server that would not start or stop: what went wrong (and the log it names), not a traceback.
+        print(f"engines {command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _command(command: str) -> int:
     if command == "start":
         start()
         print(f"engines up: PostgreSQL at {Postgres().socket_dir}, Redis at {Redis().socket}")

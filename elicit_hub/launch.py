@@ -29,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import psycopg
 
 from elicit_hub import engines
 
@@ -68,6 +69,11 @@ class Layout:
             raise ValueError(f"the API ports overlap the web or gateway ports: {sorted(taken)}")
         if not all(0 < port < 65536 for port in [*self.web_ports, *self.gateway_ports, *self.api_ports]):
             raise ValueError("ports must lie between 1 and 65535")
+        if self.demo_port in {*self.web_ports, *self.gateway_ports, *self.api_ports}:
+            # Both would start and one fail to listen, which stops every process of the hub.
+            raise ValueError(
+                f"the demo MCP server's port {self.demo_port} (ELICIT_DEMO_MCP_URL) is one of the hub's own"
+            )
 
     @property
     def web_ports(self) -> list[int]:
@@ -160,6 +166,21 @@ def demo_step(*args: str) -> bool:
         print(f"\n  warning: `manage.py {args[0]}` failed (exit {exc.returncode}); the hub goes on.\n")
         return False
     return True
+
+
+def prepare(embedded: bool) -> str | None:
+    """Start the embedded engines (when `embedded`) and migrate: None, or why the hub cannot start (once,
+    in a sentence, rather than a traceback after the migration's own error)."""
+    try:
+        if embedded:
+            engines.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
+        return f"the embedded engines did not start: {exc}"
+    try:
+        manage("migrate", "--no-input", "-v", "0")
+    except subprocess.CalledProcessError as exc:
+        return f"`manage.py migrate` failed (exit {exc.returncode}); its error is above"
+    return None
 
 
 def ports_in_use(layout: Layout) -> list[str]:
@@ -262,9 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     # The demo MCP server runs on loopback, which the outbound guard refuses unless listed.
     os.environ.setdefault("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
     embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
-    if embedded:
-        engines.start()
-    manage("migrate", "--no-input", "-v", "0")
+    problem = prepare(embedded)
+    if problem:
+        print(f"\n  The hub did not start: {problem}\n", file=sys.stderr)
+        if embedded and os.environ.get("ELICIT_KEEP_ENGINES") != "1":
+            engines.stop()
+        return 1
     demo_url = os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
     generated = engines.VAR_DIR / "Procfile"
     generated.parent.mkdir(parents=True, exist_ok=True)

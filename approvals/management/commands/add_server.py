@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.core.validators import URLValidator
 from django.db import transaction
 from django.db.models import Field, Model
 
 from approvals import netguard, urlsafety
 from approvals.audit.core import Actor
+from approvals.management.commands._cli import HubCommand, shown
 from approvals.models import McpServer, Team, validate_server_slug
 from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
@@ -20,7 +22,7 @@ NOT_STDIO = {"transport": McpServer.Transport.HTTP, "command": "", "args": [], "
 ACTOR = Actor.system("manage.py add_server")
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = "Register (or update) an MCP server the hub may call."
 
     def add_arguments(self, parser: Any) -> None:
@@ -33,6 +35,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--header", action="append", default=[], help='"Name: value", sent with every request'
         )
+        parser.add_argument("--clear-headers", action="store_true", help="remove the stored headers")
         stdio = parser.add_argument_group("stdio servers (a command the hub runs, instead of a URL)")
         stdio.add_argument("--command", default="", help="an absolute path, or a name found on PATH")
         stdio.add_argument(
@@ -81,6 +84,8 @@ class Command(BaseCommand):
             return self.add_stdio(slug, name, team, era, options)
         if options.get("arg") or options.get("env"):
             raise CommandError("--arg and --env belong to a stdio server (--command)")
+        if not url:
+            raise CommandError("give the server's URL, or --command for a server the hub runs (stdio)")
         try:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
@@ -96,30 +101,31 @@ class Command(BaseCommand):
             headers = parse_header_lines(header)
         except ValueError as exc:  # never names a value: it is a credential
             raise CommandError(f"--header: {exc}") from None
-        stored = McpServer.objects.filter(slug=slug).values_list("transport", "url").first()
+        clear = bool(options.get("clear_headers"))
+        if headers and clear:
+            raise CommandError("--header sets the headers, --clear-headers removes them: give one")
+        row = McpServer.objects.filter(slug=slug).values_list("transport", "url", "headers").first()
+        stored = row[:2] if row else None
+        if row and row[2] and not headers and not clear:
+            _check_credentials_follow(row[1], url)
         # Moved to another address: what the hub learned at the old one (era, tools) does not stand.
         moved = dict.fromkeys(LEARNED) if stored not in (None, (McpServer.Transport.HTTP, url)) else {}
-        server, verb = self.register(
-            slug,
-            name,
-            team,
-            era,
-            {**NOT_STDIO, "url": url, **({"headers": headers} if headers else {}), **moved},
-        )
+        given = {"headers": headers} if headers or clear else {}  # else the stored ones stay
+        server, verb = self.register(slug, name, team, era, {**NOT_STDIO, "url": url, **given, **moved})
         self.stdout.write(
-            f"{verb} MCP server {server.slug} at {urlsafety.shown(server.url)}"
+            f"{verb} MCP server {server.slug} at {shown(urlsafety.shown(server.url))}"
             + (f" ({len(headers)} header(s))" if headers else "")
             + f", era {server.era}"
         )
         if no_probe:
             return
         found = server_probe(server)
-        self.stdout.write(f"probe: {probe_summary(found)}")
+        self.stdout.write(f"probe: {shown(probe_summary(found))}")
         if not found["ok"]:
             error = found.get("error") or {}
-            self.stdout.write(f"error: {error.get('code')}: {error.get('message')}")
+            self.stdout.write(f"error: {shown(error.get('code'))}: {shown(error.get('message'))}")
             if found.get("hint"):
-                self.stdout.write(f"hint: {found['hint']}")
+                self.stdout.write(f"hint: {shown(found['hint'])}")
             self.stdout.write(
                 "the server is registered all the same; `manage.py check_server` probes it again"
             )
@@ -170,6 +176,28 @@ class Command(BaseCommand):
         )
         # Started (and probed) by the holder that takes its lease; it is never started twice to probe it.
         self.stdout.write("the holder starts it and probes it; `manage.py check_server` shows the probe")
+
+
+def _origin(url: str) -> str:
+    """Where a URL sends requests: ``scheme://host:port``, the scheme's default port written out."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return ""
+    return f"{parts.scheme.lower()}://{parts.hostname or ''}:{port}"
+
+
+def _check_credentials_follow(stored: str, url: str) -> None:
+    """Stored headers (credentials, never shown) do not follow a server to another origin unseen, as in the
+    admin: a mistyped or re-used slug would otherwise send them to whoever answers at the new address."""
+    before, after = _origin(stored), _origin(url)
+    if before != after:
+        raise CommandError(
+            f"the stored headers were set for {shown(urlsafety.origin(stored))}; to send requests to "
+            f"{shown(urlsafety.origin(url))}, give them again with --header, or remove them "
+            "with --clear-headers"
+        )
 
 
 def _check(model: type[Model], field: str, value: str, what: str) -> None:

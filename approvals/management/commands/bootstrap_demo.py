@@ -8,10 +8,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
 from django.db import connection, transaction
 
+from approvals import urlsafety
 from approvals.audit.core import Actor
+from approvals.management.commands._cli import HubCommand, shown
 from approvals.models import AgentClient, McpServer, Membership, Team
 from approvals.services import config_audit, tokens
 from approvals.services.servers import probe_summary, server_probe
@@ -30,7 +31,7 @@ def token_file() -> Path:
     return VAR_DIR / f"demo-agent.{hashlib.sha256(where.encode()).hexdigest()[:12]}.token"
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = "Set up the demo: an admin user (login printed once), the demo MCP server, a team and an agent."
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -89,8 +90,8 @@ class Command(BaseCommand):
             )
             return
         found = server_probe(demo, actor=ACTOR)
-        self.stdout.write(f"MCP server demo at {url}, era {demo.era}")
-        self.stdout.write(f"probe: {probe_summary(found)}")
+        self.stdout.write(f"MCP server demo at {shown(urlsafety.shown(url))}, era {demo.era}")
+        self.stdout.write(f"probe: {shown(probe_summary(found))}")
         if not found["ok"]:
             error = found.get("error") or {}
-            self.stdout.write(f"error: {error.get('code')}: {error.get('message')}")
+            self.stdout.write(f"error: {shown(error.get('code'))}: {shown(error.get('message'))}")

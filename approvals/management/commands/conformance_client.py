@@ -19,10 +19,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from approvals import conformance, schema_forms
 from approvals.audit.core import Actor
+from approvals.management.commands._cli import HubCommand, shown
 from approvals.models import InputRequest, McpServer, Membership, Team, ToolCall
 from approvals.services import answers, calls, config_audit, tokens
 from approvals.services.servers import server_refresh_tools
@@ -32,7 +33,7 @@ TIMEOUT = 50.0
 ACTOR = Actor.system("manage.py conformance_client")
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = __doc__
 
     def add_arguments(self, parser: Any) -> None:
@@ -60,7 +61,7 @@ class Command(BaseCommand):
                 worker.wait(15)
         failed = ToolCall.objects.filter(pk__in=ids).exclude(status=ToolCall.Status.COMPLETED)
         for call in failed:
-            self.stderr.write(f"{call.tool}: {call.status} {call.error}")
+            self.stderr.write(shown(f"{call.tool}: {call.status} {call.error}"))
         if failed:
             raise CommandError(f"{failed.count()} of {len(ids)} calls did not complete")
         self.stdout.write(f"{scenario}: {len(ids)} call(s) completed through the hub")

@@ -4,15 +4,16 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import IntegrityError
 
 from approvals.audit.core import Actor
+from approvals.management.commands._cli import HubCommand
 from approvals.models import AgentClient, McpServer, Team
 from approvals.services import tokens
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = "Create an agent and print its token (shown once; only its hash is stored)."
 
     def add_arguments(self, parser: Any) -> None:
@@ -40,8 +41,9 @@ class Command(BaseCommand):
         acts_for: list[str],
         **opts: Any,
     ) -> None:
+        name = name.strip()  # " ci-bot" would be a second agent that reads as "ci-bot"
         try:
-            AgentClient._meta.get_field("name").clean(name.strip(), None)
+            AgentClient._meta.get_field("name").clean(name, None)
         except ValidationError as exc:
             raise CommandError(f"the agent's name: {' '.join(exc.messages)}") from None
         servers = list(McpServer.objects.filter(slug__in=server))

@@ -3,8 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from approvals.management.commands._cli import HubCommand
 from approvals.management.commands.bootstrap_demo import token_file
 
 DEMO_CALLS = [
@@ -16,7 +17,7 @@ DEMO_CALLS = [
 ]
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = "Submit one call of each demo tool through the hub's API, as an agent would."
 
     def add_arguments(self, parser: Any) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.audit import core as audit
+from approvals.management.commands._cli import HubCommand
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = "Print the audit chain head as JSON (verified first unless --no-verify)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -14,14 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals.audit import core as audit
+from approvals.management.commands._cli import HubCommand
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = "Remove audit events past the retention period, recording the removed range and its hash."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -51,14 +52,24 @@ class Command(BaseCommand):
 
     def _cutoff(self, options: dict[str, Any]) -> datetime:
         if options["before"]:
-            before = parse_datetime(options["before"])
+            try:
+                before = parse_datetime(options["before"])
+            except ValueError:  # well-formed but no such time: 2026-02-30
+                before = None
             if before is None:
                 raise CommandError(f"--before must be an ISO 8601 time, not {options['before']!r}")
-            return before if timezone.is_aware(before) else timezone.make_aware(before)
+            before = before if timezone.is_aware(before) else timezone.make_aware(before)
+            if before > timezone.now():
+                # Would remove the whole log, the newest events too: a mistyped year, never a retention.
+                raise CommandError(f"--before {options['before']!r} lies in the future")
+            return before
         days = options["days"] if options["days"] is not None else self._retention_days()
         if days < 1:
             raise CommandError("the retention period must be at least 1 day")
-        return timezone.now() - timedelta(days=days)
+        try:
+            return timezone.now() - timedelta(days=days)
+        except OverflowError:
+            raise CommandError(f"{days} days reaches before the year 1; give a smaller number") from None
 
     def _retention_days(self) -> int:
         days = getattr(settings, "ELICIT_AUDIT_RETENTION_DAYS", 365)

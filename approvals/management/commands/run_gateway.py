@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 import uvicorn
-from django.core.management.base import BaseCommand
 
+from approvals.management.commands._cli import HubCommand, port
 from elicit_hub.door import json_error
 from elicit_hub.serve_api import HeadLimitedProtocol
 
@@ -18,7 +18,7 @@ class GatewayProtocol(HeadLimitedProtocol):
         return json_error(code, message)
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = (
         "Serve the MCP gateway (/mcp and /mcp/<server-slug>) under uvicorn, beside Daphne. Handshake-era "
         "sessions live in the process that opened them: behind a proxy, pin each Mcp-Session-Id to one."
@@ -26,7 +26,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8001)
+        parser.add_argument("--port", type=port, default=8001)
 
     def handle(self, *args: Any, host: str, port: int, **options: Any) -> None:
         from elicit_hub import heap

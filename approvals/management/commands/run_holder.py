@@ -5,20 +5,19 @@ import logging
 import signal
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from approvals.holder.process import HolderProcess
+from approvals.management.commands._cli import HubCommand, at_least_one
 from elicit_hub import heap
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = (
         "Run a holder process: it keeps handshake-era sessions and stdio servers open while people decide. "
         "Run as many as you like; each call is held by exactly one."
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--max-calls", type=int, default=None, help="calls held at once")
+        parser.add_argument("--max-calls", type=at_least_one, default=None, help="calls held at once")
         parser.add_argument("--name", default=None, help="this holder's name (default: host:pid:random)")
 
     def handle(self, *args: Any, max_calls: int | None, name: str | None, **options: Any) -> None:

@@ -4,12 +4,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.audit import core as audit
+from approvals.management.commands._cli import HubCommand
 
 
-class Command(BaseCommand):
+class Command(HubCommand):
     help = (
         "Walk the audit log's hash chain and name the first row that does not match; check that the head the "
         "previous check recorded (or the one given with --head) is still there."
@@ -33,6 +34,11 @@ class Command(BaseCommand):
                 saved = json.loads(options["head"].read_text())
             except (OSError, ValueError) as exc:
                 raise CommandError(f"cannot read the saved head: {exc}") from None
+            if not _is_head(saved):
+                raise CommandError(
+                    f"{options['head']} is not a head saved by export_audit_head "
+                    "(a JSON object with head_id and head_hash)"
+                )
             if not audit.head_matches(saved):
                 raise CommandError(
                     f"event #{saved.get('head_id')} no longer has the saved hash: the chain was rewritten"
@@ -41,3 +47,12 @@ class Command(BaseCommand):
         elif report.recorded_head_id is not None:
             self.stdout.write(f"the head the last check recorded (#{report.recorded_head_id}) is still there")
         self.stdout.write(f"audit chain intact: {report.checked} events verified")
+
+
+def _is_head(saved: object) -> bool:
+    """Whether `saved` reads as `export_audit_head` output: anything else (a list, an object without the
+    head, an id that is not a whole number) would otherwise "match" or fail with a traceback."""
+    if not isinstance(saved, dict) or "head_id" not in saved or not isinstance(saved.get("head_hash"), str):
+        return False
+    head_id = saved["head_id"]
+    return head_id is None or (isinstance(head_id, int) and not isinstance(head_id, bool))
