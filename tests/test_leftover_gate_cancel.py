@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -183,9 +183,22 @@ def race(
     return errors
 
 
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The calls an approval queues for a worker, kept here: the suite's Celery worker (started by an earlier
+    test, for the session) would otherwise claim the send itself, and the race below is the test's own."""
+    sent: list[str] = []
+    monkeypatch.setattr(
+        gate_decisions,
+        "enqueue_on_commit",
+        lambda task, call_id: transaction.on_commit(lambda: sent.append(call_id)),
+    )
+    return sent
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_decision_racing_the_cancel_neither_deadlocks_nor_sends(
-    gated: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    gated: dict[str, Any], monkeypatch: pytest.MonkeyPatch, queued: list[str]
 ) -> None:
     """The reviewer approves as the agent cancels: the approval holds the gate's round as the cancel comes."""
     call, ir = gated["call"], gated["request"]
@@ -205,11 +218,12 @@ def test_a_decision_racing_the_cancel_neither_deadlocks_nor_sends(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_send_claimed_as_the_agent_cancels_neither_deadlocks_nor_loses_its_gate(
-    gated: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    gated: dict[str, Any], monkeypatch: pytest.MonkeyPatch, queued: list[str]
 ) -> None:
     """The worker claims the approved call's send as the agent cancels: the claim holds the gate."""
     call, ir = gated["call"], gated["request"]
     gate_decisions.gate_decide(input_request_id=ir.pk, user=gated["alice"], decision="approve")
+    assert queued == [str(call.pk)]  # the approval queued the send; this test's thread claims it
     claimed: list[Any] = []
     errors = race(
         monkeypatch,
