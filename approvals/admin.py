@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin, messages
@@ -108,19 +107,6 @@ def _guarded_url(url: str) -> str:
                 f"The hub may not send requests here: {exc.message}. ELICIT_OUTBOUND_ALLOW lists exceptions."
             ) from None
     return url
-
-
-def _origin(url: str) -> str:
-    """Where a URL sends requests: ``scheme://host:port`` (the scheme's default port written out)."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
-    except ValueError:
-        return ""
-    if not parts.hostname:
-        return ""
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme.lower()}://{host}:{port}"
 
 
 class WriteOnlyTextarea(forms.Textarea):
@@ -283,7 +269,7 @@ class McpServerForm(forms.ModelForm):
             return
         if cleaned.get("new_headers") or cleaned.get("clear_headers"):
             return
-        before, after = _origin(stored), _origin(url)
+        before, after = urlsafety.request_origin(stored), urlsafety.request_origin(url)
         if before != after:
             self.add_error(
                 "new_headers",

@@ -82,3 +82,17 @@ def _masked_pair(pair: str) -> str:
     if not pair:
         return ""
     return f"{key}={HIDDEN}" if equals else HIDDEN
+
+
+def request_origin(url: str) -> str:
+    """Where a URL sends requests: ``scheme://host:port`` (the scheme's default port written out); "" when
+    it names no host or cannot be read. Stored credentials never follow a server to another origin."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return ""
+    if not parts.hostname:
+        return ""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme.lower()}://{host}:{port}"

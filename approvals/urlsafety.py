@@ -22,6 +22,7 @@ from approvals import netguard
 from approvals.urlparts import HIDDEN as HIDDEN  # re-exported: the hub's one place for URLs
 from approvals.urlparts import hidden_parts as hidden_parts
 from approvals.urlparts import holds_hidden as holds_hidden
+from approvals.urlparts import request_origin as request_origin
 from approvals.urlparts import shown as shown
 
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
@@ -178,20 +177,10 @@ class Command(HubCommand):
         self.stdout.write("the holder starts it and probes it; `manage.py check_server` shows the probe")
 
 
-def _origin(url: str) -> str:
-    """Where a URL sends requests: ``scheme://host:port``, the scheme's default port written out."""
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
-    except ValueError:
-        return ""
-    return f"{parts.scheme.lower()}://{parts.hostname or ''}:{port}"
-
-
 def _check_credentials_follow(stored: str, url: str) -> None:
     """Stored headers (credentials, never shown) do not follow a server to another origin unseen, as in the
     admin: a mistyped or re-used slug would otherwise send them to whoever answers at the new address."""
-    before, after = _origin(stored), _origin(url)
+    before, after = urlsafety.request_origin(stored), urlsafety.request_origin(url)
     if before != after:
         raise CommandError(
             f"the stored headers were set for {shown(urlsafety.origin(stored))}; to send requests to "
