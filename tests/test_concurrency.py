@@ -7,7 +7,7 @@ import threading
 import pytest
 from django.db import connection
 
-from approvals.models import Decision, InputRequest, Membership, Round
+from approvals.models import AuditEvent, Decision, InputRequest, Membership, Round
 from approvals.services import tokens
 from tests import factories
 from tests.hub import Reviewer
@@ -70,5 +70,8 @@ def test_answers_to_the_last_two_keys_at_once_make_the_round_ready_once(setup) -
     )
     assert [r.status_code for r in responses] == [200, 200]
     rnd.refresh_from_db()
-    assert rnd.status == Round.Status.READY
+    # Ready, or already taken on by the suite's worker (started for the session by an earlier test) that
+    # the retry was queued to: made ready once either way, as its one round.answered event says.
+    assert rnd.status in (Round.Status.READY, Round.Status.SENDING, Round.Status.CLOSED)
+    assert AuditEvent.objects.filter(call_id=rnd.call_id, verb="round.answered").count() == 1
     assert not InputRequest.objects.filter(round=rnd, status=InputRequest.Status.PENDING).exists()
