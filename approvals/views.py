@@ -74,12 +74,8 @@ def decided_by_post(
 
 def _overdue(ir: InputRequest) -> bool:
     """Pending, but past its round's deadline: beat has not expired it yet, and an answer would be refused
-    as too late (``answers.input_respond``; a gate's decision says so its own way)."""
-    return (
-        ir.status == InputRequest.Status.PENDING
-        and ir.round.deadline <= timezone.now()
-        and not gates.is_gate(ir)
-    )
+    as too late (``answers.past_deadline``)."""
+    return ir.status == InputRequest.Status.PENDING and answers.past_deadline(ir)
 
 
 def _get_request_for_user(user: Any, pk: UUID) -> InputRequest:

@@ -26,9 +26,7 @@ class AgentRequest(HttpRequest):
 def bearer_token(request: HttpRequest) -> str | None:
     """The token of ``Authorization: Bearer <token>`` (the scheme in any case, one or more spaces before the
     token), or None."""
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    token = token.lstrip(" ")
-    return token if scheme.lower() == "bearer" and token else None
+    return tokens.bearer(request.headers.get("Authorization", ""))
 
 
 def still_holds(request: HttpRequest) -> bool:

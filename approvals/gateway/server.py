@@ -170,11 +170,11 @@ class Guard:
         """The answer to a request the guard turns away, or None for one it lets through (`scope` then
         names its agent)."""
         request = Request(scope)
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        token = (tokens.bearer(request.headers.get("authorization", "")) or "").strip()
         agent: AgentClient | None = None
         wait: float | None = None
-        if scheme.lower() == "bearer" and token.strip():
-            agent, wait = await _db(_agent_and_wait, token.strip())
+        if token:
+            agent, wait = await _db(_agent_and_wait, token)
         if agent is None:
             client = scope.get("client") or ("", 0)
             # Every X-Forwarded-For line, joined as Django joins them: a proxy adds its own line after the

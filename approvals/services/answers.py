@@ -50,6 +50,12 @@ def describe_answer(ir: InputRequest) -> str:
     return f"{verb} by {who} at {when}"
 
 
+def past_deadline(ir: InputRequest) -> bool:
+    """Its round's deadline has passed (beat may not have expired it yet): an answer is refused as too late.
+    A gate's decision says so its own way."""
+    return ir.round.deadline <= timezone.now() and not is_gate(ir)
+
+
 def no_longer_pending(ir: InputRequest) -> Conflict:
     """The 409 for an answer to a request that is no longer pending, saying what became of it."""
     if ir.status == InputRequest.Status.GONE:
@@ -171,7 +177,7 @@ def input_respond(
     if ir.status != InputRequest.Status.PENDING:
         # Before the answer is checked: that it came too late is the news, not what was wrong with it.
         raise no_longer_pending(ir)
-    if ir.round.deadline <= timezone.now() and not is_gate(ir):  # a gate's decision says so its own way
+    if past_deadline(ir):
         raise too_late(ir)
     call = ir.round.call
     _check_policy(ir, call, user)

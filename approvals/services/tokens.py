@@ -121,6 +121,14 @@ _PERSONAL_BY_HASH = PreparedRead(
 )
 
 
+def bearer(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value (the scheme in any case, one or more spaces
+    before the token), or None."""
+    scheme, _, token = authorization.partition(" ")
+    token = token.lstrip(" ")
+    return token if scheme.lower() == "bearer" and token else None
+
+
 def authenticate(token: str) -> AgentClient | PersonalToken | None:
     digest = hash_token(token)
     now = timezone.now()
