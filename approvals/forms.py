@@ -6,10 +6,11 @@ server's default on first display, the posted text after a failed submit) for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from approvals import schema_forms
+from approvals.schema_forms.coercion import as_choices
 
 PREFIX = "f-"
 TZ_FIELD = "tz"  # the reviewer's time zone (IANA name), filled in by the page
@@ -62,8 +63,19 @@ def answer_form(
     """The form for `schema`, prefilled with defaults, or with `data` (a POST) after a failed submit."""
     errors = errors or {}
     described = schema_forms.fields(schema, tz=tz, prefix=PREFIX)
-    bound = [BoundField(field, _value(field, data), errors.get(field.name, "")) for field in described]
+    bound = []
+    for field in described:
+        value = _value(field, data)
+        bound.append(BoundField(_drawn_for(field, value), value, errors.get(field.name, "")))
     return AnswerForm(bound, errors, tz, schema_forms.is_confirmation(schema))
+
+
+def _drawn_for(field: schema_forms.Field, value: str | bool | list[str]) -> schema_forms.Field:
+    """Text posted back with line breaks is shown in a textarea whatever the schema suggested: an <input>
+    drops them (the gate page's edit starts from the asked arguments, but is drawn again from the schema)."""
+    if field.kind == "text" and isinstance(value, str) and ("\n" in value or "\r" in value):
+        return replace(field, widget="textarea", html_input_type="")
+    return field
 
 
 def _value(field: schema_forms.Field, data: Any) -> str | bool | list[str]:
@@ -72,6 +84,9 @@ def _value(field: schema_forms.Field, data: Any) -> str | bool | list[str]:
     posted = data.getlist(field.html_name)
     if field.kind == "boolean":
         return any(value.strip().lower() in ("on", "true", "1", "yes") for value in posted)
+    if field.kind in ("single_select", "multi_select"):
+        # As the schema spells them (a browser posts each line break of an option's value as CRLF).
+        posted = as_choices(field.choices, posted)
     if field.kind == "multi_select":
         return posted
     return posted[0] if posted else ""

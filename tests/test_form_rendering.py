@@ -75,7 +75,7 @@ RENDERING = [
                 "tag": "input",
                 "type": "text",
                 "minlength": "3",
-                "maxlength": "80",
+                "maxlength": None,  # a browser counts UTF-16 units: the page script checks
                 "value": "Review",
                 "required": "",
             }

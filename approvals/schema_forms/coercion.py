@@ -10,22 +10,27 @@ Decisions:
   "no answer" state, and leaving the key out would look like a form that never showed it.
 - Empty optional text, numbers, dates and single choices are omitted; empty required ones
   are "This field is required". An empty required multi-select is [] (minItems speaks for
-  itself); an empty optional one is omitted.
+  itself); an empty optional one is omitted, unless the server suggested options: then the
+  reviewer unticked them, which is an answer, [] (when minItems allows it). Left out, a server
+  that fills missing fields from its defaults would read the very options taken back.
 - Typed text is stripped and CRLF becomes LF (a textarea posts CRLF, which would count double
-  against maxLength).
+  against maxLength). Text left as the server's default had it (line breaks aside, which a browser
+  sends as CRLF) is sent as the server wrote it: tidying it would change the server's own value.
 - Date-times without an offset get `tz` (see timezones.py); we never assume UTC.
+- A chosen option is sent as the schema spells it: a browser posts each line break in a value as
+  CRLF, so a posted option is matched to the schema's with line breaks aside.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
-from ._common import UnsupportedSchema, _, kind_of, properties, required_names
+from ._common import UnsupportedSchema, _, choices_of, kind_of, properties, required_names
 from .checking import check_schema
-from .timezones import to_rfc3339
+from .timezones import split_datetime, to_rfc3339
 from .validation import validate
 
 _MISSING = object()
@@ -54,7 +59,15 @@ def coerce(
     content: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for name, prop in properties(schema).items():
-        value, error = _convert(kind_of(prop), _values(data, prefix + name), name in required, tz)
+        values = _values(data, prefix + name)
+        if kind_of(prop) in ("single_select", "multi_select"):
+            values = as_choices(choices_of(prop), values)
+        if _left_as_suggested(prop, values, tz):
+            content[name] = prop["default"]
+            continue
+        value, error = _convert(kind_of(prop), values, name in required, tz)
+        if value is _MISSING and not error and _suggestion_taken_back(prop):
+            value = []
         if error:
             errors[name] = error
         elif value is not _MISSING:
@@ -98,6 +111,55 @@ def _convert(kind: str, values: list[str], required: bool, tz: str | None) -> Co
     if text == "":
         return _MISSING, (_("This field is required") if required else None)
     return _CONVERTERS.get(kind, _text)(text, tz)
+
+
+def _left_as_suggested(prop: dict[str, Any], values: list[str], tz: str | None) -> bool:
+    """A text or date-time field posted back showing the server's default as the form prefilled it."""
+    default = prop.get("default")
+    if not isinstance(default, str) or not default.strip() or len(values) != 1:
+        return False
+    kind = kind_of(prop)
+    if kind == "text":
+        return _line_breaks(values[0]) == _line_breaks(default)  # a browser sends line breaks as CRLF
+    if kind == "datetime":
+        # Shown on the reviewer's clock (or the value's own, at the calendar's edge): that wall time may
+        # happen twice on the night the clocks go back, or not be the instant in `tz` at all; as shown, it
+        # means the suggested instant.
+        shown, _zone = split_datetime(default, tz)
+        return _wall_time(values[0]) is not None and _wall_time(values[0]) == _wall_time(shown)
+    return False
+
+
+def as_choices(choices: list[tuple[str, str]], values: list[str]) -> list[str]:
+    """Posted options as the schema spells them. A form submission sends every line break of a value as
+    CRLF, so an option holding one comes back spelled differently; other values are left as posted."""
+    spelled = {value for value, _label in choices}
+    by_lines: dict[str, list[str]] = {}
+    for value, _label in choices:
+        by_lines.setdefault(_line_breaks(value), []).append(value)
+    out = []
+    for posted in values:
+        matches = by_lines.get(_line_breaks(posted), [])
+        out.append(matches[0] if posted not in spelled and len(matches) == 1 else posted)
+    return out
+
+
+def _suggestion_taken_back(prop: dict[str, Any]) -> bool:
+    """An optional multi-select left with nothing ticked, where the server suggested options."""
+    return kind_of(prop) == "multi_select" and bool(prop.get("default")) and not prop.get("minItems")
+
+
+def _wall_time(text: str) -> datetime | None:
+    """A date-time without an offset, as typed or as a datetime-local input posts it; None otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.strip().upper().replace(" ", "T"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is None else None
+
+
+def _line_breaks(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _normalise_text(value: str) -> str:

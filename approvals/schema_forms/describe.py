@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._common import (
@@ -48,8 +50,8 @@ class Field:
     description: str = ""
     default: Any = None  # the server's default (a JSON value), None when there is none
     choices: list[tuple[str, str]] = field(default_factory=list)  # (value, label) for selects
-    widget: str = "input"  # input | checkbox | radios | select | checkboxes
-    html_input_type: str = "text"  # for <input type=...>; "radio", or "" for a <select>
+    widget: str = "input"  # input | textarea | checkbox | radios | select | checkboxes
+    html_input_type: str = "text"  # for <input type=...>; "radio", or "" for a <select> or <textarea>
     inputmode: str = ""  # "numeric" / "decimal" for numbers, else ""
     format: str = ""  # the schema's string format, if any
     min_length: int | None = None
@@ -75,9 +77,15 @@ def fields(schema: object, *, tz: str | None = None, prefix: str = "") -> list[F
     inputs (csrfmiddlewaretoken, the action buttons); pass the same prefix to coerce().
     """
     props, required = _checked(schema)
-    return [
+    described = [
         _describe(name, prop, name in required, index, tz, prefix)
         for index, (name, prop) in enumerate(props.items())
+    ]
+    # Fields a reviewer cannot tell apart by their labels ("Dry run" twice) name their keys too.
+    counts = Counter(_reading(each.label) for each in described)
+    return [
+        replace(each, label=f"{each.label} ({each.name})") if counts[_reading(each.label)] > 1 else each
+        for each in described
     ]
 
 
@@ -119,9 +127,12 @@ def _describe(
     name: str, prop: dict[str, Any], required: bool, index: int, tz: str | None, prefix: str
 ) -> Field:
     kind = kind_of(prop)
-    choices = choices_of(prop)
+    choices = _distinct_labels(choices_of(prop))
     initial, initial_tz = _initial(kind, prop.get("default"), tz)
     numeric = kind in ("number", "integer")
+    # An <input> drops every line break of its value (HTML's value sanitization): text that has some is
+    # shown, and sent back, in a <textarea>.
+    multi_line = kind == "text" and isinstance(initial, str) and _has_line_break(initial)
     return Field(
         name=name,
         label=label_for(name, prop),
@@ -130,8 +141,8 @@ def _describe(
         description=prop.get("description", ""),
         default=prop.get("default"),
         choices=choices,
-        widget=_widget(kind, len(choices)),
-        html_input_type=_html_input_type(kind, len(choices)),
+        widget="textarea" if multi_line else _widget(kind, len(choices)),
+        html_input_type="" if multi_line else _html_input_type(kind, len(choices)),
         inputmode=_inputmode(kind, prop.get("minimum")) if numeric else "",
         format=prop.get("format", ""),
         min_length=prop.get("minLength"),
@@ -147,6 +158,29 @@ def _describe(
         html_name=prefix + name,
         html_id=f"field-{index}",  # names can hold any character; ids must be safe in URLs and CSS
     )
+
+
+def _has_line_break(text: str) -> bool:
+    return "\n" in text or "\r" in text
+
+
+def _distinct_labels(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Choices a reviewer can tell apart: a blank label shows its value, and labels that read alike (case,
+    spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)")."""
+    labels = [label if _reading(label) else value for value, label in choices]
+    counts = Counter(_reading(label) for label in labels)
+    return [
+        (value, f"{label.strip()} ({value})" if counts[_reading(label)] > 1 and label != value else label)
+        for (value, _label), label in zip(choices, labels, strict=True)
+    ]
+
+
+def _reading(text: str) -> str:
+    """A label as a reader takes it in: case, runs of spaces and invisible (format) characters ignored."""
+    shown = "".join(
+        char for char in unicodedata.normalize("NFKC", text) if unicodedata.category(char) != "Cf"
+    )
+    return " ".join(shown.casefold().split())
 
 
 def _widget(kind: str, choice_count: int) -> str:

@@ -70,6 +70,14 @@ def _attach_zone(local: datetime, zone: tzinfo, zone_name: str) -> tuple[str | N
         else:
             message = _("This time happens twice in %(zone)s (the clocks go back); add the UTC offset")
         return None, message % {"zone": zone_name}
+    offset = earlier.utcoffset() or timedelta(0)
+    if offset.seconds % 60 or offset.microseconds:
+        # A local mean time of old (Paris before 1911 was UTC+00:09:21): RFC 3339 has no seconds in an
+        # offset, so the same instant is written in UTC.
+        try:
+            return earlier.astimezone(UTC).isoformat(), None
+        except OverflowError:  # year 1 east of Greenwich: before the calendar's first UTC day
+            return None, _("Enter a real date and time")
     return earlier.isoformat(), None
 
 
@@ -99,4 +107,8 @@ def split_datetime(value: str, tz: str | None) -> tuple[str, str]:
     local = moment.replace(tzinfo=None)
     if local.second == 0 and local.microsecond == 0:
         return local.isoformat(timespec="minutes"), zone_name
+    if local.microsecond:
+        # A datetime-local input takes at most three digits of a second and empties itself on more. Left as
+        # shown, the field still sends the server's exact value (coercion compares it with this text).
+        return local.isoformat(timespec="milliseconds"), zone_name
     return local.isoformat(), zone_name
