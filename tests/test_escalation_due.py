@@ -11,7 +11,7 @@ import pytest
 from django.db.models.signals import post_init
 from django.utils import timezone
 
-from approvals.models import AuditEvent, InputRequest, Policy
+from approvals.models import AuditEvent, InputRequest, Policy, Round
 from approvals.services import escalation
 from tests import factories
 
@@ -45,6 +45,8 @@ def test_escalation_reads_only_the_requests_whose_delay_has_passed() -> None:
     due.input_requests.update(policy=quick, team=release, created_at=now - timedelta(minutes=2))
     fresh = factories.open_round(factories.call(server), keys=("region",))
     fresh.input_requests.update(policy=quick, team=release, created_at=now - timedelta(seconds=30))
+    # Rounds still open a day later: a round past its deadline is not escalated.
+    Round.objects.filter(pk__in=[waiting.pk, due.pk, fresh.pk]).update(deadline=now + timedelta(days=2))
 
     escalated, built = _loaded(lambda: escalation.escalate_due(now=now))
 

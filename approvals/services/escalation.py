@@ -32,12 +32,17 @@ _ESCALATES_AT = ExpressionWrapper(
 def escalate_due(*, now: datetime, limit: int = 500) -> int:
     """Escalate the pending requests whose policy's delay has passed (at most ``limit`` per run, the longest
     waiting first). Returns how many. The delay is compared in the query: a backlog still within its delay
-    (a policy of a day, thousands waiting) is not read on every run."""
+    (a policy of a day, thousands waiting) is not read on every run.
+
+    A request whose round's deadline has passed is not escalated, though beat (every 15 s, `expire_due`) may
+    not have expired it yet: no answer is taken then, and the fallback team would be told "no answer yet"
+    and shown a request it cannot answer (a delay as long as the round's clock made that the rule)."""
     candidates = (
         InputRequest.objects.pending()
         .filter(
             for_requester=False,  # the agent's own person answers those: no team to escalate to
             escalated_at__isnull=True,
+            round__deadline__gt=now,
             policy__escalate_after__isnull=False,
             policy__escalation_team__isnull=False,
         )

@@ -6,19 +6,24 @@ name as the hub knows it, the tool and the message, and a link; never arguments 
 
 from __future__ import annotations
 
+import contextlib
 import re
+import smtplib
+import socket
+import threading
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import get_connection, send_mail
+from django.core.mail.backends import smtp
 from django.db.models import F
 from django.utils import timezone
 
 from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
-from approvals.services.webhooks import STALE_AFTER, retry_countdown
+from approvals.services.webhooks import STALE_AFTER, retry_countdown, try_lock
 
 HEADLINES = {
     "routed": "asks {team} for input",
@@ -74,24 +79,103 @@ def _text(notice: Notification) -> tuple[str, str]:
 
 # An @ that starts a word: a mention in chats that read them in plain text (@channel, @here, @name).
 _MENTION = re.compile(r"(?<![\w.+-])@")
+# A ] that Markdown would read as the end of a link's label: `[label](url)`, `![alt](url)`, `[label][ref]`,
+# or a reference's definition `[label]: url`.
+_LINK_LABEL_END = re.compile(r"\](?=[(\[:])")
 
 
 def _chat_text(text: str) -> str:
     """`text` as a Slack-compatible chat shows it as written: ``&``, ``<`` and ``>`` escaped as Slack asks,
-    so a server's message cannot mention ``<!channel>`` or label a link at will (``<url|Review>``), and
-    an ``@`` that starts a word kept from mentioning anyone by a word joiner after it."""
+    so a server's message cannot mention ``<!channel>`` or label a link at will (``<url|Review>``); an
+    ``@`` that starts a word kept from mentioning anyone by a word joiner after it; and a word joiner after
+    a ``]`` that Markdown would end a link's label with, for the chats that take Slack's payload and read
+    its text as Markdown (Mattermost, Rocket.Chat, Microsoft Teams, Discord), where ``[Review](url)`` is a
+    link labelled at will and ``![x](url)`` an image every reader's client fetches."""
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MENTION.sub("@\u2060", text)
+    return _LINK_LABEL_END.sub("]\u2060", _MENTION.sub("@\u2060", text))
+
+
+class MailTimeout(TimeoutError):
+    """The mail server did not finish the exchange within the notice's timeout."""
+
+
+def _send_mail(subject: str, body: str, recipients: list[str]) -> None:
+    """`send_mail`, bounded as a chat notice is: Django waits on a mail server for ever unless told, and told
+    (a socket timeout) it still bounds each read alone, so a server trickling its replies a line at a time
+    would hold the worker as long as it liked. With Django's SMTP backend the whole exchange ends by the
+    timeout: then its connection is shut, and the notice is tried again (`MailTimeout`)."""
+    timeout = settings.EMAIL_TIMEOUT or settings.ELICIT_WEBHOOK_TIMEOUT
+    connection = get_connection(timeout=timeout)
+    fired = threading.Event()
+    opened: list[tuple[smtplib.SMTP, socket.socket]] = []
+    if isinstance(connection, smtp.EmailBackend):
+        base: type[smtplib.SMTP] = connection.connection_class  # type: ignore[attr-defined]
+
+        class Tracked(base):  # type: ignore[valid-type,misc]
+            def _get_socket(self, host: str, port: int, each: float) -> socket.socket:
+                sock: socket.socket = super()._get_socket(host, port, each)
+                opened.append((self, sock))
+                if fired.is_set():  # the deadline passed as it connected
+                    sock.close()
+                    raise MailTimeout(f"the mail server timed out: no answer within {timeout} s")
+                return sock
+
+        connection.__class__ = type("BoundedEmailBackend", (type(connection),), {"connection_class": Tracked})
+
+    def cut() -> None:
+        fired.set()
+        for server, sock in list(opened):
+            with contextlib.suppress(OSError):  # the server's socket once it has one (TLS after STARTTLS)
+                (server.sock or sock).shutdown(socket.SHUT_RDWR)
+
+    deadline = threading.Timer(timeout, cut)
+    deadline.daemon = True
+    deadline.start()
+    try:
+        send_mail(subject, body, None, recipients, connection=connection)
+    except Exception:
+        if fired.is_set():
+            raise MailTimeout(f"the mail server timed out: no answer within {timeout} s") from None
+        raise
+    finally:
+        deadline.cancel()
+
+
+def _moot(ir: InputRequest) -> str:
+    """Why a notice of `ir` is no longer worth sending, or "". Every notice asks the team to answer a request
+    still waiting: one answered, cancelled or expired meanwhile (its task waited in a backlog, or out a
+    retry's backoff), or past its deadline (no answer is taken then), would send a team to a request it can
+    no longer answer, "still unanswered" when it was answered."""
+    if ir.status != InputRequest.Status.PENDING:
+        return f"not sent: the request was no longer waiting ({ir.get_status_display().lower()})"
+    if ir.round.deadline <= timezone.now():
+        return "not sent: the request's deadline passed before the notice went out"
+    return ""
 
 
 def notification_send(*, notification_id: Any) -> float | None:
-    """Try one notice. Returns a countdown when it should be tried again."""
+    """Try one notice. Returns a countdown when it should be tried again.
+
+    One try at a time, as a webhook's: a second task for the notice (the sweep's, queued while a late retry
+    still waited in a backlog) that runs while another worker is sending it does nothing, instead of posting
+    the same notice to the team's chat or mail a second time."""
+    with try_lock(f"notice:{notification_id}") as mine:
+        return _send(notification_id) if mine else None
+
+
+def _send(notification_id: Any) -> float | None:
     notice = (
         Notification.objects.select_related("team", "input_request__round__call__server")
         .filter(pk=notification_id, status=Notification.Status.PENDING)
         .first()
     )
     if notice is None:
+        return None
+    moot = _moot(notice.input_request)
+    if moot:
+        Notification.objects.filter(pk=notice.pk, status=Notification.Status.PENDING).update(
+            status=Notification.Status.FAILED, last_error=moot
+        )
         return None
     Notification.objects.filter(pk=notice.pk).update(attempts=F("attempts") + 1)
     attempt = notice.attempts + 1
@@ -101,9 +185,7 @@ def notification_send(*, notification_id: Any) -> float | None:
             recipients = [
                 a.strip() for a in notice.team.notify_emails.replace(";", ",").split(",") if a.strip()
             ]
-            # Django waits on a mail server for ever unless told: bounded as a chat notice is.
-            timeout = settings.EMAIL_TIMEOUT or settings.ELICIT_WEBHOOK_TIMEOUT
-            send_mail(subject, body, None, recipients, connection=get_connection(timeout=timeout))
+            _send_mail(subject, body, recipients)
         else:
             response = netguard.post(
                 notice.team.chat_webhook_url,

@@ -8,11 +8,14 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, Max
 from django.utils import timezone
 
@@ -83,8 +86,35 @@ def webhooks_recover(*, now: datetime) -> int:
     return requeued
 
 
+@contextmanager
+def try_lock(name: str) -> Iterator[bool]:
+    """A session advisory lock on `name` (``webhook:<id>``, ``notice:<id>``), held across a
+    (non-transactional) outbound request; yields whether it was taken. A worker that dies mid-request lets
+    go of it with its database connection."""
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
+        (acquired,) = cursor.fetchone()
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
+
+
 def webhook_attempt(*, delivery_id: Any) -> float | None:
-    """Try one delivery. Returns a countdown when it should be tried again, else None."""
+    """Try one delivery. Returns a countdown when it should be tried again, else None.
+
+    One try at a time: a second task for the delivery (the sweep's, queued while a late retry still waited
+    in a backlog) that arrives while another worker is posting it does nothing. The worker posting it records
+    the outcome and owns the retries; two POSTs at once would deliver it twice, and both would number their
+    attempt alike (the second record failing after its POST, a success it made left unrecorded)."""
+    with try_lock(f"webhook:{delivery_id}") as mine:
+        return _attempt(delivery_id) if mine else None
+
+
+def _attempt(delivery_id: Any) -> float | None:
     delivery = WebhookDelivery.objects.select_related("call__agent").filter(pk=delivery_id).first()
     if delivery is None or delivery.status != WebhookDelivery.Status.PENDING:
         return None
