@@ -428,7 +428,12 @@ def _dashboard_requests(user: Any) -> QuerySet[InputRequest]:
     return (
         answerable_input_requests(user)
         .select_related(
-            "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
+            "round__call__server",
+            "round__call__agent",
+            "round__call__on_behalf_of",
+            "answered_by",
+            "team",
+            "policy",
         )
         .defer(*_DASHBOARD_DEFER)
         .order_by("created_at", "key")
@@ -534,7 +539,12 @@ _CARD_DEFER = (
 _ROUND_CARD = PreparedRead(
     lambda round_id: (
         InputRequest.objects.select_related(
-            "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
+            "round__call__server",
+            "round__call__agent",
+            "round__call__on_behalf_of",
+            "answered_by",
+            "team",
+            "policy",
         )
         .defer(*_CARD_DEFER)
         .filter(round_id=round_id)
@@ -565,7 +575,12 @@ def queue_filter_choices(user: Any) -> dict[str, list[tuple[str, str]]]:
 def dashboard_request(pk: Any) -> InputRequest | None:
     return (
         InputRequest.objects.select_related(
-            "round__call__server", "round__call__agent", "round__call__on_behalf_of", "answered_by", "team"
+            "round__call__server",
+            "round__call__agent",
+            "round__call__on_behalf_of",
+            "answered_by",
+            "team",
+            "policy",
         )
         .defer(*_DASHBOARD_DEFER)
         .filter(pk=pk)

@@ -36,7 +36,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import permissions, safejson, schema_forms, selectors, throttling, urlsafety
+from approvals import permissions, safejson, schema_forms, second_look, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import Gate, InputRequest, ToolCall
 from approvals.services import answers, gate_decisions, gates, grants, presence
@@ -133,6 +133,7 @@ def _request_page(
     notice: str = "",
     error: str = "",
     status: int = 200,
+    review: second_look.Review | None = None,
 ) -> HttpResponse:
     may_answer = permissions.can_answer(request.user, ir)
     overdue = _overdue(ir)
@@ -171,6 +172,8 @@ def _request_page(
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         "sensitive": "sensitive_fields" in (ir.flags or []),
         "value_count": len(form.fields) if form else 0,
+        "second_look": bool(second_look.reasons(ir, call)),
+        "review": review,
     }
     return render(request, "approvals/request.html", context, status=status)
 
@@ -197,6 +200,7 @@ def _gate_page(
     notice: str = "",
     error: str = "",
     status: int = 200,
+    review: second_look.GateReview | None = None,
 ) -> HttpResponse:
     """A gate: who asks, the tool as the server claims it, the arguments in full, the digest; approve,
     decline with a reason, or edit the arguments (a form from the inputSchema when it fits the form subset,
@@ -238,6 +242,8 @@ def _gate_page(
         "decline_reasons": DECLINE_REASONS,
         "grant_fields": gates.grants_installed(),
         "approvals": selectors.approvals_summary(ir) if ir.approvals_required > 1 else None,
+        "second_look": bool(second_look.reasons(ir, call)),
+        "review": review,
     }
     return render(request, "approvals/gate.html", context, status=status)
 
@@ -306,6 +312,15 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
             form = answer_form(schema, tz=tz, data=request.POST, errors=errors)
             return _request_page(request, ir, form=form, status=422)
     try:
+        if content is not None and _needs_review(request, ir, content):
+            # Whatever the answer would be refused for is said before the review, not after it.
+            answers.input_respond(
+                input_request_id=ir.pk, user=request.user, action=action, content=content, check_only=True
+            )
+            form = answer_form(ir.form_schema, tz=tz, data=request.POST)
+            fields = [bound.field for bound in form.fields]
+            review = second_look.review(ir, ir.round.call, request.user, fields, content)
+            return _request_page(request, ir, form=form, review=review)
         ir = answers.input_respond(
             input_request_id=ir.pk,
             user=request.user,
@@ -325,6 +340,38 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
         return _request_page(request, ir, form=_kept(ir, request), error=exc.message, status=exc.status)
     messages.success(request, _with_call_link(_sent_message(ir), ir))
     return redirect("approvals:queue")
+
+
+def _needs_review(request: HttpRequest, ir: InputRequest, values: Any) -> bool:
+    """An approval the reviewer may give that needs a second look (``approvals.second_look``) and does not
+    carry a token for exactly these values."""
+    if not second_look.reasons(ir, ir.round.call) or not permissions.can_answer(request.user, ir):
+        return False
+    return not second_look.confirmed(request.POST.get(second_look.FIELD, ""), ir, request.user, values)
+
+
+def _gate_review(
+    request: HttpRequest, ir: InputRequest, decision: str, arguments: Any, grant: Any
+) -> second_look.GateReview | None:
+    """The second look an approval of a risky gate needs (``approvals.second_look``), unless the POST
+    carries a token for exactly this decision, these arguments and this grant; None when it needs none."""
+    if decision not in ("approve", "edit") or not permissions.can_answer(request.user, ir):
+        return None
+    call = ir.round.call
+    if not second_look.reasons(ir, call):
+        return None
+    sent = arguments if decision == "edit" else (ir.params or {}).get("arguments")
+    chosen = None
+    if grant is not None:
+        chosen = [
+            grant.get(grants.FIELD_FOR, ""),
+            grant.get(grants.FIELD_ARGUMENTS, ""),
+            sorted(grant.getlist(grants.FIELD_CONDITION)),
+        ]
+    values = {"decision": decision, "arguments": sent, "grant": chosen}
+    if second_look.confirmed(request.POST.get(second_look.FIELD, ""), ir, request.user, values):
+        return None
+    return second_look.gate_review(ir, call, request.user, values, request.POST)
 
 
 def _gate_edit_again(
@@ -363,12 +410,14 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     schema = ir.form_schema
     editor = request.POST.get("editor", "")
     json_text = request.POST.get("arguments_json") if editor == "json" else None
+    asked = (ir.params or {}).get("arguments") or {}
     if decision == "edit" and editor == "form":
-        content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
+        # Against the form as drawn, prefilled with the asked arguments: a value left as asked is sent as is.
+        shown = _with_defaults(schema, asked) if isinstance(asked, dict) else schema
+        content, errors = schema_forms.clean(shown, request.POST, tz=tz, prefix=PREFIX)
         if errors:
             form = answer_form(schema, tz=tz, data=request.POST, errors=errors)
             return _gate_page(request, ir, form=form, status=422)
-        asked = (ir.params or {}).get("arguments") or {}
         properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         # Arguments the schema does not describe are kept as asked.
         arguments = {**{k: v for k, v in asked.items() if k not in (properties or {})}, **(content or {})}
@@ -384,16 +433,23 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
                 problem = _("This is not valid JSON: %(why)s") % {"why": exc}
         if problem:
             return _gate_page(request, ir, json_text=text, edit_errors={"arguments": problem}, status=422)
+    # The approve and edit forms carry the grant fields; one without a chosen grant carries none.
+    grant = request.POST if gates.grants_installed() and request.POST.get(grants.FIELD_FOR) else None
+    decide = functools.partial(
+        gate_decisions.gate_decide,
+        input_request_id=ir.pk,
+        user=request.user,
+        decision=decision,
+        arguments=arguments,
+        reason=request.POST.get("reason", ""),
+        grant=grant,
+    )
     try:
-        gate_decisions.gate_decide(
-            input_request_id=ir.pk,
-            user=request.user,
-            decision=decision,
-            arguments=arguments,
-            reason=request.POST.get("reason", ""),
-            # The approve and edit forms carry the grant fields; one without a chosen grant carries none.
-            grant=request.POST if gates.grants_installed() and request.POST.get(grants.FIELD_FOR) else None,
-        )
+        review = _gate_review(request, ir, decision, arguments, grant)
+        if review is not None:
+            decide(check_only=True)  # whatever it would be refused for is said before the review
+            return _gate_page(request, ir, review=review)
+        decide()
     except Conflict as exc:
         ir.refresh_from_db()
         return _gate_page(request, ir, notice=exc.message, status=409)

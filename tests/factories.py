@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -86,3 +88,20 @@ def open_round(
         )
     ToolCall.objects.filter(pk=c.pk).update(status=ToolCall.Status.AWAITING_INPUT)
     return rnd
+
+
+def through_second_look(client: Any, url: str, data: dict[str, Any]) -> Any:
+    """POST a risky approval as a browser does (``approvals.second_look``): the first answer is the review,
+    whose own form is then sent as shown (a gate's hidden fields, or the answer form with its token)."""
+    review = client.post(url, data)
+    assert review.status_code == 200 and "data-second-look" in review.text, review.text[:2000]
+    section = review.text[review.text.index("data-second-look") :]
+    if "<form" in section[: section.index("</section>")]:
+        form = section[: section.index("</form>")]
+        fields: dict[str, list[str]] = {}
+        for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form):
+            fields.setdefault(html.unescape(name), []).append(html.unescape(value))
+        return client.post(url, {k: v for k, v in fields.items() if k != "csrfmiddlewaretoken"})
+    token = re.search(r'name="reviewed" value="([^"]+)"', review.text)
+    assert token is not None
+    return client.post(url, {**data, "reviewed": html.unescape(token.group(1))})

@@ -519,7 +519,9 @@ def test_the_browser_edit_form_sends_the_edited_arguments(gated: dict[str, Any])
     assert bad.status_code == 422  # bucket is required; the page says so and nothing is recorded
     ir.refresh_from_db()
     assert ir.status == InputRequest.Status.PENDING
-    done = client.post(
+    # The tool is destructive, as the server says: the edit is shown once more before it is sent.
+    done = factories.through_second_look(
+        client,
         f"/requests/{ir.pk}/decide/",
         {"decision": "edit", "editor": "form", "f-bucket": "tmp", "f-force": "on"},
     )
@@ -555,7 +557,8 @@ def test_the_json_editor_for_schemas_beyond_the_form_subset(gated: dict[str, Any
     )
     assert wrong.status_code == 422
     assert "1 is not of type" in wrong.content.decode()
-    ok = client.post(
+    ok = factories.through_second_look(
+        client,
         f"/requests/{ir.pk}/decide/",
         {"decision": "edit", "editor": "json", "arguments_json": '{"targets": [{"bucket": "b"}]}'},
     )

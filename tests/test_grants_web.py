@@ -322,8 +322,10 @@ def test_approving_in_the_browser_with_a_grant_lets_the_same_call_through_next_t
     client = signed_in(gated.alice)
     page = client.get(f"/requests/{ir.pk}/").content.decode()
     assert "Also allow the same again" in page and 'name="grant_for"' in page
-    response = client.post(
-        f"/requests/{ir.pk}/decide/", {"decision": "approve", "grant_for": "1h", "grant_arguments": "exact"}
+    response = factories.through_second_look(
+        client,
+        f"/requests/{ir.pk}/decide/",
+        {"decision": "approve", "grant_for": "1h", "grant_arguments": "exact"},
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     made = Grant.objects.get()
@@ -404,7 +406,8 @@ def test_editing_in_the_browser_with_a_grant_grants_the_edited_arguments(gated) 
     edit_form = edit_form[: edit_form.index("</form>")]
     assert 'name="grant_for"' in edit_form and 'id="edit-grant-for-8h"' in edit_form
     assert page.count('id="grant-for-8h"') == 1  # the approve form's, apart from the edit form's
-    response = client.post(
+    response = factories.through_second_look(
+        client,
         f"/requests/{ir.pk}/decide/",
         {
             "decision": "edit",

@@ -200,6 +200,20 @@ def test_the_second_reviewer_is_told_who_answered_and_keeps_what_they_typed(clie
     assert ir.content == {"environment": "staging"}
 
 
+def test_a_reviewer_who_answered_in_another_tab_is_told_they_did(client, world) -> None:
+    ir = ask(world)
+    client.force_login(world.alice)
+    assert client.post(f"/requests/{ir.pk}/respond/", {"action": "decline"}).status_code == 302
+
+    again = client.post(f"/requests/{ir.pk}/respond/", {"action": "accept", "f-environment": "staging"})
+
+    assert again.status_code == 409
+    assert "You already declined this request at" in again.text
+    assert "by alice" not in again.text.split("You already", 1)[1].split("</div>", 1)[0]
+    ir.refresh_from_db()
+    assert ir.action == "decline"
+
+
 def test_an_unknown_action_is_a_readable_message(client, world) -> None:
     ir = ask(world)
     client.force_login(world.alice)
@@ -232,9 +246,9 @@ def test_url_mode_records_consent_then_redirects_without_a_referrer(client, worl
     assert response["Referrer-Policy"] == "no-referrer"
     ir.refresh_from_db()
     assert (ir.action, ir.content) == ("accept", None)
-    # A second click opens nothing: it tells who answered.
+    # A second click opens nothing: it tells the reviewer they answered already.
     again = client.post(f"/requests/{ir.pk}/open/")
-    assert again.status_code == 409 and "already accepted by alice" in again.content.decode()
+    assert again.status_code == 409 and "You already accepted this request" in again.content.decode()
 
 
 def test_url_mode_refuses_addresses_it_must_not_open(client, world) -> None:

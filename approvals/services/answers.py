@@ -56,8 +56,18 @@ def past_deadline(ir: InputRequest) -> bool:
     return ir.round.deadline <= timezone.now() and not is_gate(ir)
 
 
-def no_longer_pending(ir: InputRequest) -> Conflict:
-    """The 409 for an answer to a request that is no longer pending, saying what became of it."""
+def no_longer_pending(ir: InputRequest, user: Any = None) -> Conflict:
+    """The 409 for an answer to a request that is no longer pending, saying what became of it: to the
+    reviewer who answered it (a second tab, a double submit), that they did."""
+    if (
+        user is not None
+        and ir.status == InputRequest.Status.ANSWERED
+        and ir.answered_by_id is not None
+        and ir.answered_by_id == user.pk
+    ):
+        when = moment(ir.answered_at) if ir.answered_at else "earlier"
+        verb = {"accept": "accepted", "decline": "declined", "cancel": "dismissed"}.get(ir.action, ir.status)
+        return Conflict(f"You already {verb} this request at {when}.", code="already_answered")
     if ir.status == InputRequest.Status.GONE:
         return Conflict(GONE_MESSAGE, code="request_gone")
     if ir.status == InputRequest.Status.CANCELLED and is_gate(ir):
@@ -156,9 +166,18 @@ _A_PENDING = PreparedRead(
 
 
 def input_respond(
-    *, input_request_id: Any, user: Any, action: str, content: Any = None, reason: str = ""
+    *,
+    input_request_id: Any,
+    user: Any,
+    action: str,
+    content: Any = None,
+    reason: str = "",
+    check_only: bool = False,
 ) -> InputRequest:
-    """Record the final answer; when it completes the round, queue the retry. Exactly one answer wins."""
+    """Record the final answer; when it completes the round, queue the retry. Exactly one answer wins.
+
+    ``check_only``: refuse (recorded, as ever) whatever this answer would be refused for now, and record
+    nothing else: for a step before the answer itself, such as the browser's second look at a risky one."""
     ir = _ANSWERED.first(pk=input_request_id)
     if ir is None:
         raise NotFound("No such input request.")
@@ -176,7 +195,7 @@ def input_respond(
         )
     if ir.status != InputRequest.Status.PENDING:
         # Before the answer is checked: that it came too late is the news, not what was wrong with it.
-        raise no_longer_pending(ir)
+        raise no_longer_pending(ir, user)
     if past_deadline(ir):
         raise too_late(ir)
     call = ir.round.call
@@ -189,6 +208,8 @@ def input_respond(
             code="invalid_body",
             fields={"reason": f"holds {unstorable}"},
         )
+    if check_only:
+        return ir
     with transaction.atomic():
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
         # With the server's default team: the round's audit events name it.
@@ -212,7 +233,7 @@ def input_respond(
         )
         if not won:
             ir.refresh_from_db()
-            raise no_longer_pending(ir)
+            raise no_longer_pending(ir, user)
         # What the UPDATE wrote, set on the row in hand: no read again, and its team stays loaded.
         ir.status, ir.action, ir.content, ir.reason = InputRequest.Status.ANSWERED, action, content, reason
         ir.answered_by, ir.answered_at = user, now
@@ -286,7 +307,7 @@ def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) 
     may all still answer the request."""
     ir.refresh_from_db()
     if ir.status != InputRequest.Status.PENDING:
-        raise no_longer_pending(ir)
+        raise no_longer_pending(ir, user)
     standing = list(
         ir.decisions.filter(
             action=InputRequest.Action.ACCEPT, superseded=False, is_final=False

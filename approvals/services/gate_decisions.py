@@ -31,10 +31,13 @@ def gate_decide(
     arguments: Any = None,
     reason: str = "",
     grant: Any = None,
+    check_only: bool = False,
 ) -> InputRequest:
     """A reviewer's decision on a gate: ``approve``, ``edit`` (with ``arguments``) or ``decline`` (with a
     ``reason``). Goes through `answers.input_respond`, so permissions, self-approval and N-of-M apply. An
-    approval may also carry a remembered grant (``grant``, see ``approvals.services.grants``)."""
+    approval may also carry a remembered grant (``grant``, see ``approvals.services.grants``).
+    ``check_only``: refuse what this decision would be refused for now, and decide nothing
+    (``answers.input_respond``)."""
     ir = InputRequest.objects.filter(pk=input_request_id).first()
     if ir is None or not is_gate(ir):
         raise NotFound("No such gate.")
@@ -91,8 +94,15 @@ def gate_decide(
     action = InputRequest.Action.DECLINE if decision == "decline" else InputRequest.Action.ACCEPT
     # Not one transaction with the grant: a refused answer is audited in its own (answers._refuse).
     ir = answers.input_respond(
-        input_request_id=ir.pk, user=user, action=action, content=arguments, reason=reason
+        input_request_id=ir.pk,
+        user=user,
+        action=action,
+        content=arguments,
+        reason=reason,
+        check_only=check_only,
     )
+    if check_only:
+        return ir
     if choice is not None and grants is not None and ir.status == InputRequest.Status.ANSWERED:
         with transaction.atomic():
             gate = Gate.objects.select_related("call").get(round_id=ir.round_id)

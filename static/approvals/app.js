@@ -354,7 +354,7 @@
     const slot = $("[data-decided-slot]", review);
     slot.innerHTML = decidedHtml;
     localiseTimes(slot);
-    $$("[data-decision] button", review).forEach((el) => { el.disabled = true; });
+    $$("[data-decision] button, [data-second-look] button", review).forEach((el) => { el.disabled = true; });
     // A decline reason being written stays in view, to copy; an unopened one cannot be opened any more.
     const decline = $("[data-decline]", review);
     const reason = $("#decline-reason", review);
@@ -551,7 +551,7 @@
     clearOfDecisionBar(review);
     if (!review.hasAttribute("data-open-request")) {
       // Drawn locked (answered meanwhile, or not this reviewer's to answer): what was typed stays copyable.
-      $$("[data-decision] button", review).forEach((el) => { el.disabled = true; });
+      $$("[data-decision] button, [data-second-look] button", review).forEach((el) => { el.disabled = true; });
       $$("[data-form-body][disabled], [data-decision] fieldset[disabled]", review).forEach((el) => { el.disabled = false; });
       keepForCopying(review);
     }

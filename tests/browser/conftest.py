@@ -4,11 +4,13 @@ worker, the demo MCP server, PostgreSQL and Redis)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import expect
 
 from tests import demo_support
 from tests.hub import Hub, set_up_hub
@@ -93,3 +95,25 @@ def screenshot(page: Any, name: str) -> None:
 
 def wait_live(page: Any) -> None:
     page.wait_for_selector("#live-status[data-state='live']")
+
+
+def confirm_second_look(page: Any, *, by_keyboard: bool = False) -> str:
+    """After an approval is sent: when the hub answers with the second look a risky approval gets
+    (``approvals.second_look``: the demo's create_deployment is destructive, as the server says), check it
+    restates the effect and confirm it, once its button is armed. What the review showed (its text), or ""
+    when the approval went straight through."""
+    review = page.locator("[data-second-look]")
+    review.or_(page.locator(".messages")).first.wait_for()
+    if not review.count():
+        return ""
+    shown = review.inner_text()
+    assert "Check before sending" in shown
+    confirm = review.get_by_role("button", name=re.compile("Confirm and send"))
+    if not confirm.count():  # a form's review: the page's own approve button confirms
+        confirm = page.get_by_role("button", name=re.compile("Confirm and send"))
+    expect(confirm).to_be_enabled()
+    if by_keyboard:
+        page.keyboard.press("Control+Enter")  # the review's own button, the first approval on the page
+    else:
+        confirm.click()
+    return shown

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from approvals.models import AgentClient, InputRequest, Membership, Round, Team, ToolCall
 from approvals.services import answers, presence
 from tests import demo_support, factories
-from tests.browser.conftest import screenshot, wait_live
+from tests.browser.conftest import confirm_second_look, screenshot, wait_live
 from tests.hub import Hub
 from tests.live import Daphne, child_env, wait_until
 
@@ -229,6 +229,7 @@ def test_two_reviewers_answer_the_same_request_and_the_loser_sees_who_won(hub: H
 
     alice_page.get_by_label("Staging").check()
     alice_page.get_by_role("button", name=re.compile("Approve and send")).click()
+    assert confirm_second_look(alice_page)  # create_deployment is destructive, as the demo server says
     alice_page.wait_for_url(QUEUE_URL)
 
     # Bob's open form locks without a reload, keeping what he chose, and says who answered.

@@ -19,6 +19,7 @@ import pytest
 from approvals.models import AuditEvent, McpServer, RoutingRule, Team, ToolCall
 from approvals.services import servers, tokens
 from tests import demo_support
+from tests.browser.conftest import confirm_second_look
 from tests.hub import Hub, set_up_hub
 from tests.live import child_env, wait_until
 from tests.test_gateway import Gateway, _node, _ts_client
@@ -114,7 +115,10 @@ def edit_and_approve_in_the_browser(
         page.locator("#gate-edit-form :is(textarea, input:not([type=hidden]))").first.press("Control+Enter")
     else:
         page.get_by_role("button", name="Approve and send these arguments").click()
-    page.wait_for_url("**/")
+    # The tool is destructive, as the server says: the edit is shown once more, then confirmed.
+    shown = confirm_second_look(page, by_keyboard=by_keyboard)
+    assert '"environment": "staging"' in shown
+    page.locator(".messages").wait_for()  # the queue, with its confirmation
     assert "Approved" in page.content()
 
 

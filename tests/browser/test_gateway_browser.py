@@ -20,7 +20,7 @@ from approvals.models import AuditEvent, ToolCall
 from approvals.services import servers, tokens
 from tests import demo_support
 from tests import test_gateway as gateway_tests
-from tests.browser.conftest import wait_live
+from tests.browser.conftest import confirm_second_look, wait_live
 from tests.browser.test_dashboard import QUEUE_URL, pending_request
 from tests.hub import Hub, off_the_loop
 from tests.live import wait_until
@@ -53,6 +53,7 @@ def approve_staging_in_the_browser(new_page: Any, call_id: str) -> None:
     wait_live(page)
     page.get_by_label("Staging").check()
     page.get_by_role("button", name=re.compile("Approve and send")).click()
+    assert confirm_second_look(page)  # create_deployment is destructive, as the demo server says
     page.wait_for_url(QUEUE_URL)
 
 

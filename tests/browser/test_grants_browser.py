@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from approvals.models import AuditEvent, Grant
+from tests.browser.conftest import confirm_second_look
 from tests.browser.test_gates_browser import (
     ASKED,
     EDITED,
@@ -39,7 +40,8 @@ def test_a_grant_made_in_the_browser_lets_the_same_call_through_until_it_is_revo
     approve.get_by_label("For 8 hours").check()
     assert approve.get_by_label("Exactly these arguments").is_checked()
     approve.get_by_role("button", name="Approve and send as asked").click()
-    page.wait_for_url("**/")
+    assert confirm_second_look(page)  # a destructive tool: the approval is shown once more
+    page.locator(".messages").wait_for()  # the queue, with its confirmation
     assert agent.wait(first)["status"] == "completed"
     grant = Grant.objects.get()
     assert grant.granted_by.get_username() == "alice" and grant.arguments == STAGING
@@ -76,7 +78,8 @@ def test_a_grant_made_with_an_edit_in_the_browser_covers_the_edited_arguments(
     edit.get_by_label("For 1 hour").check()
     assert edit.get_by_label("Exactly these arguments").is_checked()
     edit.get_by_role("button", name="Approve and send these arguments").click()
-    page.wait_for_url("**/")
+    assert confirm_second_look(page)  # a destructive tool: the approval is shown once more
+    page.locator(".messages").wait_for()  # the queue, with its confirmation
     assert agent.wait(first)["status"] == "completed"
     assert Grant.objects.get().arguments == EDITED
 

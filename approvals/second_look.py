@@ -1,0 +1,140 @@
+"""A second look before a risky approval, in the browser.
+
+UX.md: production or destructive requests get a second step that restates the effect before the final
+button. A request needs one when the hub's own policy rates it high risk, or when the server says its
+tool may make destructive changes (a claim the hub cannot check, but one that only ever asks for more
+care, never less).
+
+The browser's first "Approve and send" of such a request is answered with the same page: the values read
+back as they will be sent, the effect restated, and a signed token in the form, bound to the request, the
+reviewer and the exact values (their canonical JSON's digest). Only a submit whose values match its
+token's is sent on; a value changed after the review is shown for review again. A token lasts MAX_AGE
+seconds. The REST API asks for no second step: its callers are programs, which a restated sentence does
+not protect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.core import signing
+from django.utils.translation import gettext as _
+
+from approvals import canonical
+from approvals.models import InputRequest, Policy, ToolCall
+
+FIELD = "reviewed"
+MAX_AGE = 15 * 60
+_SALT = "approvals.second_look"
+
+
+def reasons(ir: InputRequest, call: ToolCall) -> list[str]:
+    """Why this request needs a second look (empty when it does not), in the reviewer's words."""
+    why = []
+    policy = ir.policy
+    if policy is not None and policy.risk == Policy.Risk.HIGH:
+        why.append(_("the hub's policy “%(policy)s” rates it high risk") % {"policy": policy.name})
+    if (call.tool_annotations or {}).get("destructiveHint") is True:
+        why.append(_("the server says this tool may make destructive changes"))
+    return why
+
+
+def _digest(values: Any) -> str:
+    try:
+        return canonical.digest(values)
+    except canonical.CanonicalError:  # no canonical form (an integer beyond 2**53): a stable one instead
+        return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def token(ir: InputRequest, user: Any, values: Any) -> str:
+    """The token a reviewed answer carries: this request, this reviewer, these values."""
+    return signing.dumps({"r": str(ir.pk), "u": str(user.pk), "d": _digest(values)}, salt=_SALT)
+
+
+def confirmed(given: str, ir: InputRequest, user: Any, values: Any) -> bool:
+    """Whether `given` is a token, not expired, for this request, this reviewer and exactly these values."""
+    if not given or len(given) > 512:
+        return False
+    try:
+        data = signing.loads(given, salt=_SALT, max_age=MAX_AGE)
+    except signing.BadSignature:  # SignatureExpired included
+        return False
+    if not isinstance(data, dict):
+        return False
+    return (
+        data.get("r") == str(ir.pk)
+        and data.get("u") == str(user.pk)
+        and hmac.compare_digest(str(data.get("d", "")), _digest(values))
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: str  # as it will be sent (a JSON value, strings as they are)
+    choice: str  # the option's label, for a select whose label differs from its value
+    sent: bool  # False: an optional field left empty, which is not sent
+
+
+@dataclass(frozen=True)
+class Review:
+    """What the second step shows: why, the values as they will be sent, and the token for the form."""
+
+    reasons: list[str]
+    rows: list[Row]
+    token: str
+
+    @property
+    def count(self) -> int:
+        return sum(1 for row in self.rows if row.sent)
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def review(ir: InputRequest, call: ToolCall, user: Any, fields: list[Any], values: dict[str, Any]) -> Review:
+    """The second step for `values` (cleaned, as they will be sent), in the order of the form's `fields`
+    (``schema_forms.Field``)."""
+    rows = []
+    for field in fields:
+        sent = field.name in values
+        value = values.get(field.name)
+        labels = dict(field.choices)
+        chosen = value if isinstance(value, list) else [value]
+        choice = ", ".join(
+            labels[str(item)] for item in chosen if str(item) in labels and labels[str(item)] != str(item)
+        )
+        rows.append(Row(field.label, _shown(value) if sent else "", choice, sent))
+    return Review(reasons(ir, call), rows, token(ir, user, values))
+
+
+@dataclass(frozen=True)
+class GateReview:
+    """A gate's second step: why, the arguments as they will be sent, the grant asked for (its duration,
+    or ""), and the decision's own fields to post again with the token."""
+
+    reasons: list[str]
+    arguments: Any
+    grant: str
+    fields: list[tuple[str, str]]
+    token: str
+
+
+def gate_review(
+    ir: InputRequest, call: ToolCall, user: Any, values: dict[str, Any], posted: Any
+) -> GateReview:
+    """The second step of a gate's approval of `values` ({"decision", "arguments", "grant"}), `posted` being
+    the decision's POST (a QueryDict), whose fields the confirming form sends again."""
+    fields = [
+        (name, value)
+        for name, given in posted.lists()
+        if name not in ("csrfmiddlewaretoken", FIELD)
+        for value in given
+    ]
+    grant = values["grant"][0] if values.get("grant") else ""
+    return GateReview(reasons(ir, call), values["arguments"], grant, fields, token(ir, user, values))
