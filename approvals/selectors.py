@@ -423,6 +423,11 @@ class RoundCard:
     def modes(self) -> list[str]:
         return sorted({ir.mode for ir in self.items})
 
+    @property
+    def risks(self) -> list[str]:
+        """The policy risks of its requests (for the page's risk filter on cards that arrive live)."""
+        return sorted({ir.policy.risk for ir in self.items if ir.policy is not None})
+
 
 def _dashboard_requests(user: Any) -> QuerySet[InputRequest]:
     return (
@@ -451,8 +456,14 @@ def _cards(requests: list[InputRequest]) -> list[RoundCard]:
     return list(cards.values())
 
 
-def _queue_pending(user: Any, *, server: str, tool: str, mode: str) -> QuerySet[InputRequest]:
+# The queue's risk filter: its value, and the policy risks it shows.
+RISK_FILTERS = {"high": ("high",), "medium": ("medium", "high")}
+
+
+def _queue_pending(user: Any, *, server: str, tool: str, mode: str, risk: str = "") -> QuerySet[InputRequest]:
     pending = answerable_input_requests(user).pending()
+    if risk in RISK_FILTERS:
+        pending = pending.filter(policy__risk__in=RISK_FILTERS[risk])
     if server:
         pending = pending.filter(round__call__server__slug=server)
     if tool:
@@ -462,10 +473,12 @@ def _queue_pending(user: Any, *, server: str, tool: str, mode: str) -> QuerySet[
     return pending
 
 
-def queue_pending_count(user: Any, *, server: str = "", tool: str = "", mode: str = "") -> int:
+def queue_pending_count(
+    user: Any, *, server: str = "", tool: str = "", mode: str = "", risk: str = ""
+) -> int:
     """How many requests wait in the queue, with its filters: what a page showing only the rounds that
     waited longest keeps its count from."""
-    return _queue_pending(user, server=server, tool=tool, mode=mode).count()
+    return _queue_pending(user, server=server, tool=tool, mode=mode, risk=risk).count()
 
 
 @dataclass
@@ -482,13 +495,15 @@ class Queue:
         return self.rounds > len(self.cards)
 
 
-def queue_cards(user: Any, *, server: str = "", tool: str = "", mode: str = "", limit: int) -> Queue:
+def queue_cards(
+    user: Any, *, server: str = "", tool: str = "", mode: str = "", risk: str = "", limit: int
+) -> Queue:
     """The `limit` rounds with a request this user may answer that have waited longest, oldest first,
     filtered by server slug, tool and mode; and how many rounds and requests wait in all.
 
     The rounds are chosen on the requests' own table; only theirs are read with everything a card shows, so
     a backlog of hundreds costs a count and a sort of narrow rows, not a page of hundreds of cards."""
-    pending = _queue_pending(user, server=server, tool=tool, mode=mode)
+    pending = _queue_pending(user, server=server, tool=tool, mode=mode, risk=risk)
     totals = pending.aggregate(pending=Count("pk"), rounds=Count("round_id", distinct=True))
     if not totals["pending"]:
         return Queue([], 0, 0)

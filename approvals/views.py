@@ -107,6 +107,7 @@ def _filters(request: HttpRequest) -> dict[str, str]:
         "server": server if not safejson.text_problem(server) else "\ufffd",
         "tool": tool if not safejson.text_problem(tool) else "\ufffd",
         "mode": mode if mode in InputRequest.Mode.values else "",
+        "risk": risk if (risk := request.GET.get("risk", "")) in selectors.RISK_FILTERS else "",
     }
 
 

@@ -313,3 +313,24 @@ def test_declining_a_high_risk_gate_needs_no_second_step(client, gated) -> None:
     assert response.status_code == 302
     gated.gate.refresh_from_db()
     assert gated.gate.action == InputRequest.Action.DECLINE
+
+
+def test_the_queue_filters_by_risk_and_counts_with_the_filter(client, world) -> None:
+    medium = Policy.objects.create(name="staging", risk=Policy.Risk.MEDIUM)
+    high, middle, low, unset = (
+        ask(world, world.high),
+        ask(world, medium),
+        ask(world, world.low),
+        ask(world, None),
+    )
+
+    def shown(query: str) -> set[str]:
+        return set(re.findall(r'data-request="([0-9a-f-]{36})"', client.get("/" + query).text))
+
+    assert shown("?risk=high") == {str(high.pk)}
+    assert shown("?risk=medium") == {str(high.pk), str(middle.pk)}
+    assert shown("") == shown("?risk=bogus") == {str(r.pk) for r in (high, middle, low, unset)}
+    assert 'data-filter-risk="high"' in client.get("/?risk=high").text  # for cards arriving live
+    assert client.get("/queue/count/?risk=medium").json() == {"pending": 2}
+    card = client.get("/").text
+    assert card.count('data-risks="high"') == 1 and card.count('data-risks="medium"') == 1

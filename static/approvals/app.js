@@ -174,10 +174,14 @@
 
   function matchesFilters(card) {
     const queue = $("[data-queue]");
-    const { filterServer, filterTool, filterMode } = queue.dataset;
+    const { filterServer, filterTool, filterMode, filterRisk } = queue.dataset;
     if (filterServer && card.dataset.server !== filterServer) return false;
     if (filterTool && card.dataset.tool !== filterTool) return false;
     if (filterMode && !card.dataset.modes.split(" ").includes(filterMode)) return false;
+    if (filterRisk) {
+      const risks = (card.dataset.risks || "").split(" ");
+      if (!risks.includes("high") && !(filterRisk === "medium" && risks.includes("medium"))) return false;
+    }
     return true;
   }
 
