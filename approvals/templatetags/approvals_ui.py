@@ -219,6 +219,8 @@ def _ui_strings() -> dict[str, str]:
         "updated": _("Updated %(ago)s ago"),
         "left": _("%(time)s left"),
         "expired": _("Deadline passed"),
+        "deadlineClose": _("%(time)s left to answer this request"),
+        "deadlinePassed": _("The deadline passed: this request can no longer be answered."),
         "waiting": _("waiting %(time)s"),
         "newRequest": _("New request from %(server)s: %(tool)s"),
         "newBehind": _("New request from %(server)s: %(tool)s, waiting behind the oldest shown"),

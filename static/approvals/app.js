@@ -52,9 +52,26 @@
       el.textContent = left > 0 ? fmt(T.left, { time: duration(left) }) : T.expired;
       el.classList.toggle("is-urgent", left > 0 && left < 5 * 60 * 1000);
     });
+    announceDeadline(now);
     $$("[data-since]").forEach((el) => {
       el.textContent = fmt(T.waiting, { time: duration(now - new Date(el.dataset.since).getTime()) });
     });
+  }
+
+  // An open request's own deadline is announced as it comes close (5 minutes, then 1), and once it passes:
+  // politely, once per threshold, never every second. Thresholds already behind when the page opened are
+  // announced once together, as the nearest.
+  const DEADLINE_STEPS = [5 * 60 * 1000, 60 * 1000, 0];
+  const deadlineHeard = new Set();
+
+  function announceDeadline(now) {
+    const el = $("[data-review][data-open-request] .status-line [data-countdown]");
+    if (!el) return;
+    const left = new Date(el.dataset.countdown).getTime() - now;
+    const crossed = DEADLINE_STEPS.filter((step) => left <= step && !deadlineHeard.has(step));
+    if (!crossed.length) return;
+    crossed.forEach((step) => deadlineHeard.add(step));
+    announce(left > 0 ? fmt(T.deadlineClose, { time: duration(left) }) : T.deadlinePassed);
   }
 
   // --- live connection ------------------------------------------------------------------------------
