@@ -369,6 +369,11 @@ CELERY_BEAT_SCHEDULE = {
     "expire-stale-rounds": {"task": "approvals.tasks.expire_stale", "schedule": 15.0},
     "recover-stuck-work": {"task": "approvals.tasks.recover_stuck", "schedule": 60.0},
     "verify-audit-chain": {"task": "approvals.audit.tasks.verify_chain", "schedule": 3600.0},
+    "verify-audit-chain-full": {
+        "task": "approvals.audit.tasks.verify_chain",
+        "schedule": 86400.0,
+        "kwargs": {"full": True},
+    },
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
     "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
     "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},

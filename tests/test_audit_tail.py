@@ -172,3 +172,53 @@ def test_the_test_flush_leaves_the_truncate_triggers_on() -> None:
             ("approvals_audit_no_truncate", "O"),
             ("approvals_audithead_no_truncate", "O"),
         ]
+
+
+def test_the_hourly_check_walks_only_what_came_after_the_recorded_head() -> None:
+    events = make(5)
+    full = audit_tasks.verify_chain(full=True)
+    assert full["ok"] and full["since_id"] is None and full["checked"] >= 5
+    newer = make(3)
+
+    state = audit_tasks.verify_chain()
+
+    assert state["ok"] and state["since_id"] == events[-1].id
+    assert state["checked"] == 3 and state["head_id"] == newer[-1].id
+    assert state["full_checked_at"] == full["full_checked_at"]  # the last whole walk, kept for the page
+    assert AuditHead.objects.get().head_id == newer[-1].id
+    quiet = audit_tasks.verify_chain()  # nothing new: the head is checked, nothing walked
+    assert quiet["ok"] and quiet["checked"] == 0 and quiet["head_id"] == newer[-1].id
+
+
+REWRITE_DATA = """UPDATE approvals_auditevent SET data = '{"x": 1}' WHERE id = %s"""
+
+
+def test_the_hourly_check_catches_a_new_event_rewritten_and_a_rewritten_head() -> None:
+    events = make(4)
+    audit_tasks.verify_chain(full=True)
+    newer = make(2)
+    behind_the_triggers(REWRITE_DATA, [newer[0].id])
+    broken = audit_tasks.verify_chain()
+    assert not broken["ok"] and broken["first_bad_id"] == newer[0].id
+
+    behind_the_triggers("UPDATE approvals_auditevent SET hash = %s WHERE id = %s", ["0" * 64, events[-1].id])
+    rewritten = audit_tasks.verify_chain()  # the recorded head changed: the whole chain is walked
+    assert not rewritten["ok"] and rewritten["since_id"] is None
+
+
+def test_an_older_event_rewritten_is_left_to_the_daily_full_walk() -> None:
+    events = make(4)
+    audit_tasks.verify_chain(full=True)
+    make(1)
+    behind_the_triggers(REWRITE_DATA, [events[1].id])
+    assert audit_tasks.verify_chain()["ok"]  # the documented limit of the hourly check
+    full = audit_tasks.verify_chain(full=True)
+    assert not full["ok"] and full["first_bad_id"] == events[1].id
+
+
+def test_beat_runs_the_hourly_check_and_a_daily_full_walk(settings) -> None:
+    schedule = settings.CELERY_BEAT_SCHEDULE
+    hourly, daily = schedule["verify-audit-chain"], schedule["verify-audit-chain-full"]
+    assert hourly["task"] == daily["task"] == "approvals.audit.tasks.verify_chain"
+    assert hourly["schedule"] == 3600.0 and not hourly.get("kwargs")
+    assert daily["schedule"] == 86400.0 and daily["kwargs"] == {"full": True}
