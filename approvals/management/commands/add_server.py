@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -19,10 +20,12 @@ from approvals.services.servers import LEARNED, parse_header_lines, probe_summar
 # Registering a URL makes the server a Streamable HTTP one: no command, arguments or environment stay.
 NOT_STDIO = {"transport": McpServer.Transport.HTTP, "command": "", "args": [], "env": {}}
 ACTOR = Actor.system("manage.py add_server")
+SECRETS_MAX = 64 * 1024  # bytes read from stdin by --secrets-stdin
 
 
 class Command(HubCommand):
     help = "Register (or update) an MCP server the hub may call."
+    stealth_options = ("stdin",)  # call_command(..., stdin=...) stands in for the process's stdin
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("slug")
@@ -55,6 +58,12 @@ class Command(HubCommand):
         parser.add_argument(
             "--no-probe", action="store_true", help="register without asking the server anything"
         )
+        parser.add_argument(
+            "--secrets-stdin",
+            action="store_true",
+            help="read more --header lines (a URL's server) or --env lines (--command) from stdin, one per "
+            "line: credentials kept out of the command line and the shell's history",
+        )
 
     def handle(
         self,
@@ -68,6 +77,12 @@ class Command(HubCommand):
         no_probe: bool,
         **options: Any,
     ) -> None:
+        if options.get("secrets_stdin"):
+            lines = _secret_lines(options.get("stdin") or sys.stdin)
+            if options.get("command"):
+                options["env"] = [*options.get("env", []), *lines]
+            else:
+                header = [*header, *lines]
         if not McpServer.objects.filter(slug=slug).exists():  # one registered before the rule keeps its slug
             _check(McpServer, "slug", slug, f"the slug {slug[:60]!r}")
             try:
@@ -175,6 +190,16 @@ class Command(HubCommand):
         )
         # Started (and probed) by the holder that takes its lease; it is never started twice to probe it.
         self.stdout.write("the holder starts it and probes it; `manage.py check_server` shows the probe")
+
+
+def _secret_lines(stream: Any) -> list[str]:
+    """The non-blank lines of `stream` (at most SECRETS_MAX bytes), their line ends removed; never shown."""
+    text = stream.read(SECRETS_MAX + 1)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if len(text.encode()) > SECRETS_MAX:
+        raise CommandError(f"--secrets-stdin: more than {SECRETS_MAX // 1024} KiB on stdin")
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
 def _check_credentials_follow(stored: str, url: str) -> None:
