@@ -487,6 +487,8 @@ class PolicyAdmin(AuditedAdmin):
         "escalate_after",
         "escalation_team",
         "reauth_within",
+        "extend_by",
+        "max_extensions",
         "revision",
     ]
     list_filter = ["risk"]

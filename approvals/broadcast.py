@@ -60,7 +60,7 @@ ASKED = "requester.asked"
 
 class QueueChanged(TypedDict):
     type: Literal["queue.changed"]
-    event: str  # round.opened | input.answered | round.closed
+    event: str  # round.opened | input.answered | round.closed | round.extended | call.progress
     call: str
     input_requests: list[str]
     round: int | None  # the round holding them, when they share one (the card is then read without a lookup)

@@ -276,6 +276,14 @@ class Policy(Revised):
     reauth_within = models.PositiveIntegerField(
         null=True, blank=True, help_text=_("Reviewers must have signed in within this many seconds.")
     )
+    extend_by = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Seconds a reviewer may add to a round's deadline. Empty: no extension."),
+    )
+    max_extensions = models.PositiveSmallIntegerField(
+        default=1, help_text=_("How many times a round's deadline may be extended.")
+    )
 
     class Meta:
         verbose_name_plural = "policies"
@@ -596,6 +604,7 @@ class Round(models.Model):
     request_state = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001  ("" is a value)
     opened_at = models.DateTimeField(default=timezone.now)  # when the input_required result arrived
     deadline = models.DateTimeField()
+    extensions = models.PositiveSmallIntegerField(default=0)  # times a reviewer extended the deadline
     answered_at = models.DateTimeField(null=True, blank=True)  # the last answer that made the round ready
     send_started_at = models.DateTimeField(null=True, blank=True)
     send_attempts = models.PositiveIntegerField(default=0)

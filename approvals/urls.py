@@ -13,6 +13,7 @@ urlpatterns = [
     path("requests/<uuid:pk>/respond/", views.respond, name="respond"),
     path("requests/<uuid:pk>/open/", views.open_url, name="open_url"),
     path("requests/<uuid:pk>/decide/", views.gate_decide, name="gate_decide"),
+    path("requests/<uuid:pk>/extend/", views.extend, name="extend"),
     path("requests/<uuid:pk>/presence/", views.request_presence, name="presence"),
     path("calls/<uuid:pk>/", views.call_detail, name="call"),
     path("calls/<uuid:pk>/body/", views.call_body, name="call_body"),

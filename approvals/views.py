@@ -39,8 +39,8 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import permissions, safejson, schema_forms, second_look, selectors, throttling, urlsafety
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import Gate, InputRequest, ToolCall
-from approvals.services import answers, gate_decisions, gates, grants, presence
-from approvals.services.errors import AnswerInvalid, Conflict, ServiceError
+from approvals.services import answers, extensions, gate_decisions, gates, grants, presence
+from approvals.services.errors import AnswerInvalid, Conflict, ServiceError, moment
 
 DECLINE_REASONS = [
     gettext_lazy("I did not start this"),
@@ -175,6 +175,8 @@ def _request_page(
         "value_count": len(form.fields) if form else 0,
         "second_look": bool(second_look.reasons(ir, call)),
         "review": review,
+        "extension": extensions.offer(ir, request.user) if pending and may_answer else None,
+        "deadline_close": pending and extensions.deadline_close(ir),
     }
     return render(request, "approvals/request.html", context, status=status)
 
@@ -245,6 +247,8 @@ def _gate_page(
         "approvals": selectors.approvals_summary(ir) if ir.approvals_required > 1 else None,
         "second_look": bool(second_look.reasons(ir, call)),
         "review": review,
+        "extension": extensions.offer(ir, request.user) if pending and may_answer else None,
+        "deadline_close": pending and extensions.deadline_close(ir),
     }
     return render(request, "approvals/gate.html", context, status=status)
 
@@ -495,6 +499,24 @@ def open_url(request: HttpRequest, pk: UUID) -> HttpResponse:
     response = HttpResponseRedirect(analysis.url, status=303)
     response["Referrer-Policy"] = "no-referrer"
     return response
+
+
+@login_required
+@never_cache
+@decided_by_post
+def extend(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """Add the policy's extension to the request's deadline (``extensions.round_extend``), then show the
+    request again; a refusal is said on the request's page."""
+    ir = _get_request_for_user(request.user, pk)
+    try:
+        rnd = extensions.round_extend(input_request_id=ir.pk, user=request.user)
+    except ServiceError as exc:
+        ir = _get_request_for_user(request.user, pk)  # as it is now (answered or extended meanwhile)
+        if isinstance(exc, Conflict):
+            return _request_page(request, ir, notice=exc.message, status=409)
+        return _request_page(request, ir, error=exc.message, status=exc.status)
+    messages.success(request, _("Deadline extended: it is now %(when)s.") % {"when": moment(rnd.deadline)})
+    return redirect("approvals:request", pk=ir.pk)
 
 
 @login_required

@@ -56,6 +56,8 @@ def policy_form(**extra: str) -> dict[str, str]:
         "escalate_after": "",
         "escalation_team": "",
         "reauth_within": "",
+        "extend_by": "",
+        "max_extensions": "1",
     } | extra
 
 

@@ -27,7 +27,7 @@ from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth,
 from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
 from approvals.prepared import PreparedRead
-from approvals.services import answers, calls, gate_decisions, grants
+from approvals.services import answers, calls, extensions, gate_decisions, grants
 from approvals.services.errors import Forbidden, Invalid, ServiceError
 
 
@@ -400,6 +400,19 @@ def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
         grant=payload.grant,
     )
     return {"id": str(ir.pk), "status": ir.status, "action": ir.action}
+
+
+@api.post(
+    "/input-requests/{request_id}/extend",
+    auth=reviewer_auth,
+    response={200: dict, **ERRORS},
+    tags=["reviewers"],
+)
+def extend(request: HttpRequest, request_id: UUID) -> dict:
+    """Extend the deadline of the round holding a pending input request, where its policy allows it
+    (``extend_by``, at most ``max_extensions`` times; never past the server's own deadline)."""
+    rnd = extensions.round_extend(input_request_id=request_id, user=request.user)
+    return {"id": str(request_id), "deadline": rnd.deadline.isoformat()}
 
 
 # --- grants (agents see their own; reviewers their teams') ------------------------------------------------

@@ -26,6 +26,7 @@ VERBS: tuple[str, ...] = (
     "round.answered",
     "round.resent",
     "round.gone",
+    "round.extended",
     # One input request: routed, shown, answered, approved, escalated, expired
     "input.requested",
     "input.unsupported",

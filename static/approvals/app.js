@@ -189,6 +189,17 @@
     }
   }
 
+  const QUIET_EVENTS = ["round.opened", "call.progress", "round.extended"];
+
+  // The request's deadline moved (a reviewer extended it): the page's status line is drawn again, nothing else.
+  function refreshStatusLine(review) {
+    fetchHtml(review.dataset.pageUrl).then((html) => {
+      const fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[data-review] .status-line");
+      const line = $(".status-line", review);
+      if (fresh && line) { line.replaceWith(fresh); localiseTimes(fresh); }
+    }).catch(() => {});
+  }
+
   function matchesFilters(card) {
     const queue = $("[data-queue]");
     const { filterServer, filterTool, filterMode, filterRisk } = queue.dataset;
@@ -218,8 +229,8 @@
         if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, card), false);
         restoreFocus(card, focused);
         if (!message.pending) fold(card);
-        // A progress report redraws the card quietly; only a decision is announced.
-        if (message.event !== "round.opened" && message.event !== "call.progress") announce(T.decided);
+        // A progress report or a deadline extended redraws the card quietly; only a decision is announced.
+        if (!QUIET_EVENTS.includes(message.event)) announce(T.decided);
       } else if (capped()) {
         // The page shows only the rounds that waited longest: a newer one waits behind them, counted.
         if (message.event === "round.opened" && message.pending && matchesFilters(card)) {
@@ -244,6 +255,8 @@
     const review = $("[data-review]");
     if (review && message.decided && message.decided[review.dataset.request]) {
       lockReview(message.decided[review.dataset.request]);
+    } else if (review && message.event === "round.extended" && (message.input_requests || []).includes(review.dataset.request)) {
+      refreshStatusLine(review);
     }
     const callPage = $("[data-call-page]");
     if (callPage && callPage.dataset.callPage === message.call) {
