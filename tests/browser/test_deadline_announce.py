@@ -11,7 +11,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from approvals.models import Round
+from approvals.models import InputRequest, Membership, Policy, Round, Team
+from tests import factories
+from tests.browser.conftest import wait_live
 from tests.browser.test_pagerev_review_page import ENV, open_request, relay
 from tests.hub import Hub
 
@@ -40,3 +42,30 @@ def test_the_deadline_is_announced_at_thresholds_not_every_second(hub: Hub, new_
     heard = [text for text in page.evaluate("() => window.heard") if "left to answer" in text]
     assert len(heard) == 1, heard  # once per threshold, not every second
     assert re.fullmatch(r"(1:00|0:5\d) left to answer this request", heard[0]), heard
+
+
+def test_a_deadline_extended_by_one_reviewer_moves_on_the_others_open_page(hub: Hub, new_page: Any) -> None:
+    bob = factories.user("bob")
+    Membership.objects.create(team=Team.objects.get(slug="release"), user=bob, role="reviewer")
+    policy = Policy.objects.create(name="extendable", extend_by=1800, max_extensions=1)
+    ir = relay(hub, {"type": "object", "properties": {"environment": ENV}})
+    InputRequest.objects.filter(pk=ir.pk).update(policy=policy)
+    before = Round.objects.get(pk=ir.round_id).deadline
+    alice, bobs = new_page("alice"), new_page("bob")
+    open_request(alice, ir)
+    wait_live(alice)
+    open_request(bobs, ir)
+    countdown = alice.locator(".status-line [data-countdown]").first
+    shown_before = countdown.get_attribute("data-countdown")
+    alice.evaluate("() => { window.sameDocument = true; }")
+
+    bobs.get_by_role("button", name="Add 30 minutes").click()
+    bobs.locator(".messages").wait_for()
+    assert "Deadline extended" in bobs.locator(".messages").inner_text()
+
+    after = Round.objects.get(pk=ir.round_id).deadline
+    assert after - before == timedelta(minutes=30)
+    # Alice's page, never reloaded, shows the new deadline; her form is still hers to send.
+    expect(countdown).not_to_have_attribute("data-countdown", shown_before or "")
+    assert alice.locator("[data-answer-form]").count() == 1
+    assert alice.evaluate("() => window.sameDocument === true")  # not reloaded
