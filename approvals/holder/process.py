@@ -31,7 +31,7 @@ import anyio
 import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
 from approvals.mcp_client import Completed, McpError, PermanentError, ToolError
 from approvals.mcp_client.session import (
@@ -61,12 +61,37 @@ STOP_AFTER_CANCEL = 5.0
 # While LISTEN works, a waiting call re-reads its round this rarely (a NOTIFY wakes it at once): hundreds of
 # idle sessions must not poll the database every few seconds. Without LISTEN, every ELICIT_HOLDER_POLL.
 RECHECK_LISTENING = 30.0
+# A call's end that PostgreSQL could not take is written again after this long, doubling up to the most.
+RECORD_RETRY_MIN = 1.0
+RECORD_RETRY_MAX = 30.0
+# What a database that is away raises (restarting, failing over, unreachable): worth trying again.
+DATABASE_AWAY = (OperationalError, InterfaceError)
 STDIO_MODULE = "approvals.holder.stdio"
 
 
 def db(fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-    """Run a service function on the holder's one database thread."""
-    return sync_to_async(fn, thread_sensitive=True)
+    """Run a service function on the holder's one database thread (on a working connection: see `_fresh`)."""
+    return sync_to_async(partial(_fresh, fn), thread_sensitive=True)
+
+
+def _fresh(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn` as one unit of work, as a request or a Celery task is one: the thread's connection is handed back
+    after it (to the pool, whose check lends the next one only once it is known to work), and dropped before
+    it if it broke. Kept for good instead, the thread's one connection would break when PostgreSQL restarts
+    (a failover, a proxy cutting idle sessions), and every query on it would fail: the holder's claims,
+    heartbeats and answers, and the write of a result that arrived then."""
+    _hand_back()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _hand_back()
+
+
+def _hand_back() -> None:
+    """Django's end of a request (``close_old_connections``): a connection past its age (CONN_MAX_AGE 0: any)
+    or broken is closed, which gives a pooled one back to its pool. Never inside a transaction."""
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
 
 
 async def shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -74,6 +99,23 @@ async def shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     with anyio.CancelScope(shield=True):
         result = await db(fn)(*args, **kwargs)
     return result
+
+
+async def recorded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """How a call ended (its result, its failure, its release): `shielded`, and written again until PostgreSQL
+    takes it (it may be away for a while: a restart, a failover), so a result that arrives meanwhile is not
+    lost and the call is not left running with no task on it. Only a lost database connection is retried; the
+    holder stopping meanwhile ends the call as a lost holder's (`holding.holder_stop`)."""
+    backoff = RECORD_RETRY_MIN
+    while True:
+        try:
+            return await shielded(fn, *args, **kwargs)
+        except DATABASE_AWAY as exc:
+            logger.warning(
+                "could not record %s (%s); trying again in %.0f s", fn.__name__, type(exc).__name__, backoff
+            )
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, RECORD_RETRY_MAX)
 
 
 @dataclass
@@ -125,6 +167,8 @@ class HolderProcess:
         self._supervisors: dict[int, Any] = {}  # stdio servers this holder runs, by server id
         self.asking: set[str] = set()  # calls waiting for a person's answer to the server's question
         self.ending: set[str] = set()  # calls whose task this holder cancelled: the call ended meanwhile
+        # Calls whose server was just answered ``cancel``: their tool has STOP_AFTER_CANCEL seconds to end.
+        self.settling: set[str] = set()
         self._checks: set[asyncio.Task[None]] = set()
 
     # ---- the process -------------------------------------------------------------------------------
@@ -135,7 +179,12 @@ class HolderProcess:
         helpers = [asyncio.create_task(self._listen()), asyncio.create_task(self._beat())]
         try:
             while not self.stopping.is_set():
-                await self._claim()
+                try:
+                    await self._claim()
+                except Exception as exc:
+                    # PostgreSQL is away (a restart, a failover): the held sessions go on; claim at the next
+                    # poll, rather than end the process and every session it holds.
+                    logger.warning("holder %s could not claim calls: %s", self.name, type(exc).__name__)
                 self.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._woken(), timeout=self.poll)
@@ -226,8 +275,10 @@ class HolderProcess:
             waiter = self.waiters.get(call_id)
             if waiter is not None:
                 waiter.set()
-            if call_id in self.tasks and call_id not in self.asking:
-                # Not waiting for a person: the call may have ended meanwhile (the agent cancelled it).
+            if call_id in self.tasks and call_id not in self.asking and call_id not in self.settling:
+                # Not waiting for a person: the call may have ended meanwhile (the agent cancelled it). One
+                # whose server was just answered ``cancel`` is checked once its grace has passed, not at
+                # the next notice (one cancel sends several: the round's, the call's).
                 self._check_ended(call_id)
         else:
             self.wake.set()
@@ -245,7 +296,10 @@ class HolderProcess:
         round answers the server ``cancel`` on the same session (`_wait_answer`) first, and `_elicit` asks
         for this check `STOP_AFTER_CANCEL` seconds later: a tool may go on running once it has that answer."""
         if after > 0:
-            await asyncio.sleep(after)
+            try:
+                await asyncio.sleep(after)
+            finally:
+                self.settling.discard(call_id)
         try:
             ended = await db(holding.held_ended)(call_id=call_id)
         except Exception:
@@ -266,7 +320,7 @@ class HolderProcess:
             await self._run_held(call_id)
         except Exception as exc:
             logger.exception("call %s: the holder task failed; the call ends", call_id)
-            await shielded(
+            await recorded(
                 holding.held_failed, call_id=call_id, holder_id=self.holder_id, why=type(exc).__name__
             )
 
@@ -292,7 +346,7 @@ class HolderProcess:
             except _NotSent:
                 return
             except _NotHere:
-                await shielded(
+                await recorded(
                     holding.held_release, call_id=call_id, holder_id=self.holder_id, reason="run elsewhere"
                 )
                 return
@@ -305,7 +359,7 @@ class HolderProcess:
                     logger.warning("call %s: %s; retrying in %.1f s", call_id, exc.code, backoff)
                     await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
                     continue
-                await shielded(holding.held_finish, call_id=call_id, error=exc, sent=run.sent)
+                await recorded(holding.held_finish, call_id=call_id, error=exc, sent=run.sent)
                 return
             except asyncio.CancelledError:
                 if call_id in self.ending:  # cancelled by `_stop_if_ended`: the call is over
@@ -322,7 +376,7 @@ class HolderProcess:
                     )
                 raise
             if outcome is not None:
-                await shielded(holding.held_finish, call_id=call_id, outcome=outcome, sent=True)
+                await recorded(holding.held_finish, call_id=call_id, outcome=outcome, sent=True)
             return
 
     async def _session(self, run: _Run) -> Completed | ToolError | None:
@@ -419,7 +473,7 @@ class HolderProcess:
             f"({said}). The tool is not marked safe to repeat, so the hub does not send it again: send the "
             "call again once the URL step is done.",
         )
-        await shielded(holding.held_finish, call_id=held.call_id, error=error, sent=False)
+        await recorded(holding.held_finish, call_id=held.call_id, error=error, sent=False)
         return False
 
     async def _elicit(self, run: _Run, params: dict[str, Any]) -> dict[str, Any]:
@@ -472,6 +526,7 @@ class HolderProcess:
         not left to run on the session until the call's limit (on a stdio server, holding it from every
         other call)."""
         if answer is None or answer.get("action") == "cancel":
+            self.settling.add(call_id)
             self._check_ended(call_id, after=STOP_AFTER_CANCEL)
         return answer or {"action": "cancel"}
 
@@ -484,10 +539,19 @@ class HolderProcess:
         try:
             while True:
                 event.clear()
-                answer = await db(holding.push_answer)(round_id=round_id)
+                try:
+                    answer = await db(holding.push_answer)(round_id=round_id)
+                except DATABASE_AWAY as exc:
+                    # PostgreSQL is away for a moment: the question still waits on the session (the server
+                    # decides how long); read again at the next poll rather than end it.
+                    logger.warning("call %s: could not read its answer: %s", call_id, type(exc).__name__)
+                    answer, failed = None, True
+                else:
+                    failed = False
                 if answer is not None:
                     return answer
-                wait = RECHECK_LISTENING * random.uniform(0.8, 1.0) if self.listening else float(self.poll)
+                listened = self.listening and not failed
+                wait = RECHECK_LISTENING * random.uniform(0.8, 1.0) if listened else float(self.poll)
                 if deadline is not None:
                     remaining = deadline - anyio.current_time()
                     if remaining <= 0:

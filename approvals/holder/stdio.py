@@ -10,13 +10,15 @@ The supervisor
 - holds the PostgreSQL lease (`McpServer.stdio_holder`, see `approvals.services.stdio`): exactly one holder
   runs each stdio server. It checks the lease is still its own every few seconds and stops the process
   the moment it is not (its heartbeat went stale and another holder took over, or an admin disabled it);
-- starts the command with the SDK's `stdio_client` in its own working directory ``<ELICIT_STDIO_DIR>/<slug>``
-  (mode 0700), with only the server's configured environment over a minimal PATH/HOME/USER (never the hub's
-  environment, which holds the hub's secrets). When the hub runs as root the process runs as
-  ``ELICIT_STDIO_USER`` (default ``nobody``) through ``setpriv``, without supplementary groups and with
-  no-new-privileges; it is killed if the holder dies (parent-death signal);
+- starts the command (`bounded_stdio_client`: the SDK's `stdio_client` with a bounded reader of its stdout: a
+  line over ``ELICIT_MAX_MCP_RESPONSE`` ends the session, one that is not JSON-RPC is dropped unquoted) in its
+  own working directory ``<ELICIT_STDIO_DIR>/<slug>`` (mode 0700), with only the server's configured
+  environment over a minimal PATH/HOME/USER (never the hub's environment, which holds the hub's secrets).
+  When the hub runs as root the process runs as ``ELICIT_STDIO_USER`` (default ``nobody``) through
+  ``setpriv``, without supplementary groups and with no-new-privileges; it is killed if the holder dies
+  (parent-death signal);
 - sends its stderr, line by line, to the log (logger ``approvals.stdio.<slug>``), never to reviewers, with
-  the values of its configured environment (its credentials) replaced;
+  the values of its configured environment (its credentials), and their long words, replaced;
 - restarts it when it ends (a crash, or an exit of its own: its stdout closes; a server may close its
   stderr, or point it elsewhere, and go on running), with a backoff, and reads its registration again at
   every start, so an admin's edits apply on the next restart;
@@ -41,12 +43,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import anyio.lowlevel
 import mcp_types
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client import stdio as sdk_stdio
+from mcp.client.stdio import StdioServerParameters
+from mcp.shared.message import SessionMessage
 
+from approvals import netguard
 from approvals.mcp_client.outcomes import REDACTED, TransientError
 from approvals.mcp_client.probe import probe_open
 from approvals.mcp_client.session import Dispatcher, Mode, list_tools_on, open_client
@@ -160,6 +166,19 @@ def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | N
     return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
 
 
+def env_secrets(env: dict[str, str]) -> list[str]:
+    """What the log must never repeat of a stdio server's configured environment: each value, and each long
+    word of it (as for an HTTP server's header values), longest first. A value over several lines (a PEM key,
+    a pretty-printed JSON credential) reaches the log line by line, never whole: without its words, none of
+    its lines would be recognised."""
+    found: set[str] = set()
+    for value in env.values():
+        if len(value) >= 4:
+            found.add(value)
+        found.update(part for part in value.split() if len(part) >= 8)
+    return sorted(found, key=len, reverse=True)
+
+
 class _StdioDispatcher(Dispatcher):
     """A stdio session's dispatcher: `notifications/tools/list_changed` arriving between calls (no call's
     hooks to hear it) still updates the stored tool list."""
@@ -173,6 +192,117 @@ class _StdioDispatcher(Dispatcher):
             self._on_tools_changed()
             return
         await super().message_handler(message)
+
+
+@contextlib.asynccontextmanager
+async def bounded_stdio_client(
+    server: StdioServerParameters, errlog: TextIO, on_broken: Callable[[str], None] | None = None
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's `stdio_client` (the same start, the same shutdown: stdin closed, a grace period, then the
+    process tree killed), with a bounded reader of the server's stdout. The SDK's own reader keeps a line
+    until its newline, however long (a server writing without newlines grows the holder's memory without
+    end, and the SDK joins each read to all of it: the holder's one event loop, every session it keeps, its
+    heartbeat, stalls), and logs a line that is not JSON-RPC with its first characters (a server printing its
+    credentials to stdout has them logged). Here a line longer than the hub's limit on a server's answer
+    (``ELICIT_MAX_MCP_RESPONSE``) ends the session (`on_broken` is told why; the supervisor restarts the
+    server, and a call waiting on it fails at once rather than at its limit); a line that is not a JSON-RPC
+    message is dropped, logged with its length only."""
+    max_line = netguard.max_response()
+    command = await sdk_stdio._get_executable_command(server.command)
+    process = await sdk_stdio._create_platform_compatible_process(
+        command=command,
+        args=server.args,
+        env=sdk_stdio.get_default_environment() | (server.env or {}),
+        errlog=errlog,
+        cwd=server.cwd,
+    )
+    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writer_done = anyio.Event()
+    garbage = 0
+
+    def parse(line: bytes) -> SessionMessage | Exception:
+        nonlocal garbage
+        try:
+            return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        except ValueError:
+            garbage += 1
+            if garbage & (garbage - 1) == 0:  # the 1st, 2nd, 4th...: the log stays bounded
+                logger.warning(
+                    "a stdio server wrote a line that is not a JSON-RPC message (%d bytes); ignored "
+                    "(%d so far)",
+                    len(line),
+                    garbage,
+                )
+            # Not the parser's error: its message quotes the line.
+            return ValueError(f"a line of {len(line)} bytes that is not a JSON-RPC message")
+
+    async def pump() -> None:
+        assert process.stdout is not None
+        buffer = bytearray()
+        async for chunk in process.stdout:
+            start = 0
+            while True:
+                end = chunk.find(b"\n", start)
+                buffer += chunk[start:] if end < 0 else chunk[start:end]
+                if len(buffer) > max_line:
+                    why = f"it wrote a line longer than {max_line} bytes to its stdout"
+                    logger.warning("a stdio server: %s; its session ends", why)
+                    if on_broken is not None:
+                        on_broken(why)
+                    return
+                if end < 0:
+                    break
+                line, start = bytes(buffer), end + 1
+                buffer.clear()
+                if line.strip():
+                    await read_stream_writer.send(parse(line))
+
+    async def stdout_reader() -> None:
+        try:
+            async with read_stream_writer:
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await pump()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError, OSError):
+            pass  # the pipe closed under the read: the session sees its end
+        finally:
+            # The session has seen the end (the writer is closed): what the server still writes is read
+            # and dropped, so a server blocked on a full pipe can exit when its stdin closes.
+            await sdk_stdio._drain_stdout(process)
+
+    async def stdin_writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_stream_reader:
+                async for session_message in write_stream_reader:
+                    data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((data + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_stream_writer.aclose()
+        finally:
+            writer_done.set()
+
+    async def shutdown() -> None:
+        read_stream.close()
+        write_stream.close()
+        with anyio.move_on_after(sdk_stdio._WRITER_FLUSH_TIMEOUT) as flush_scope:
+            await writer_done.wait()
+        if flush_scope.cancelled_caught:
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+        await sdk_stdio._stop_server_process(process)
+        await sdk_stdio._aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await shutdown()
+            tg.cancel_scope.cancel()
+    await anyio.lowlevel.cancel_shielded_checkpoint()
 
 
 class _Watched:
@@ -215,7 +345,7 @@ class _Watched:
 
 @contextlib.asynccontextmanager
 async def _watched(transport: Any, on_end: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
-    """`transport` (the SDK's `stdio_client`), whose read stream tells `on_end` when the process's stdout
+    """`transport` (`bounded_stdio_client`), whose read stream tells `on_end` when the process's stdout
     closes. Its stderr cannot tell: a server may close it, or point it at a file, and go on running."""
     async with transport as (read_stream, write_stream):
         yield _Watched(read_stream, on_end), write_stream
@@ -237,6 +367,7 @@ class StdioSupervisor:
         self._wake = asyncio.Event()
         self._ended = asyncio.Event()  # set when the process's stdout closed: it has exited
         self._restart_asked = False
+        self._broke = ""  # why the transport ended the session, if it did (a line over the limit)
         self._suspect = False  # the last call failed: check the session before the next one
         self._ready_once = False
         self._stopping = False
@@ -417,15 +548,16 @@ class StdioSupervisor:
         params = server_parameters(launch, cwd, run_as)
         mode: Mode = "legacy" if launch.era == McpServer.Era.HANDSHAKE else "auto"
         self._ended.clear()
+        self._broke = ""
         self._restart_asked = False
         self._suspect = False
         self._ready_once = False  # this start reached an open session
-        secrets = [value for value in launch.env.values() if len(value) >= 4]
+        secrets = env_secrets(launch.env)
         read_fd, write_fd = os.pipe()
         errlog: TextIO = os.fdopen(write_fd, "w")
         pump = asyncio.create_task(self._pump_stderr(read_fd, launch.slug, secrets))
         dispatcher = _StdioDispatcher(self._tools_changed, secrets=secrets)
-        transport = _watched(stdio_client(params, errlog=errlog), self._exited)
+        transport = _watched(bounded_stdio_client(params, errlog, self._broken), self._exited)
         began = time.monotonic()
         try:
             async with open_client(
@@ -447,6 +579,11 @@ class StdioSupervisor:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(pump), 5)
             pump.cancel()
+
+    def _broken(self, why: str) -> None:
+        """The transport ended the session: the server broke the protocol (`why`)."""
+        self._broke = why
+        logger.warning("%r: %s; the server is restarted", self, why)
 
     def _exited(self) -> None:
         """The session's read stream ended: the process exited (or its session is being closed)."""
@@ -494,7 +631,7 @@ class StdioSupervisor:
                 with anyio.move_on_after(1.0):
                     await self._ended.wait()
             if self._ended.is_set():
-                self.last_exit = "the process exited"
+                self.last_exit = self._broke or "the process exited"
                 return
             if self._restart_asked:
                 self.last_exit = "a restart was asked"
