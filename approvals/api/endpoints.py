@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,12 +33,63 @@ from approvals.services import answers, calls, extensions, gate_decisions, grant
 from approvals.services.errors import Forbidden, Invalid, ServiceError
 
 
+class NotAnObject(ValueError):
+    """A body that is JSON, but not the object every API body is."""
+
+
+class DuplicateKey(ValueError):
+    """An object of the body names one member twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key if len(key) <= 40 else key[:40] + "..."
+
+
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, refusing a name given twice: ``json`` would keep the last silently, losing the
+    first, which many other parsers keep (a proxy or filter in front of the hub would judge another call
+    than the one the hub makes)."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return members
+
+
+def _not_a_number(name: str) -> Any:
+    raise safejson.Unstorable(f"{name} is not a JSON number")
+
+
 class StrictJsonParser(Parser):
     """Every API body goes through one strict parse: no NaN/Infinity, NUL, lone surrogates or deep nesting
-    (approvals.safejson), so nothing that PostgreSQL or the audit log would choke on reaches a service."""
+    (approvals.safejson), so nothing that PostgreSQL or the audit log would choke on reaches a service.
+
+    UTF-8 only (RFC 8259; a leading byte order mark is ignored): given bytes, ``json.loads`` guesses UTF-16
+    and UTF-32 from the first bytes, so a body a proxy or filter in front of the hub reads as UTF-8 (and
+    finds nothing in) would be read here as a call. And an object: every body is one, and a list or a bare
+    value is named as such, not reported as an object missing all its fields. No object may name a member
+    twice (`_members`). Otherwise as `safejson.loads`, with the same checks (`safejson.check`)."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        return safejson.loads(request.body, max_depth=settings.ELICIT_MAX_JSON_DEPTH)
+        depth = settings.ELICIT_MAX_JSON_DEPTH
+        text = request.body.decode("utf-8-sig")  # UnicodeDecodeError: a 400 (`on_http_error`)
+        try:
+            value = json.loads(text, object_pairs_hook=_members, parse_constant=_not_a_number)
+        except RecursionError:
+            raise safejson.Unstorable(f"nesting deeper than {depth} levels") from None
+        except ValueError as exc:
+            # Valid JSON still: Python reads at most sys.get_int_max_str_digits() digits of an integer.
+            if "integer string conversion" not in str(exc):
+                raise
+            limit = sys.get_int_max_str_digits()
+            raise safejson.Unstorable(f"an integer of more than {limit} digits") from None
+        safejson.check(value, max_depth=depth)
+        if not isinstance(value, dict):
+            raise NotAnObject("The request body must be a JSON object.")
+        return value
 
 
 api = NinjaAPI(
@@ -139,6 +192,16 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
             f"The request body holds {cause.reason} at {cause.where}.",
             {where: cause.reason},
         )
+    if isinstance(cause, DuplicateKey):
+        return error(
+            request,
+            400,
+            "invalid_body",
+            f"The request body names {cause.key!r} twice in one object; send each member once.",
+            {"body": f"{cause.key!r} given twice"},
+        )
+    if isinstance(cause, NotAnObject):
+        return error(request, 400, "invalid_body", str(cause), {"body": "must be a JSON object"})
     if isinstance(cause, ValueError):  # json.JSONDecodeError, UnicodeDecodeError
         return error(request, 400, "invalid_body", "The request body is not valid JSON (UTF-8).")
     code = {400: "invalid_body", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
@@ -267,7 +330,11 @@ def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
     )
     if not created:
         calls.refuse_other_request(
-            call, server_slug=payload.server, tool=payload.tool, arguments=payload.arguments
+            call,
+            server_slug=payload.server,
+            tool=payload.tool,
+            arguments=payload.arguments,
+            input_requests=payload.input_requests,
         )
     return Status(201 if created else 200, _created(call, "relays"))
 
@@ -296,12 +363,28 @@ class _InboxRead:
     next_cursor: str | None = None
 
 
+def _queue_groups(teams: list[tuple[int, str]]) -> list[str]:
+    """The groups of the queues behind an inbox of these teams: theirs, and the unrouted queue."""
+    return [*(broadcast.team_group(slug) for _, slug in teams), broadcast.team_group(None)]
+
+
+def _scope_moved(request: HttpRequest, groups: list[str]) -> bool:
+    """Someone's teams or sign-in changed while a long-poll waits (the scopes' counter moved): whether it
+    changed this inbox: the credential no longer holds (answered 401 after the wait), or the reviewer's teams,
+    so their queues, are others (and so the version)."""
+    with _connection_released():
+        if not still_holds(request):
+            return True
+        permissions.forget_teams(request.user)
+        return _queue_groups(selectors.inbox_teams(request.user)) != groups
+
+
 def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None) -> _InboxRead:
     """The inbox's queues, their version, and (unless the version is still ``unchanged``) one page as JSON
     items; then the connection goes back to the pool, as a long-poll's does."""
     with _connection_released():
         teams = selectors.inbox_teams(user)  # read once: for the queues' version and for the page
-        groups = [*(broadcast.team_group(slug) for _, slug in teams), broadcast.team_group(None)]
+        groups = _queue_groups(teams)
         # Read before the page, so a change made while the page is read shows as a new version next time.
         read = _InboxRead(groups, broadcast.queue_version(groups))
         if unchanged is not None and read.version == unchanged:
@@ -338,12 +421,25 @@ def inbox(
     version differs (at once if it already does), or after ``wait`` seconds with the inbox as it is."""
     size = min(limit or settings.ELICIT_INBOX_MAX, settings.ELICIT_INBOX_MAX)
     wait = min(wait, settings.ELICIT_LONG_POLL_MAX)  # at least 0: the query checks it
+    # The version covers the reviewer's teams too, and a change of teams sends no notice to their queues:
+    # a wait watches the scopes' counter (moved by any membership, user or sign-out change), read before the
+    # teams are, and looks again at this reviewer's teams and credential when it moves.
+    scopes = broadcast.scopes_version() if wait and version is not None else None
     read = _inbox_read(request.user, size, cursor, version if wait else None)
     if read.items is None:
         groups, unchanged = read.groups, read.version
+        look_again = sync_to_async(_scope_moved)
 
         async def changed() -> bool:
-            return await broadcast.aqueue_version(groups) != unchanged
+            nonlocal scopes
+            if await broadcast.aqueue_version(groups) != unchanged:
+                return True
+            try:
+                now = await broadcast.ascopes_version()
+            except Exception:  # Redis unreachable: the queues' version alone, as it is read
+                return False
+            moved, scopes = scopes is not None and now != scopes, now
+            return moved and await look_again(request, groups)
 
         # Only the wait runs on the event loop (the request's thread waits for it, as it would for an async
         # view); the reads run on the request's thread.

@@ -98,28 +98,62 @@ def _existing(agent: AgentClient, idempotency_key: str | None, kind: str) -> Too
     return existing
 
 
-def other_request(call: ToolCall, *, server_slug: str, tool: str, arguments: dict[str, Any]) -> str | None:
+def _same_input_requests(call: ToolCall, input_requests: dict[str, Any]) -> bool:
+    """Whether the relay `call` was made with these ``input_requests``: its round as kept (`round_open`
+    keeps ``{"inputRequests": ...}`` as the agent sent it), compared as JSON values in the database, as
+    arguments are. A round too large to keep whole kept only its size (and, refused as a whole, its keys):
+    then those are compared."""
+    raw = {"inputRequests": input_requests}
+    kept = Round.objects.filter(call=call.pk, number=1)
+    if kept.filter(raw=raw).exists():
+        return True
+    size = Q(raw__truncated=True, raw__size=safejson.size(raw))
+    keys = Q(raw__declined_keys__isnull=True) | Q(raw__declined_keys=list(input_requests))
+    return kept.filter(size, keys).exists()
+
+
+def other_request(
+    call: ToolCall,
+    *,
+    server_slug: str,
+    tool: str,
+    arguments: dict[str, Any],
+    input_requests: dict[str, Any] | None = None,
+) -> str | None:
     """What `call`, found by an idempotency key, was made for, in words, when it is not ``tool`` of
-    ``server_slug`` (a relay's label) with ``arguments``; None when it is. Arguments compare as JSON values
-    (key order aside; ``true`` is not ``1``) with those the agent asked for (a reviewer may have edited them
-    at a gate)."""
+    ``server_slug`` (a relay's label) with ``arguments`` (and, for a relay, ``input_requests``); None when it
+    is. Arguments compare as JSON values (key order aside; ``true`` is not ``1``) with those the agent asked
+    for (a reviewer may have edited them at a gate). A relay's answers are answers to its input requests:
+    the same key with other questions is another request, not a repeat."""
     same = (
         ToolCall.objects.filter(pk=call.pk, tool=tool)
         .filter(Q(server__slug=server_slug) | Q(server__isnull=True, server_label=server_slug))
         .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
     )
-    if same.exists():
+    same_call = same.exists()
+    if same_call and (input_requests is None or _same_input_requests(call, input_requests)):
         return None
     first = f"{call.tool} of {call.server_slug}"
-    if (call.tool, call.server_slug) == (tool, server_slug):
+    if same_call:
+        first += " with other input requests"
+    elif (call.tool, call.server_slug) == (tool, server_slug):
         first += " with other arguments"
     return first
 
 
-def refuse_other_request(call: ToolCall, *, server_slug: str, tool: str, arguments: dict[str, Any]) -> None:
+def refuse_other_request(
+    call: ToolCall,
+    *,
+    server_slug: str,
+    tool: str,
+    arguments: dict[str, Any],
+    input_requests: dict[str, Any] | None = None,
+) -> None:
     """An idempotency_key repeats only its own request (`other_request`): anything else is a new request
     reusing the key, refused (409) rather than answered with the first one's result."""
-    first = other_request(call, server_slug=server_slug, tool=tool, arguments=arguments)
+    first = other_request(
+        call, server_slug=server_slug, tool=tool, arguments=arguments, input_requests=input_requests
+    )
     if first is not None:
         raise Conflict(
             f"This idempotency_key was already used for {first}; a new request needs a new key.",
