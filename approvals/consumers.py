@@ -182,7 +182,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         groups = await database_sync_to_async(self._allowed_groups)()
         left = [group for group in self.groups_joined if group not in groups]
         await broadcast.unsubscribe(self.channel_name, left)
-        await broadcast.subscribe(self.channel_name, [*groups, self.own_group])
+        # The watched calls' groups are renewed with the others: a membership Redis lost (or let expire)
+        # would otherwise leave a call page open for good without its call's notices.
+        await broadcast.subscribe(self.channel_name, [*groups, self.own_group, *self._watched_groups()])
         self._joined_at = time.monotonic()
         current = await broadcast.acurrent_seqs([*groups, self.own_group])
         for group in [*groups, self.own_group]:
@@ -284,16 +286,18 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         scopes = broadcast.SCOPES
         left: list[str] = []
         try:
-            current = await broadcast.acurrent_seqs([*self._listening(), scopes], max_age=COUNTERS_MAX_AGE)
+            current = await broadcast.acurrent_seqs([*self._heard(), scopes], max_age=COUNTERS_MAX_AGE)
             if time.monotonic() - self._joined_at >= REJOIN_EVERY or current[scopes] != self._groups_version:
                 left = await self._join()
                 if self.signed_out:
                     return
-                current = await broadcast.acurrent_seqs(self._listening(), max_age=COUNTERS_MAX_AGE)
+                current = await broadcast.acurrent_seqs(self._heard(), max_age=COUNTERS_MAX_AGE)
         except RedisError:
             logger.warning("a ping could not read the counters: Redis unavailable; the next ping tries again")
             return
-        behind = [group for group in self._listening() if current[group] != self.seqs.get(group)]
+        # The watched calls' counters too: a call's notice lost (a full channel) would otherwise leave its
+        # page showing a status the call no longer has until the call's next notice, if any comes.
+        behind = [group for group in self._heard() if current[group] != self.seqs.get(group)]
         for group in behind:
             self.seqs[group] = current[group]
         if behind:
@@ -309,6 +313,13 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
     def _listening(self) -> list[str]:
         """The queue groups this socket hears: its teams', and its user's own."""
         return [*self.groups_joined, self.own_group]
+
+    def _watched_groups(self) -> list[str]:
+        return [broadcast.call_group(call) for call in sorted(self.watched)]
+
+    def _heard(self) -> list[str]:
+        """Every group whose sequence this socket follows: its queues' and its watched calls'."""
+        return [*self._listening(), *self._watched_groups()]
 
     async def _watch_call(self, call_id: str) -> None:
         if len(self.watched) >= MAX_WATCHED_CALLS or call_id in self.watched:
@@ -425,15 +436,20 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         return cards.render(template, context, self.language)
 
     def _scope(self) -> permissions.Scope:
-        """The user's permission scope, read again every SCOPE_TTL seconds: a removed member stops
-        receiving within seconds, without a query per socket per event. When the scopes' counter moved
+        """The user's permission scope, as ``_confirmed_scope`` holds it: as read for SCOPE_TTL seconds, then
+        for as long as the scopes' counter has not moved (one Redis read), up to SCOPE_MAX_AGE; read again
+        otherwise. A removed member stops receiving within seconds, and a thousand idle sockets hearing an
+        event do not each query the database for a scope nothing changed. When the scopes' counter moved
         since, the user is read again too (`_still_signed_in`): signed out, the scope is NOBODY."""
         now = time.monotonic()
         if self.signed_out:
             return NOBODY
         if self._scope_value is None or now - self._scope_read_at > SCOPE_TTL:
             version = broadcast.scopes_version()  # before the teams: a change committed meanwhile moves it
-            if (version is None or version != self._scope_version) and not self._still_signed_in():
+            unchanged = version is not None and version == self._scope_version
+            if unchanged and self._scope_value is not None and now - self._scope_read_at <= SCOPE_MAX_AGE:
+                return self._scope_value
+            if not unchanged and not self._still_signed_in():
                 return NOBODY
             self._scope_value, self._scope_read_at = permissions.scope_of(self.user), now
             self._scope_version = version
@@ -514,11 +530,17 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     def _presence_message(self, event: dict[str, Any]) -> dict[str, Any] | None:
         pk = event.get("input_request", "")
-        if (
-            self._scope() is NOBODY
-            or not is_uuid(pk)
-            or not permissions.answerable_input_requests(self.user).filter(pk=pk).exists()
-        ):
+        if not isinstance(pk, str) or not is_uuid(pk):
+            return None
+        # Every socket in this process gets the same event: the request is read once, and each socket decides
+        # on its scope (as it does for cards), not with a query of its own per socket per viewer change.
+        request = _memo(
+            ("presence", event.get("group"), event.get("seq"), pk),
+            lambda: _answerable_part(pk),
+            cache=event.get("seq") is not None,
+        )
+        scope = self._scope()
+        if request is None or scope is NOBODY or not permissions.may_answer(scope, request):
             return None
         me = self.user.get_username()
         others = [name for name in event.get("viewers", []) if name != me]
@@ -551,6 +573,16 @@ def _load_card(
     if card is None:
         return None
     return card, presence.viewers([ir.pk for ir in card.items])
+
+
+def _answerable_part(pk: str) -> cards.NoticedRequest | None:
+    """What ``permissions.may_answer`` reads of the input request; None when it is gone."""
+    row = (
+        InputRequest.objects.filter(pk=pk)
+        .values_list("for_requester", "assignee_id", "team_id", "escalation_team_id")
+        .first()
+    )
+    return None if row is None else cards.NoticedRequest(*row)
 
 
 _MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()

@@ -51,8 +51,11 @@ def presence_leave(*, input_request: InputRequest, user: Any) -> list[str]:
 def _update(input_request: InputRequest, name: str, until: float | None) -> list[str]:
     key = _key(input_request.pk)
     now = time.time()
-    entries = _live(cache.get(key) or {}, now)
-    before = sorted(entries)
+    stored = cache.get(key) or {}
+    # Who the pages were last told about: lapsed entries included. A viewer whose page went without saying
+    # so (a closed laptop, a dropped connection) lapses silently; the next update tells the team they left.
+    before = sorted(stored)
+    entries = _live(stored, now)
     if until is None:
         entries.pop(name, None)
     else:
