@@ -10,11 +10,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.utils.text import capfirst
 
-from approvals import netguard, urlsafety
+from approvals import netguard, safejson, urlsafety
 from approvals.audit.core import Actor
 from approvals.models import (
     AgentClient,
@@ -95,6 +96,39 @@ class AuditedAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Model]) -> None:
         with config_audit.deleting(list(queryset), actor=Actor.user(request.user)):
             super().delete_queryset(request, queryset)
+
+
+class KeepsPendingAdmin(AuditedAdmin):
+    """Refuses to delete what a pending input request still points to (``pending_links``: its team, its
+    escalation team, its policy): the link would be set to null under the request, which would then lose
+    its reviewers (a request of no team is any staff member's), its fallback team, or its policy's recent
+    sign-in and escalation. The deletion page says which requests hold it; it may go once they are closed."""
+
+    pending_links: tuple[str, ...] = ()
+    SHOWN_PENDING = 20
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        pks = [obj.pk for obj in objs]
+        held = Q()
+        for link in self.pending_links:
+            held |= Q(**{f"{link}__in": pks})
+        pending = (
+            InputRequest.objects.filter(held, status=InputRequest.Status.PENDING)
+            .select_related("round")
+            .only("key", "round__call_id")
+            .order_by("created_at", "pk")
+        )
+        total = pending.count()
+        if total:
+            shown = [
+                f"Pending input request “{ir.key}” of call {ir.round.call_id}"
+                for ir in pending[: self.SHOWN_PENDING]
+            ]
+            if total > len(shown):
+                shown.append(f"… and {total - len(shown)} more pending input requests")
+            protected = [*protected, *shown]
+        return deleted, counts, perms_needed, protected
 
 
 def _guarded_url(url: str) -> str:
@@ -458,13 +492,14 @@ class TeamForm(forms.ModelForm):
 
 
 @admin.register(Team)
-class TeamAdmin(AuditedAdmin):
+class TeamAdmin(KeepsPendingAdmin):
     form = TeamForm
     list_display = ["slug", "name", "member_count"]
     search_fields = ["slug", "name"]
     fields = ["slug", "name", "notify_emails", "chat_webhook", "chat_webhook_url", "clear_chat_webhook_url"]
     readonly_fields = ["chat_webhook"]
     inlines = [MembershipInline]
+    pending_links = ("team", "escalation_team")
 
     @admin.display(description="chat webhook")
     def chat_webhook(self, obj: Team) -> str:
@@ -475,8 +510,76 @@ class TeamAdmin(AuditedAdmin):
         return obj.memberships.count()
 
 
+# A policy's clocks: a deadline, and every extension added to it, must stay a date (Python's stop at the
+# year 9999: an hour that far out is an error on every page and answer that reads it).
+MAX_POLICY_SECONDS = 366 * 24 * 3600
+MAX_EXTENSIONS = 100
+
+
+class PolicyForm(forms.ModelForm):
+    class Meta:
+        model = Policy
+        fields = [
+            "name",
+            "risk",
+            "approvals_required",
+            "forbid_self_approval",
+            "ttl",
+            "on_expiry",
+            "escalate_after",
+            "escalation_team",
+            "reauth_within",
+            "extend_by",
+            "max_extensions",
+        ]
+
+    def _seconds(self, name: str, *, zero: str = "") -> int | None:
+        value = self.cleaned_data.get(name)
+        if value is None:
+            return None
+        if value == 0 and zero:
+            raise forms.ValidationError(zero)
+        if value > MAX_POLICY_SECONDS:
+            raise forms.ValidationError(
+                f"At most {MAX_POLICY_SECONDS} seconds (366 days); leave empty for none."
+            )
+        return int(value)
+
+    def clean_ttl(self) -> int | None:
+        return self._seconds("ttl", zero="A round cannot expire at once: leave empty for the server's clock.")
+
+    def clean_escalate_after(self) -> int | None:
+        return self._seconds("escalate_after")
+
+    def clean_reauth_within(self) -> int | None:
+        return self._seconds(
+            "reauth_within",
+            zero="Zero seconds would ask no sign-in at all: leave empty for none, or say how recent.",
+        )
+
+    def clean_extend_by(self) -> int | None:
+        return self._seconds("extend_by")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        after, fallback = cleaned.get("escalate_after"), cleaned.get("escalation_team")
+        if after is not None and fallback is None and "escalate_after" not in self.errors:
+            self.add_error("escalation_team", "Escalating after a delay needs the team to escalate to.")
+        if fallback is not None and after is None and "escalate_after" not in self.errors:
+            self.add_error("escalate_after", "Say after how many seconds the fallback team is asked too.")
+        return cleaned
+
+    def clean_max_extensions(self) -> int:
+        value = self.cleaned_data.get("max_extensions")
+        if value is not None and value > MAX_EXTENSIONS:
+            raise forms.ValidationError(f"At most {MAX_EXTENSIONS} extensions per round.")
+        return int(value or 0)
+
+
 @admin.register(Policy)
-class PolicyAdmin(AuditedAdmin):
+class PolicyAdmin(KeepsPendingAdmin):
+    form = PolicyForm
+    pending_links = ("policy",)
     list_display = [
         "name",
         "risk",
@@ -494,7 +597,42 @@ class PolicyAdmin(AuditedAdmin):
     list_filter = ["risk"]
 
 
+class ConditionsField(forms.JSONField):
+    """A rule's conditions as typed: parsed as the hub parses what arrives from outside (`safejson`), so
+    that what cannot be stored (NUL, ``NaN``, nesting past `MAX_DEPTH`: PostgreSQL or Python's recursion
+    would refuse it at save or at routing) or is too long is a field error, never a server error."""
+
+    MAX_DEPTH = 16
+    MAX_CHARS = 64 * 1024
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or not isinstance(value, str):
+            return super().to_python(value)
+        if value in self.empty_values:
+            return None
+        if len(value) > self.MAX_CHARS:
+            raise forms.ValidationError(f"Conditions are at most {self.MAX_CHARS} characters of JSON.")
+        try:
+            return safejson.loads(value, max_depth=self.MAX_DEPTH)
+        except safejson.Unstorable as exc:
+            raise forms.ValidationError(f"The conditions cannot be stored: {exc}.") from None
+        except ValueError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or not isinstance(data, str):
+            return super().bound_data(data, initial)
+        try:
+            return self.to_python(data)
+        except forms.ValidationError:
+            return InvalidJSONInput(data)
+
+
 class RoutingRuleForm(forms.ModelForm):
+    conditions = ConditionsField(
+        required=False, help_text=RoutingRule._meta.get_field("conditions").help_text
+    )
+
     class Meta:
         model = RoutingRule
         fields = [
@@ -519,6 +657,13 @@ class RoutingRuleForm(forms.ModelForm):
         if cleaned.get("gate") and cleaned.get("mode"):
             self.add_error(
                 "mode", "A gate stops calls, whatever mode a later question has: leave mode empty."
+            )
+        policy, team = cleaned.get("policy"), cleaned.get("team")
+        if policy is not None and team is not None and policy.escalation_team_id == team.pk:
+            self.add_error(
+                "policy",
+                f"The policy “{policy}” escalates to {team}, this rule's own team: escalation would ask no "
+                "one new. Choose a policy whose fallback is another team.",
             )
         if cleaned.get("gate") and cleaned.get("answered_by") == RoutingRule.AnsweredBy.REQUESTER:
             self.add_error(

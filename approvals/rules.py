@@ -88,17 +88,63 @@ def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
     return Verdict(ok, f"{shown} ({'' if ok else 'not '}{op} {_SHOWN.repr(expected)})")
 
 
+def shown(text: str) -> str:
+    """An agent's or a server's name as an explanation quotes it: each character that is not printable
+    (direction overrides, zero-width and control characters) as a visible code, ``⟨U+202E⟩``, so that the
+    line reads as the hub wrote it wherever it is shown."""
+    return "".join(char if char.isprintable() else f"\u27e8U+{ord(char):04X}\u27e9" for char in str(text))
+
+
+def _said(annotations: dict[str, Any], hint: str) -> bool | None:
+    """What the server says of `hint`: a JSON boolean, or None (not said; ``"false"``, ``0`` say nothing)."""
+    value = annotations.get(hint)
+    return value if isinstance(value, bool) else None
+
+
+def _word(value: bool) -> str:
+    return str(value).lower()
+
+
+def read_hints(annotations: Any) -> dict[str, tuple[bool, str]]:
+    """The tool's hints as rules match them, each with why: the server's claims, read so that they only ever
+    ask for more care. A hint not said (or not a boolean) takes MCP's default, the careful one: not
+    read-only, destructive, open world. A tool is read-only only when its server says so and does not also
+    say it is destructive; it is destructive unless its server says it is not, or says it is read-only."""
+    said = annotations if isinstance(annotations, dict) else {}
+    read_only, destructive = _said(said, "readOnlyHint"), _said(said, "destructiveHint")
+    open_world = _said(said, "openWorldHint")
+    out: dict[str, tuple[bool, str]] = {}
+    if read_only is None:
+        out["readOnlyHint"] = (False, "the server does not say readOnlyHint: taken as false")
+    elif read_only and destructive:
+        out["readOnlyHint"] = (False, "server says readOnlyHint=true and destructiveHint=true: not read-only")
+    else:
+        out["readOnlyHint"] = (read_only, f"server says readOnlyHint={_word(read_only)}")
+    if destructive is not None:
+        out["destructiveHint"] = (destructive, f"server says destructiveHint={_word(destructive)}")
+    elif read_only:
+        out["destructiveHint"] = (False, "server says readOnlyHint=true: not destructive")
+    else:
+        out["destructiveHint"] = (True, "the server does not say destructiveHint: taken as true")
+    if open_world is None:
+        out["openWorldHint"] = (True, "the server does not say openWorldHint: taken as true")
+    else:
+        out["openWorldHint"] = (open_world, f"server says openWorldHint={_word(open_world)}")
+    return out
+
+
 def evaluate(rule: Any, subject: Subject) -> Verdict:
     """Match one rule (a RoutingRule or anything with the same attributes) against a request."""
     if not rule.enabled:
         return Verdict(False, "disabled")
     if rule.server_id is not None and rule.server.slug != subject.server_slug:
-        return Verdict(False, f"server is {subject.server_slug}, not {rule.server.slug}")
+        return Verdict(False, f"server is {shown(subject.server_slug)}, not {rule.server.slug}")
     if not fnmatch.fnmatchcase(subject.tool, rule.tool_pattern or "*"):
-        return Verdict(False, f"tool {subject.tool} does not match {rule.tool_pattern}")
+        return Verdict(False, f"tool {shown(subject.tool)} does not match {rule.tool_pattern}")
     if rule.mode and rule.mode != subject.mode:
-        return Verdict(False, f"mode is {subject.mode}, not {rule.mode}")
-    reasons = [f"tool {subject.tool} matches {rule.tool_pattern or '*'}"]
+        return Verdict(False, f"mode is {shown(subject.mode)}, not {rule.mode}")
+    reasons = [f"tool {shown(subject.tool)} matches {rule.tool_pattern or '*'}"]
+    hints = read_hints(subject.annotations)
     for attribute, hint in (
         ("destructive", "destructiveHint"),
         ("read_only", "readOnlyHint"),
@@ -107,12 +153,10 @@ def evaluate(rule: Any, subject: Subject) -> Verdict:
         wanted = getattr(rule, attribute)
         if wanted is None:
             continue
-        claimed = subject.annotations.get(hint)
-        if claimed is None:
-            return Verdict(False, f"the server does not say {hint}")
-        if bool(claimed) != wanted:
-            return Verdict(False, f"server says {hint}={str(bool(claimed)).lower()}")
-        reasons.append(f"server says {hint}={str(bool(claimed)).lower()}")
+        value, why = hints[hint]
+        if value != wanted:
+            return Verdict(False, why)
+        reasons.append(why)
     for condition in rule.conditions or []:
         problem = check_condition(condition)
         if problem:

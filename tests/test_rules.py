@@ -45,7 +45,7 @@ def rule(**overrides):
         ({"mode": "url"}, False, "mode is form"),
         ({"destructive": True}, True, "server says destructiveHint=true"),
         ({"destructive": False}, False, "server says destructiveHint=true"),
-        ({"open_world": True}, False, "does not say openWorldHint"),
+        ({"open_world": True}, True, "does not say openWorldHint: taken as true"),
         (
             {"conditions": [{"argument": "environment", "op": "==", "value": "production"}]},
             True,

@@ -103,7 +103,12 @@ def terms(ir: InputRequest, rnd: Round, others: list[Policy | None]) -> Terms:
             code="extensions_exhausted",
         )
     seconds = min(p.extend_by or 0 for p in allowing.values())
-    deadline = rnd.deadline + timedelta(seconds=seconds)
+    try:
+        deadline = rnd.deadline + timedelta(seconds=seconds)
+    except OverflowError:  # a policy saved before the admin bounded its seconds: past the calendar's end
+        raise Conflict(
+            _("This request's deadline cannot be extended any further."), code="extension_capped"
+        ) from None
     if rnd.server_deadline is not None and deadline > rnd.server_deadline:
         deadline = rnd.server_deadline
     if deadline <= rnd.deadline:
