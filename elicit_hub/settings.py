@@ -450,6 +450,8 @@ ELICIT_GATEWAY_MAX_WAIT = env_int("ELICIT_GATEWAY_MAX_WAIT", 24 * 3600, minimum=
 ELICIT_GATEWAY_REPEAT_WINDOW = env_int("ELICIT_GATEWAY_REPEAT_WINDOW", 600, minimum=0)
 ELICIT_GATEWAY_SESSION_IDLE = env_int("ELICIT_GATEWAY_SESSION_IDLE", 1800, minimum=10)
 ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minimum=1)
+# Handshake-era sessions one agent may hold at once in a gateway process; 0: a tenth of the above (min. 1).
+ELICIT_GATEWAY_AGENT_SESSIONS = env_int("ELICIT_GATEWAY_AGENT_SESSIONS", 0, minimum=0)
 # The hub's own requestState, given to a 2026-07-28 client a question is passed through to, is refused
 # this many seconds after it was made (the round's own deadline applies as well).
 ELICIT_GATEWAY_STATE_TTL = env_int("ELICIT_GATEWAY_STATE_TTL", 3600, minimum=10)

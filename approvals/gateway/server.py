@@ -37,21 +37,23 @@ from django.http import HttpRequest
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, decode_header_value
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from approvals import broadcast, outage, safejson
 from approvals.gateway import catalog, paging, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
 from approvals.gateway.names import shown
+from approvals.middleware import too_large_error
 from approvals.models import AgentClient, ToolCall
 from approvals.ratelimit import AnonymousRateThrottle, TokenRateThrottle
 from approvals.services import calls, tokens
@@ -124,6 +126,15 @@ def _agent_and_wait(token: str) -> tuple[AgentClient | None, float | None]:
     return agent, max(1.0, throttle.wait() or 1.0)
 
 
+def agent_sessions() -> int:
+    """The handshake-era sessions one agent may hold open in a gateway process at once:
+    ELICIT_GATEWAY_AGENT_SESSIONS, by default a tenth of ELICIT_GATEWAY_MAX_SESSIONS (at least one)."""
+    configured = settings.ELICIT_GATEWAY_AGENT_SESSIONS
+    if configured:
+        return max(1, int(configured))
+    return max(1, int(settings.ELICIT_GATEWAY_MAX_SESSIONS) // 10)
+
+
 def _rate_limited(wait: float) -> Response:
     return _error(
         429,
@@ -148,8 +159,12 @@ class Guard:
     API's, on its counters), and (under a slug) a server that agent may use, before the MCP session manager
     sees it."""
 
-    def __init__(self, app: StreamableHTTPASGIApp) -> None:
+    def __init__(
+        self, app: StreamableHTTPASGIApp, manager: StreamableHTTPSessionManager | None = None
+    ) -> None:
         self.app = app
+        self.manager = manager
+        self._opening: dict[int, int] = {}  # per agent: its `initialize` requests in the session manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -159,12 +174,68 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
+        message: Any = None  # a POST's JSON-RPC message
+        if scope.get("method") == "POST":
+            body = await _body(scope, receive)
+            if body is None:  # the client left before its body was in: nobody to answer
+                return
+            if isinstance(body, Response):
+                await body(scope, receive, send)
+                return
+            message = _parsed(body)
+            malformed = _malformed(message) or self._over_sessions(scope, message)
+            if malformed is not None:
+                await malformed(scope, receive, send)
+                return
+            receive = _replay(body, receive)
+        opening = self._opens_session(scope, message)
+        agent_id = scope[SCOPE_KEY]["agent"]
+        if opening:  # counted until the manager has admitted (or discarded) its session
+            self._opening[agent_id] = self._opening.get(agent_id, 0) + 1
         called = scope[SCOPE_KEY].get("called")
         token = _CALLED.set(None if called is None else (called[0], called[2]))
         try:
             await self.app(scope, receive, send)
         finally:
             _CALLED.reset(token)
+            if opening:
+                self._opening[agent_id] -= 1
+                if not self._opening[agent_id]:
+                    del self._opening[agent_id]
+
+    def _opens_session(self, scope: Scope, message: Any) -> bool:
+        """Whether the request is a handshake-era `initialize`, which the session manager opens a session
+        for (a request of an open session names it; a 2026-07-28 one opens none)."""
+        if self.manager is None or not isinstance(message, dict) or message.get("method") != "initialize":
+            return False
+        headers = Request(scope).headers
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        return headers.get(MCP_SESSION_ID_HEADER) is None and (
+            version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+        )
+
+    def _over_sessions(self, scope: Scope, message: Any) -> Response | None:
+        """The answer to a handshake-era `initialize` from an agent that already holds its share of this
+        process's sessions (`agent_sessions`), else None. The session manager's own limit is one for all
+        agents: without a share, one agent whose client opens a session per task and never ends it (or one
+        that means harm) fills it, and every other agent's handshake-era client is refused until they
+        expire (ELICIT_GATEWAY_SESSION_IDLE, half an hour)."""
+        if not self._opens_session(scope, message):
+            return None
+        agent_id = scope[SCOPE_KEY]["agent"]
+        owners: Mapping[str, Any] = getattr(self.manager, "_session_owners", {})
+        held = sum(1 for found in list(owners.values()) if found.get("client_id") == f"agent:{agent_id}")
+        held += self._opening.get(agent_id, 0)  # its initialize requests still being answered
+        share = agent_sessions()
+        if held < share:
+            return None
+        return _error(
+            429,
+            "too_many_sessions",
+            f"This agent holds {held} open MCP sessions, the most one agent may: end one (DELETE /mcp with "
+            f"its Mcp-Session-Id) or reuse it; an idle session ends after "
+            f"{settings.ELICIT_GATEWAY_SESSION_IDLE} s.",
+        )
 
     async def _refusal(self, scope: Scope) -> Response | None:
         """The answer to a request the guard turns away, or None for one it lets through (`scope` then
@@ -207,6 +278,97 @@ class Guard:
         # the session's id gets 404. Only the agent's id is kept, never its token.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
         return None
+
+
+async def _body(scope: Scope, receive: Receive) -> bytes | Response | None:
+    """A POST's whole body, or the answer to one over ELICIT_MAX_BODY bytes: the REST API's JSON 413 (the
+    SDK's own is a line of plain text), before any of it is parsed; None when the client left first."""
+    limit = settings.ELICIT_MAX_BODY
+    too_large = JSONResponse(too_large_error(limit), status_code=413, headers={"Connection": "close"})
+    declared = Request(scope).headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return too_large
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` giving ``body`` once, then what follows it (the client's disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _rpc_error(code: int, message: str, request_id: Any = None) -> Response:
+    return JSONResponse(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}, status_code=400
+    )
+
+
+def _valid_id(value: Any) -> bool:
+    """MCP's request id: a string or an integer (JSON-RPC's null, fractions and booleans are not ids)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+_UNREADABLE = object()  # a body that is not JSON (or nested past the parser's depth): the SDK answers it
+
+
+def _parsed(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return _UNREADABLE
+
+
+def _malformed(message: Any) -> Response | None:
+    """The JSON-RPC error for a body that is not one well-formed MCP message, in every era alike: a batch
+    (no revision the gateway speaks allows one) or a message that is not JSON-RPC 2.0 is -32600, a request
+    whose params are not an object -32602, each with a short message of its own. Without this the
+    handshake era's transport answers all of them -32602 with a dump of its parser's errors (its internals,
+    and pieces of the body). None for a body to pass on (one that is not JSON at all gets the SDK's
+    -32700)."""
+    if message is _UNREADABLE:
+        return None
+    if isinstance(message, list):
+        return _rpc_error(
+            types.INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per request."
+        )
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return _rpc_error(types.INVALID_REQUEST, 'The body is not a JSON-RPC 2.0 message ("jsonrpc": "2.0").')
+    if "method" not in message:  # a client's response to a request the hub sent it
+        # An error may have a null id: the client could not read the id of what it answers.
+        answers = _valid_id(message.get("id")) or ("error" in message and message.get("id", 0) is None)
+        if not answers or ("result" in message) == ("error" in message):
+            return _rpc_error(
+                types.INVALID_REQUEST, "A response needs a string or integer id, and a result or an error."
+            )
+        return None
+    if not isinstance(message["method"], str):
+        return _rpc_error(types.INVALID_REQUEST, "The method must be a string.")
+    if "id" in message and not _valid_id(message["id"]):
+        return _rpc_error(types.INVALID_REQUEST, "A request's id must be a string or an integer.")
+    if message.get("params") is not None and not isinstance(message["params"], dict):
+        return _rpc_error(types.INVALID_PARAMS, "params must be an object.", message.get("id"))
+    return None
 
 
 async def _called(
@@ -560,7 +722,7 @@ def build_app() -> Starlette:
         session_idle_timeout=settings.ELICIT_GATEWAY_SESSION_IDLE,
         max_sessions=settings.ELICIT_GATEWAY_MAX_SESSIONS,
     )
-    guarded = Guard(StreamableHTTPASGIApp(manager))
+    guarded = Guard(StreamableHTTPASGIApp(manager), manager)
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
