@@ -64,6 +64,49 @@ def raw_response(status_line: bytes, kind: bytes, body: bytes) -> bytes:
     return status_line + head + b"\r\nConnection: close\r\n\r\n" + body
 
 
+class TooLarge:
+    """What `read_body` answers for a body over its limit."""
+
+
+TOO_LARGE = TooLarge()
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | TooLarge | None:
+    """A request's whole body; TOO_LARGE as soon as it is known to pass `limit` bytes (its declared length,
+    before anything is read: no "100 Continue" is sent, or as it arrives); None when the client left before
+    its body was in (nobody to answer)."""
+    declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
+    if declared.isdigit() and int(declared) > limit:
+        return TOO_LARGE
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return TOO_LARGE
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives `body` once, then what comes after it (the client's disconnect)."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
 class BodyLimit:
     """ASGI middleware: HTTP request bodies over `limit` bytes are answered 413 and never reach `app`."""
 
@@ -75,35 +118,11 @@ class BodyLimit:
         if scope["type"] != "http" or not self.limit:
             await self.app(scope, receive, send)
             return
-        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(scope, send)  # before anything is read: no "100 Continue" is sent
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left before its body was in: nobody to answer
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(scope, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        given = False
-
-        async def replay() -> Message:
-            nonlocal given
-            if given:
-                return await receive()  # what comes after the body: the disconnect
-            given = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        body = await read_body(scope, receive, self.limit)
+        if body is TOO_LARGE:
+            await self._refuse(scope, send)
+        elif isinstance(body, bytes):
+            await self.app(scope, replay(body, receive), send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         kind, body = refusal(scope["path"], self.limit)

@@ -90,6 +90,18 @@ def open_round(
     return rnd
 
 
+def second_look_fields(page: str) -> dict[str, list[str]]:
+    """The hidden fields of a gate's second-look form (``approvals.second_look``) as the page holds them,
+    without the CSRF token: what its "Confirm and send" posts."""
+    section = page[page.index("data-second-look") :]
+    form = section[: section.index("</form>")]
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form):
+        if name != "csrfmiddlewaretoken":
+            fields.setdefault(html.unescape(name), []).append(html.unescape(value))
+    return fields
+
+
 def through_second_look(client: Any, url: str, data: dict[str, Any]) -> Any:
     """POST a risky approval as a browser does (``approvals.second_look``): the first answer is the review,
     whose own form is then sent as shown (a gate's hidden fields, or the answer form with its token)."""
@@ -97,11 +109,7 @@ def through_second_look(client: Any, url: str, data: dict[str, Any]) -> Any:
     assert review.status_code == 200 and "data-second-look" in review.text, review.text[:2000]
     section = review.text[review.text.index("data-second-look") :]
     if "<form" in section[: section.index("</section>")]:
-        form = section[: section.index("</form>")]
-        fields: dict[str, list[str]] = {}
-        for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form):
-            fields.setdefault(html.unescape(name), []).append(html.unescape(value))
-        return client.post(url, {k: v for k, v in fields.items() if k != "csrfmiddlewaretoken"})
+        return client.post(url, second_look_fields(review.text))
     token = re.search(r'name="reviewed" value="([^"]+)"', review.text)
     assert token is not None
     return client.post(url, {**data, "reviewed": html.unescape(token.group(1))})

@@ -4,7 +4,6 @@ and only a submit of exactly those values, by that reviewer, is sent (UX.md, "Ac
 
 from __future__ import annotations
 
-import html as html_module
 import re
 from types import SimpleNamespace
 from typing import Any
@@ -258,16 +257,6 @@ def gated(world) -> Any:
     return world
 
 
-def review_form(html: str) -> dict[str, list[str]]:
-    section = html[html.index("data-second-look") :]
-    form = section[: section.index("</form>")]
-    fields: dict[str, list[str]] = {}
-    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form):
-        if name != "csrfmiddlewaretoken":
-            fields.setdefault(name, []).append(html_module.unescape(value))
-    return fields
-
-
 def test_a_high_risk_gate_is_approved_after_a_second_look_at_the_arguments(client, gated) -> None:
     url = f"/requests/{gated.gate.pk}/decide/"
     assert "You will be shown the arguments once more" in client.get(f"/requests/{gated.gate.pk}/").text
@@ -281,7 +270,7 @@ def test_a_high_risk_gate_is_approved_after_a_second_look_at_the_arguments(clien
     assert gated.gate.status == InputRequest.Status.PENDING
     assert not AuditEvent.objects.filter(call_id=gated.call.pk, verb="gate.approved").exists()
 
-    fields = review_form(first.text)
+    fields = factories.second_look_fields(first.text)
     assert fields["decision"] == ["approve"] and fields["reviewed"]
     done = client.post(url, fields)
 
@@ -292,7 +281,7 @@ def test_a_high_risk_gate_is_approved_after_a_second_look_at_the_arguments(clien
 def test_a_gate_edit_reviewed_cannot_be_swapped_for_other_arguments(client, gated) -> None:
     url = f"/requests/{gated.gate.pk}/decide/"
     edit = {"decision": "edit", "editor": "json", "arguments_json": '{"replicas": 3}'}
-    fields = review_form(client.post(url, edit).text)
+    fields = factories.second_look_fields(client.post(url, edit).text)
 
     swapped = client.post(url, {**fields, "arguments_json": '{"replicas": 300}'})
     as_asked = client.post(url, {**fields, "decision": "approve"})

@@ -47,7 +47,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from approvals import broadcast, outage, safejson
 from approvals.gateway import catalog, paging, passthrough
@@ -58,6 +58,7 @@ from approvals.models import AgentClient, ToolCall
 from approvals.ratelimit import AnonymousRateThrottle, TokenRateThrottle
 from approvals.services import calls, tokens
 from approvals.services.errors import ServiceError
+from elicit_hub import door
 
 logger = logging.getLogger(__name__)
 
@@ -176,18 +177,21 @@ class Guard:
             return
         message: Any = None  # a POST's JSON-RPC message
         if scope.get("method") == "POST":
-            body = await _body(scope, receive)
+            body = await door.read_body(scope, receive, settings.ELICIT_MAX_BODY)
             if body is None:  # the client left before its body was in: nobody to answer
                 return
-            if isinstance(body, Response):
-                await body(scope, receive, send)
+            if not isinstance(body, bytes):  # the REST API's JSON 413 (the SDK's own is a line of plain text)
+                too_large = too_large_error(settings.ELICIT_MAX_BODY)
+                await JSONResponse(too_large, status_code=413, headers={"Connection": "close"})(
+                    scope, receive, send
+                )
                 return
             message = _parsed(body)
             malformed = _malformed(message) or self._over_sessions(scope, message)
             if malformed is not None:
                 await malformed(scope, receive, send)
                 return
-            receive = _replay(body, receive)
+            receive = door.replay(body, receive)
         opening = self._opens_session(scope, message)
         agent_id = scope[SCOPE_KEY]["agent"]
         if opening:  # counted until the manager has admitted (or discarded) its session
@@ -278,44 +282,6 @@ class Guard:
         # the session's id gets 404. Only the agent's id is kept, never its token.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
         return None
-
-
-async def _body(scope: Scope, receive: Receive) -> bytes | Response | None:
-    """A POST's whole body, or the answer to one over ELICIT_MAX_BODY bytes: the REST API's JSON 413 (the
-    SDK's own is a line of plain text), before any of it is parsed; None when the client left first."""
-    limit = settings.ELICIT_MAX_BODY
-    too_large = JSONResponse(too_large_error(limit), status_code=413, headers={"Connection": "close"})
-    declared = Request(scope).headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return too_large
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return too_large
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` giving ``body`` once, then what follows it (the client's disconnect)."""
-    given = False
-
-    async def replay() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
 
 
 def _rpc_error(code: int, message: str, request_id: Any = None) -> Response:

@@ -21,9 +21,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals import netguard
+from approvals.locks import try_lock
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
-from approvals.services.webhooks import STALE_AFTER, retry_countdown, try_lock
+from approvals.services.webhooks import STALE_AFTER, retry_countdown
 
 HEADLINES = {
     "routed": "asks {team} for input",

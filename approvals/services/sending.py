@@ -23,13 +23,12 @@ failure before the request left the hub, or one the server refused it with (a 42
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,7 +39,7 @@ from django.db import InterfaceError, OperationalError, connection, connections,
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from approvals import broadcast, mcp_client
+from approvals import broadcast, locks, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
@@ -144,22 +143,12 @@ def _tries_left(attempts: int) -> bool:
 
 
 def _lock_key(call_id: Any) -> int:
-    return int.from_bytes(hashlib.sha256(f"send:{call_id}".encode()).digest()[:8], "big", signed=True)
+    return locks.lock_key(f"send:{call_id}")
 
 
-@contextmanager
-def send_lock(call_id: Any) -> Iterator[bool]:
+def send_lock(call_id: Any) -> AbstractContextManager[bool]:
     """A session advisory lock on the call, held across the (non-transactional) HTTP send."""
-    key = _lock_key(call_id)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
-        (acquired,) = cursor.fetchone()
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
+    return locks.try_lock(f"send:{call_id}")
 
 
 def is_sending(call_id: Any, *, here: bool = False) -> bool:

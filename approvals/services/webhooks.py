@@ -8,18 +8,16 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db import connection
 from django.db.models import F, Max
 from django.utils import timezone
 
 from approvals import netguard, selectors
+from approvals.locks import try_lock
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
 
@@ -84,23 +82,6 @@ def webhooks_recover(*, now: datetime) -> int:
             enqueue_on_commit(DELIVER_WEBHOOK, str(pk))
             requeued += 1
     return requeued
-
-
-@contextmanager
-def try_lock(name: str) -> Iterator[bool]:
-    """A session advisory lock on `name` (``webhook:<id>``, ``notice:<id>``), held across a
-    (non-transactional) outbound request; yields whether it was taken. A worker that dies mid-request lets
-    go of it with its database connection."""
-    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
-        (acquired,) = cursor.fetchone()
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
 
 
 def webhook_attempt(*, delivery_id: Any) -> float | None:
