@@ -21,9 +21,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals import netguard
-from approvals.locks import try_lock
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
+from approvals.services.locks import try_lock
 from approvals.services.webhooks import STALE_AFTER, retry_countdown
 
 HEADLINES = {

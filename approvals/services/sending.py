@@ -39,11 +39,12 @@ from django.db import InterfaceError, OperationalError, connection, connections,
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from approvals import broadcast, locks, mcp_client
+from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.prepared import PreparedRead
+from approvals.services import locks
 from approvals.services.calls import call_finish, call_outcome_discarded
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open

@@ -17,9 +17,9 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from approvals import netguard, selectors
-from approvals.locks import try_lock
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
+from approvals.services.locks import try_lock
 
 logger = logging.getLogger(__name__)
 
