@@ -404,6 +404,10 @@ ELICIT_HOLDER_POLL = env_int("ELICIT_HOLDER_POLL", 3, minimum=1)
 ELICIT_HOLDER_STALE = env_int("ELICIT_HOLDER_STALE", 30, minimum=5)
 ELICIT_HOLDER_MAX_CALLS = env_int("ELICIT_HOLDER_MAX_CALLS", 1000, minimum=1)
 ELICIT_MAX_CALL_TIMEOUT = env_int("ELICIT_MAX_CALL_TIMEOUT", 3000, minimum=1)
+# A worker sending a call keeps a lease on it in Redis, renewed every third of this many seconds, so that a
+# worker whose PostgreSQL session (and the call's lock with it) was lost mid-send is not taken for dead
+# (approvals.services.leases). A worker that dies lets its calls go this many seconds later.
+ELICIT_SEND_LEASE = env_int("ELICIT_SEND_LEASE", 15, minimum=3, maximum=300)
 # A run_call task lists tools and then waits for the call: its time limits sit above the longest allowed
 # call (and below the broker's visibility timeout, system check approvals.E001). A task cut by the limit
 # leaves its send claimed; the redelivered task re-sends it only when that is safe. (A send that used its

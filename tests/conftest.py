@@ -281,6 +281,7 @@ WORKER_ENV = {
     "ELICIT_MCP_RETRY_BASE": "1",
     "ELICIT_MCP_RETRY_MAX": "2",
     "ELICIT_WEBHOOK_RETRY_MAX": "2",
+    "ELICIT_SEND_LEASE": "3",  # a killed worker's calls are free again 3 s later
 }
 
 

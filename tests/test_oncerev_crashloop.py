@@ -38,7 +38,8 @@ def test_a_send_that_kills_its_worker_each_time_is_not_sent_for_ever(worker, dem
                 answered = hub.reviewer.respond(item["id"], "accept", {"environment": "staging"})
                 assert answered.status_code == 200
             else:
-                tasks.recover_stuck(grace_seconds=0)  # what beat does every minute
+                # What beat does every minute: once the dead worker's send lease has lapsed (3 s here).
+                wait_until(lambda: tasks.recover_stuck(grace_seconds=0), 30, 0.5, what="the send recovered")
             wait_until(
                 lambda tries=attempt: (
                     len(retries_sent(demo_server.url)) == tries or ToolCall.objects.get(pk=call_id).is_final

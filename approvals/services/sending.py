@@ -44,7 +44,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.prepared import PreparedRead
-from approvals.services import locks
+from approvals.services import leases, locks
 from approvals.services.calls import call_finish, call_outcome_discarded
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
@@ -153,8 +153,12 @@ def send_lock(call_id: Any) -> AbstractContextManager[bool]:
 
 
 def is_sending(call_id: Any, *, here: bool = False) -> bool:
-    """True while some process (`here`: this session) holds the call's send lock. Only looks: taking the lock
-    to test it could make a worker that arrives at that instant skip its send."""
+    """True while some process (`here`: this session) holds the call's send lock, or (not `here`) a live
+    process holds its send lease (`leases`: it lost the lock with its database session and will write what
+    it learned). Only looks: taking the lock to test it could make a worker that arrives at that instant
+    skip its send."""
+    if not here and leases.held(call_id):
+        return True
     key = _lock_key(call_id) & 0xFFFFFFFFFFFFFFFF
     with connection.cursor() as cursor:
         cursor.execute(
@@ -317,7 +321,12 @@ def call_send(*, call_id: Any) -> float | None:
             if not acquired:
                 # Another task is sending this call; when it lets go it looks for an answer that came since.
                 return None
-            countdown, ended = _send_claimed(call_id)
+            with leases.leased(call_id) as sent_elsewhere:
+                if sent_elsewhere is not None:
+                    # A live process is sending it, whose database session (and the lock with it) was lost:
+                    # it writes the answer once it has the lock again. Look again once it is done or died.
+                    return sent_elsewhere
+                countdown, ended = _send_claimed(call_id)
         if countdown is not None or ended or not _answered_meanwhile(call_id):
             return countdown
     return None
