@@ -286,6 +286,8 @@ class McpServerForm(forms.ModelForm):
                 cleaned["command"] = stdio_rules.check_command(cleaned.get("command") or "")
             except ValueError as exc:
                 self.add_error("command", str(exc))
+            else:
+                self._check_environment_follows(cleaned)
         else:
             if not cleaned.get("url") and "url" not in self.errors:
                 self.add_error("url", "A Streamable HTTP server needs its URL.")
@@ -309,6 +311,26 @@ class McpServerForm(forms.ModelForm):
                 "new_headers",
                 f"The stored credentials were set for {before or 'another address'}; to send requests to "
                 f"{after or 'this address'}, set them again here, or remove them.",
+            )
+
+    def _check_environment_follows(self, cleaned: dict[str, Any]) -> None:
+        """A stdio server's stored environment (its secrets, never shown) was given to one program: it does
+        not follow the server to another command or other arguments unseen. Whoever may edit them could
+        otherwise run a program of their own with it (``env``, or a package of theirs under ``npx``) and read
+        it there. Changed, the environment is set again with them, or removed."""
+        stored = self.instance
+        if not (stored.pk and stored.env and stored.transport == McpServer.Transport.STDIO):
+            return
+        if cleaned.get("new_env") or cleaned.get("clear_env") or "arguments" in self.errors:
+            return
+        if (cleaned.get("command"), cleaned.get("arguments") or []) != (
+            stored.command,
+            list(stored.args or []),
+        ):
+            self.add_error(
+                "new_env",
+                "The stored environment was set for the command and arguments as they were; to run these, "
+                "set it again here, or remove it.",
             )
 
     def save(self, commit: bool = True) -> McpServer:

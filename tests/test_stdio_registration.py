@@ -155,10 +155,10 @@ def test_the_admin_registers_a_stdio_server_and_never_shows_its_environment(admi
     assert not any(SECRET in entry.change_message for entry in LogEntry.objects.all())
 
     # Saving without new values keeps the environment; "remove" clears it.
-    keep = stdio_form(new_env="", arguments="serve")
+    keep = stdio_form(new_env="", name="Local tools (renamed)")
     assert admin_client.post(f"/admin/approvals/mcpserver/{server.pk}/change/", keep).status_code == 302
     server.refresh_from_db()
-    assert server.env == {"API_TOKEN": SECRET, "MODE": "fast"} and server.args == ["serve"]
+    assert server.env == {"API_TOKEN": SECRET, "MODE": "fast"} and server.name == "Local tools (renamed)"
     clear = stdio_form(new_env="", clear_env="on")
     assert admin_client.post(f"/admin/approvals/mcpserver/{server.pk}/change/", clear).status_code == 302
     server.refresh_from_db()
@@ -212,3 +212,49 @@ def test_a_root_hub_warns_when_stdio_servers_cannot_drop_root(settings, user: st
         assert warnings == []  # the hub's own user runs them
     settings.ELICIT_STDIO_USER = "nobody"
     assert not [w for w in run_checks() if w.id == "approvals.W001"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"arguments": "-m\nsomeone_elses_server\n"},  # another package under the same runner
+        {"command": shutil.which("env") or "/usr/bin/env", "arguments": ""},  # a program that prints it
+    ],
+)
+def test_the_stored_environment_does_not_follow_another_command_unseen(admin_client, change) -> None:
+    assert admin_client.post("/admin/approvals/mcpserver/add/", stdio_form()).status_code == 302
+    server = McpServer.objects.get(slug="local-tools")
+    url = f"/admin/approvals/mcpserver/{server.pk}/change/"
+
+    page = admin_client.post(url, stdio_form(new_env="", **change))
+    assert page.status_code == 200
+    errors = page.context["adminform"].form.errors
+    assert "set it again here, or remove it" in " ".join(errors["new_env"])
+    assert SECRET not in page.content.decode()
+    server.refresh_from_db()
+    assert (server.command, server.args) == (sys.executable, ["-m", "my_server"])  # nothing saved
+
+    again = stdio_form(new_env="API_TOKEN=for-the-new-one", **change)
+    assert admin_client.post(url, again).status_code == 302
+    server.refresh_from_db()
+    assert server.env == {"API_TOKEN": "for-the-new-one"}
+    assert admin_client.post(url, stdio_form(new_env="", clear_env="on")).status_code == 302
+    server.refresh_from_db()
+    assert server.env == {} and server.args == ["-m", "my_server"]
+
+
+def test_add_server_does_not_carry_a_stored_environment_to_another_command() -> None:
+    base = ("add_server", "local-tools", "--command", sys.executable, "--arg=-m", "--arg", "my_server")
+    run(*base, "--env", f"API_TOKEN={SECRET}")
+    run(*base, "--name", "Local tools")  # the same command and arguments: it stays
+    assert McpServer.objects.get(slug="local-tools").env == {"API_TOKEN": SECRET}
+    with pytest.raises(CommandError, match="give it again with --env, or remove it with --clear-env") as e:
+        run("add_server", "local-tools", "--command", sys.executable, "--arg=-m", "--arg", "other_server")
+    assert SECRET not in str(e.value)
+    server = McpServer.objects.get(slug="local-tools")
+    assert (server.args, server.env) == (["-m", "my_server"], {"API_TOKEN": SECRET})
+    with pytest.raises(CommandError, match="give one"):
+        run(*base, "--env", "A=1", "--clear-env")
+    run("add_server", "local-tools", "--command", sys.executable, "--arg=-m", "--arg", "other", "--clear-env")
+    server = McpServer.objects.get(slug="local-tools")
+    assert (server.args, server.env) == (["-m", "other"], {})

@@ -49,6 +49,7 @@ class Command(HubCommand):
         stdio.add_argument(
             "--env", action="append", default=[], help='"NAME=value" in its environment (repeat for more)'
         )
+        stdio.add_argument("--clear-env", action="store_true", help="remove the stored environment")
         parser.add_argument(
             "--era",
             choices=McpServer.Era.values,
@@ -96,8 +97,8 @@ class Command(HubCommand):
             if url or header:
                 raise CommandError("a stdio server (--command) has no URL and no --header")
             return self.add_stdio(slug, name, team, era, options)
-        if options.get("arg") or options.get("env"):
-            raise CommandError("--arg and --env belong to a stdio server (--command)")
+        if options.get("arg") or options.get("env") or options.get("clear_env"):
+            raise CommandError("--arg, --env and --clear-env belong to a stdio server (--command)")
         if not url:
             raise CommandError("give the server's URL, or --command for a server the hub runs (stdio)")
         try:
@@ -179,10 +180,14 @@ class Command(HubCommand):
             env = stdio_rules.parse_env_lines(options["env"])
         except ValueError as exc:
             raise CommandError(f"--env: {exc}") from None
+        clear = bool(options.get("clear_env"))
+        if env and clear:
+            raise CommandError("--env sets the environment, --clear-env removes it: give one")
+        if not env and not clear:
+            _check_environment_follows(slug, command, args)
         stdio = {"transport": McpServer.Transport.STDIO, "url": "", "headers": {}, "command": command}
-        server, verb = self.register(
-            slug, name, team, era, {**stdio, "args": args, **({"env": env} if env else {})}
-        )
+        given = {"env": env} if env or clear else {}  # else the stored one stays
+        server, verb = self.register(slug, name, team, era, {**stdio, "args": args, **given})
         self.stdout.write(
             f"{verb} stdio MCP server {server.slug}: {command} with {len(args)} argument(s)"
             + (f" and {len(env)} environment variable(s)" if env else "")
@@ -212,6 +217,20 @@ def _check_credentials_follow(stored: str, url: str) -> None:
             f"{shown(urlsafety.origin(url))}, give them again with --header, or remove them "
             "with --clear-headers"
         )
+
+
+def _check_environment_follows(slug: str, command: str, args: list[str]) -> None:
+    """A stored environment (secrets, never shown) does not follow a stdio server to another command or other
+    arguments unseen, as in the admin: they could run a program that reads it."""
+    row = McpServer.objects.filter(slug=slug, transport=McpServer.Transport.STDIO).values_list(
+        "command", "args", "env"
+    )
+    for stored_command, stored_args, env in row:
+        if env and (stored_command, list(stored_args or [])) != (command, args):
+            raise CommandError(
+                "the stored environment was set for the server's command and arguments as they were; to "
+                "run these, give it again with --env, or remove it with --clear-env"
+            )
 
 
 def _check(model: type[Model], field: str, value: str, what: str) -> None:
