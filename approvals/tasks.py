@@ -15,7 +15,16 @@ from django.utils import timezone
 # Periodic chain verification lives beside the audit code; importing it registers it with the worker.
 from approvals.audit.tasks import verify_chain
 from approvals.models import Round, ToolCall
-from approvals.services import escalation, holding, notifications, rounds, sending, servers, webhooks
+from approvals.services import (
+    escalation,
+    holding,
+    notifications,
+    presence,
+    rounds,
+    sending,
+    servers,
+    webhooks,
+)
 
 # A send claimed this long ago with no worker holding its lock was orphaned (e.g. by a killed worker).
 STUCK_AFTER = timedelta(seconds=90)
@@ -81,6 +90,12 @@ def escalate_and_warn() -> int:
 
 
 @shared_task
+def sweep_presence() -> int:
+    """Clear from the teams' pages the viewers whose page went without a word and whom nobody follows."""
+    return presence.presence_sweep()
+
+
+@shared_task
 def refresh_tool_lists() -> int:
     """Probe the servers whose tool list is older than ELICIT_TOOLS_REFRESH_INTERVAL."""
     return servers.servers_refresh_stale()
@@ -143,5 +158,6 @@ __all__ = [
     "resume_call",
     "run_call",
     "send_notification",
+    "sweep_presence",
     "verify_chain",
 ]

@@ -376,6 +376,9 @@ CELERY_BEAT_SCHEDULE = {
     },
     "escalate-and-warn": {"task": "approvals.tasks.escalate_and_warn", "schedule": 15.0},
     "sweep-holders": {"task": "approvals.tasks.sweep_holders", "schedule": 15.0},
+    # A reviewer whose page went without a word, and whom nobody else looking would clear, leaves the
+    # teams' pages within PRESENCE_TTL (30 s) and this.
+    "sweep-presence": {"task": "approvals.tasks.sweep_presence", "schedule": 15.0},
     "refresh-tool-lists": {"task": "approvals.tasks.refresh_tool_lists", "schedule": 300.0},
     "clear-expired-sessions": {"task": "approvals.tasks.clear_expired_sessions", "schedule": 86400.0},
     # A call's requestState (a secret) is forgotten within a minute of the call's end.

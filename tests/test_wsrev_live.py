@@ -223,3 +223,48 @@ def test_an_unchanged_scope_is_confirmed_by_its_counter_not_read_again_per_socke
         await bob.disconnect()
 
     run(scenario)
+
+
+def test_a_lone_viewer_whose_page_went_silently_is_cleared_by_the_sweep(world, monkeypatch) -> None:
+    """Bob alone looks at the request and his laptop closes: no "I left", and nobody else's page beats to
+    notice. Alice's queue showed him looking for good; beat's presence sweep now tells the team once his
+    entry lapsed, and only then."""
+    now = [2_000_000.0]
+    monkeypatch.setattr(presence, "time", SimpleNamespace(time=lambda: now[0]))
+
+    async def scenario() -> None:
+        alice = socket(world["as"]["alice"])
+        await connected(alice)
+        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+        await sync_to_async(presence.presence_touch)(input_request=ir, user=world["bob"])
+        message = await alice.receive_json_from(timeout=10)
+        assert message["type"] == "presence" and "bob" in message["html"]
+        now[0] += presence.PRESENCE_TTL - 1
+        assert await sync_to_async(presence.presence_sweep)() == 0  # not lapsed yet: nothing said
+        assert await alice.receive_nothing(timeout=0.5)
+        now[0] += 2
+        assert await sync_to_async(presence.presence_sweep)() == 1
+        message = await alice.receive_json_from(timeout=10)
+        assert message["type"] == "presence" and message["input_request"] == str(ir.pk)
+        assert "bob" not in message["html"]
+        assert await sync_to_async(presence.presence_sweep)() == 0  # said once
+        await alice.disconnect()
+
+    run(scenario)
+
+
+def test_the_sweep_leaves_a_request_whose_viewer_came_back_and_one_left_with_a_word(
+    world, monkeypatch
+) -> None:
+    now = [3_000_000.0]
+    monkeypatch.setattr(presence, "time", SimpleNamespace(time=lambda: now[0]))
+    back = open_request(world["deploy"], world["release"])
+    left = open_request(world["deploy"], world["release"])
+    presence.presence_touch(input_request=back, user=world["bob"])
+    presence.presence_touch(input_request=left, user=world["dave"])
+    presence.presence_leave(input_request=left, user=world["dave"])  # said so: off the index at once
+    now[0] += presence.PRESENCE_TTL - 5
+    presence.presence_touch(input_request=back, user=world["bob"])  # still there
+    now[0] += 10
+    assert presence.presence_sweep() == 0
+    assert presence.viewers([back.pk, left.pk]) == {str(back.pk): ["bob"]}

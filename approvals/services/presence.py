@@ -2,24 +2,44 @@
 
 A reviewer's page touches its request every few seconds while it is open; an entry nobody renews
 lapses after PRESENCE_TTL. Best effort by design: a lost update only makes the hint a little stale.
+
+A viewer whose page went without saying so (a closed laptop, a dropped connection) lapses silently. While
+others still look at the request, the next touch tells the team; when nobody else does, no touch comes, so
+each request with viewers is also indexed by when its last one lapses (a sorted set, `DUE`), and beat's
+`presence_sweep` tells the team of those whose time passed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 from django.core.cache import cache
 from django.db import transaction
 
 from approvals import broadcast
 from approvals.models import InputRequest
+from approvals.redis_cache import RedisCache
+
+logger = logging.getLogger(__name__)
 
 PRESENCE_TTL = 30  # seconds; pages renew every 10
 
 
+DUE = "presence:due"  # request id -> when its last viewer lapses (seconds since the epoch)
+SWEEP_BATCH = 500
+
+
 def _key(input_request_id: object) -> str:
     return f"presence:{input_request_id}"
+
+
+def _due() -> tuple[Any, str]:
+    """The Redis client and the (namespaced) key of the index of requests with viewers."""
+    store = cast(RedisCache, cache)
+    key = store.make_and_validate_key(DUE)
+    return store._cache.get_client(key, write=True), key
 
 
 def _live(entries: dict[str, float], now: float) -> dict[str, float]:
@@ -60,11 +80,37 @@ def _update(input_request: InputRequest, name: str, until: float | None) -> list
         entries.pop(name, None)
     else:
         entries[name] = until
+    client, due = _due()
     if entries:
         cache.set(key, entries, PRESENCE_TTL)
+        client.zadd(due, {str(input_request.pk): max(entries.values())})
     else:
         cache.delete(key)
+        client.zrem(due, str(input_request.pk))
     after = sorted(entries)
     if after != before:
         transaction.on_commit(lambda: broadcast.presence_changed(input_request, after))
     return after
+
+
+def presence_sweep() -> int:
+    """Tell the teams of the requests whose last viewers lapsed without a word that nobody looks at them
+    any more; returns how many. Each is taken off the index first (``ZREM`` answers 1 to one sweeper only),
+    and left alone when a viewer came back meanwhile (their touch indexed it again)."""
+    client, due = _due()
+    now = time.time()
+    told = 0
+    for member in client.zrangebyscore(due, "-inf", now, start=0, num=SWEEP_BATCH):
+        pk = member.decode() if isinstance(member, bytes) else str(member)
+        if not client.zrem(due, pk):
+            continue  # another sweep took it
+        entries = _live(cache.get(_key(pk)) or {}, now)
+        if entries:
+            client.zadd(due, {pk: max(entries.values())})
+            continue
+        cache.delete(_key(pk))
+        ir = InputRequest.objects.select_related("team", "escalation_team").filter(pk=pk).first()
+        if ir is not None:
+            broadcast.presence_changed(ir, [])
+            told += 1
+    return told
