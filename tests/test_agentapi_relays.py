@@ -23,15 +23,29 @@ def agent() -> Agent:
     return agent
 
 
+@pytest.mark.parametrize("method", [None, "", 7], ids=["absent", "empty", "not-a-string"])
+def test_a_request_without_a_method_is_malformed(agent: Agent, method: object) -> None:
+    """A JSON-RPC request names its method: one without is refused whole (400), with the key, not relayed
+    and declined as if it were a method the hub does not support."""
+    request_: dict = {"params": {"mode": "form", "message": "No method", "requestedSchema": ASK}}
+    if method is not None:
+        request_["method"] = method
+    response = agent.post("/relays", {"server": "deploy", "tool": "t", "input_requests": {"other": request_}})
+    assert response.status_code == 400, response.content
+    body = response.json()["error"]
+    assert body["code"] == "invalid_body"
+    assert body["fields"] == {"other": "must be an object with method and params"}
+    assert not ToolCall.objects.filter(kind=ToolCall.Kind.RELAY).exists()
+
+
 @pytest.mark.parametrize(
     "request_",
     [
         {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}},
         {"method": "roots/list", "params": {}},
         {"method": "sampling/createMessage", "params": {"mode": "url", "url": "https://example.com/x"}},
-        {"params": {"mode": "form", "message": "No method", "requestedSchema": ASK}},
     ],
-    ids=["sampling", "roots", "sampling-url-mode", "no-method"],
+    ids=["sampling", "roots", "sampling-url-mode"],
 )
 def test_a_request_other_than_elicitation_is_unsupported_not_a_server_error(
     agent: Agent, request_: dict

@@ -19,14 +19,14 @@ from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.log import log_response
-from ninja import NinjaAPI, Query, Status
+from ninja import Header, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
 from ninja.parser import Parser
 
 from approvals import broadcast, outage, permissions, ratelimit, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth, still_holds
-from approvals.api.schemas import CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
+from approvals.api.schemas import MAX_IDEMPOTENCY_KEY, CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
 from approvals.models import AgentClient, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.services import answers, calls, extensions, gate_decisions, grants
@@ -239,16 +239,60 @@ def _created(call: ToolCall, base: str) -> Created:
 # --- agents ---------------------------------------------------------------------------------------------
 
 
+KEY_HEADER = Header(
+    None,
+    alias="Idempotency-Key",
+    description=f"The request's idempotency key (at most {MAX_IDEMPOTENCY_KEY} characters), as the body's "
+    "`idempotency_key`.",
+)
+
+
+def _idempotency_key(header: str | None, payload: CallIn) -> str | None:
+    """The body's ``idempotency_key``, or else the ``Idempotency-Key`` header (as the gateway takes it): a
+    client that sends the usual header is not given a second execution for its retry. The body's field, the
+    contract's, wins over the header: an HTTP library that adds a header of its own changes nothing."""
+    body = payload.idempotency_key or None
+    if body is not None:
+        return body
+    header = (header or "").strip()
+    if len(header) > MAX_IDEMPOTENCY_KEY:
+        raise Invalid(
+            f"The Idempotency-Key header is over {MAX_IDEMPOTENCY_KEY} characters.",
+            code="invalid_body",
+            fields={"Idempotency-Key": f"at most {MAX_IDEMPOTENCY_KEY} characters"},
+        )
+    if problem := safejson.text_problem(header):
+        raise Invalid(
+            f"The Idempotency-Key header holds {problem}.",
+            code="invalid_body",
+            fields={"Idempotency-Key": "invalid"},
+        )
+    return header or None
+
+
+def _located(response: HttpResponse, created: Created, is_new: bool) -> Created:
+    """A new call's or relay's address in ``Location`` as well as in the body's ``url`` (RFC 9110)."""
+    if is_new:
+        response["Location"] = created.url
+    return created
+
+
 @api.post("/calls", auth=agent_auth, response={200: Created, 202: Created, **ERRORS}, tags=["agents"])
-def call_create(request: AgentRequest, payload: CallIn) -> Status:
-    """Ask the hub to call a tool. The same idempotency_key from the same agent, with the same server, tool
-    and arguments, returns the existing call (200); with another request it is refused (409)."""
+def call_create(
+    request: AgentRequest,
+    response: HttpResponse,
+    payload: CallIn,
+    idempotency_header: str | None = KEY_HEADER,
+) -> Status:
+    """Ask the hub to call a tool. The same idempotency_key (or ``Idempotency-Key`` header) from the same
+    agent, with the same server, tool and arguments, returns the existing call (200); with another request
+    it is refused (409). A new call (202) has its address in ``Location``."""
     call, created = calls.call_submit(
         agent=request.auth,
         server_slug=payload.server,
         tool=payload.tool,
         arguments=payload.arguments,
-        idempotency_key=payload.idempotency_key,
+        idempotency_key=_idempotency_key(idempotency_header, payload),
         callback_url=payload.callback_url or "",
         on_behalf_of=payload.on_behalf_of,
     )
@@ -256,7 +300,7 @@ def call_create(request: AgentRequest, payload: CallIn) -> Status:
         calls.refuse_other_request(
             call, server_slug=payload.server, tool=payload.tool, arguments=payload.arguments
         )
-    return Status(202 if created else 200, _created(call, "calls"))
+    return Status(202 if created else 200, _located(response, _created(call, "calls"), created))
 
 
 @contextmanager
@@ -315,15 +359,21 @@ def call_cancel(request: AgentRequest, call_id: UUID) -> dict:
 
 
 @api.post("/relays", auth=agent_auth, response={200: Created, 201: Created, **ERRORS}, tags=["agents"])
-def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
-    """Hand over input requests the agent received itself; the hub collects the answers for it."""
+def relay_create(
+    request: AgentRequest,
+    response: HttpResponse,
+    payload: RelayIn,
+    idempotency_header: str | None = KEY_HEADER,
+) -> Status:
+    """Hand over input requests the agent received itself; the hub collects the answers for it. A new relay
+    (201) has its address in ``Location``; an idempotency key (or header) repeats it as for a call."""
     call, created = calls.relay_submit(
         agent=request.auth,
         server_slug=payload.server,
         tool=payload.tool,
         arguments=payload.arguments,
         input_requests=payload.input_requests,
-        idempotency_key=payload.idempotency_key,
+        idempotency_key=_idempotency_key(idempotency_header, payload),
         callback_url=payload.callback_url or "",
         expires_in=payload.expires_in,
         on_behalf_of=payload.on_behalf_of,
@@ -336,7 +386,7 @@ def relay_create(request: AgentRequest, payload: RelayIn) -> Status:
             arguments=payload.arguments,
             input_requests=payload.input_requests,
         )
-    return Status(201 if created else 200, _created(call, "relays"))
+    return Status(201 if created else 200, _located(response, _created(call, "relays"), created))
 
 
 @api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
@@ -353,6 +403,12 @@ def relay_cancel(request: AgentRequest, relay_id: UUID) -> dict:
 
 
 # --- reviewers ------------------------------------------------------------------------------------------
+
+
+def _answered(ir: Any) -> dict[str, Any]:
+    """The answer to respond and decide: the request as it now stands. One approval of several needed
+    leaves it ``pending``, with no action yet (null, as in the call's JSON)."""
+    return {"id": str(ir.pk), "status": ir.status, "action": ir.action or None}
 
 
 @dataclass
@@ -474,7 +530,7 @@ def respond(request: HttpRequest, request_id: UUID, payload: RespondIn) -> dict:
         content=payload.content,
         reason=payload.reason,
     )
-    return {"id": str(ir.pk), "status": ir.status, "action": ir.action}
+    return _answered(ir)
 
 
 @api.post(
@@ -495,7 +551,7 @@ def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
         reason=payload.reason,
         grant=payload.grant,
     )
-    return {"id": str(ir.pk), "status": ir.status, "action": ir.action}
+    return _answered(ir)
 
 
 @api.post(

@@ -6,12 +6,14 @@ from typing import Any, Literal
 
 from ninja import Field, Schema
 
+MAX_IDEMPOTENCY_KEY = 200  # ToolCall.idempotency_key's length
+
 
 class CallIn(Schema):
     server: str = Field(..., min_length=1, max_length=200)
     tool: str = Field(..., min_length=1, max_length=200)
     arguments: dict[str, Any] = Field(default_factory=dict)
-    idempotency_key: str | None = Field(None, max_length=200)
+    idempotency_key: str | None = Field(None, max_length=MAX_IDEMPOTENCY_KEY)
     callback_url: str | None = Field(None, max_length=500)
     on_behalf_of: str | None = Field(None, max_length=150)
 

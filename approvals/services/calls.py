@@ -94,6 +94,7 @@ def _existing(agent: AgentClient, idempotency_key: str | None, kind: str) -> Too
             f"This idempotency_key was already used for a {existing.get_kind_display().lower()}; "
             "use a new key.",
             code="idempotency_key_reused",
+            fields={"idempotency_key": "already used for another request"},
         )
     return existing
 
@@ -303,6 +304,19 @@ def _note_client(call: ToolCall, agent_client: dict[str, Any] | None) -> None:
         call.agent_client = agent_client
 
 
+def _lookalike(agent: AgentClient, label: str) -> bool:
+    """Whether a relay's label reads as a registered server the agent may not use: its slug or its name, in
+    any case, spaces aside."""
+    text = label.strip()
+    if not text:
+        return False
+    return (
+        McpServer.objects.filter(Q(slug__iexact=text) | Q(name__iexact=text))
+        .exclude(pk__in=agent.servers.values("pk"))
+        .exists()
+    )
+
+
 def relay_submit(
     *,
     agent: AgentClient,
@@ -328,7 +342,10 @@ def relay_submit(
     problems = {
         key[:MAX_KEY]: "must be an object with method and params"
         for key, value in input_requests.items()
-        if not isinstance(value, dict) or not isinstance(value.get("params"), dict)
+        if not isinstance(value, dict)
+        or not isinstance(value.get("params"), dict)
+        or not isinstance(value.get("method"), str)
+        or not value["method"]
     }
     problems.update(
         (key[:MAX_KEY], f"keys are at most {MAX_KEY} characters")
@@ -346,6 +363,12 @@ def relay_submit(
         )
     known = McpServer.objects.filter(slug=server_slug).first()
     if known is not None and not agent.servers.filter(pk=known.pk).exists():
+        raise Forbidden(
+            f"This agent may not relay for the server {server_slug!r}.", code="server_not_allowed"
+        )
+    if known is None and _lookalike(agent, server_slug):
+        # A label is shown to reviewers as the server's name: one that reads as a registered server (its
+        # slug in another case, its name) would pass the agent's questions off as that server's.
         raise Forbidden(
             f"This agent may not relay for the server {server_slug!r}.", code="server_not_allowed"
         )
@@ -441,9 +464,11 @@ def call_finish(
     verb: str | None = None,
     actor: Actor | None = None,
     only_from: Sequence[str] = (),
+    event: str | None = None,
 ) -> bool:
     """Move a call to a final status (conditional on it still being open, or on it being in one of
-    `only_from`), audit it, tell the agent. False when the call was not in such a status: nothing is written.
+    `only_from`), audit it, tell the agent (the webhook's ``event``: by default the status's ``call.*``).
+    False when the call was not in such a status: nothing is written.
     The UPDATE takes the call's row lock (FOR NO KEY UPDATE), as a locking read of it would."""
     now = timezone.now()
     result, size, truncated = bounded_result(result)
@@ -471,7 +496,7 @@ def call_finish(
     if truncated:
         data.update(result_truncated=True, result_size=size)
     audit.record(actor=actor or Actor.system(), verb=verb or FINAL_EVENT[status], call=call, data=data)
-    webhooks.webhook_queue(call=call, event_type=FINAL_EVENT.get(status, "call.completed"))
+    webhooks.webhook_queue(call=call, event_type=event or FINAL_EVENT.get(status, "call.completed"))
     transaction.on_commit(lambda: broadcast.call_changed(call))
     return True
 
@@ -523,7 +548,8 @@ def call_cancel(*, agent: AgentClient, call_id: Any, kind: str = ToolCall.Kind.C
         if call is None:
             raise NotFound(f"No such {ToolCall.Kind(kind).name.lower()}.")
         if call.is_final:
-            raise Conflict(f"The call is already {call.status}.", code="already_final")
+            what = ToolCall.Kind(kind).name.lower()
+            raise Conflict(f"The {what} is already {call.status}.", code="already_final")
         now = timezone.now()
         open_round = call.rounds.exclude(status=Round.Status.CLOSED).first()
         cancelled: list[InputRequest] = []
@@ -542,6 +568,8 @@ def call_cancel(*, agent: AgentClient, call_id: Any, kind: str = ToolCall.Kind.C
             error=_cancelled_in_flight() if _in_flight(call) else None,
             verb="call.cancelled",
             actor=Actor.agent(agent),
+            # A relay's webhook names a relay, whose address is /relays/<id> (/calls/<id> answers 404).
+            event="relay.cancelled" if kind == ToolCall.Kind.RELAY else None,
         )
         call_id_ = call.pk
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call_id_, cancelled))
