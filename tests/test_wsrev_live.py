@@ -74,6 +74,17 @@ def open_request(server: Any, team: Any) -> Any:
     return rnd.input_requests.select_related("round__call", "team").get()
 
 
+async def bob_looking(world: dict[str, Any]) -> tuple[WebsocketCommunicator, Any]:
+    """Alice's queue socket, and a new request of her team that Bob's page says he looks at (she was told)."""
+    alice = socket(world["as"]["alice"])
+    await connected(alice)
+    ir = await sync_to_async(open_request)(world["deploy"], world["release"])
+    await sync_to_async(presence.presence_touch)(input_request=ir, user=world["bob"])
+    message = await alice.receive_json_from(timeout=10)
+    assert message["type"] == "presence" and "bob" in message["html"]
+    return alice, ir
+
+
 def test_a_ping_resyncs_a_watched_call_whose_notice_was_lost(world, monkeypatch) -> None:
     """A call page's socket follows the call's sequence: a notice of the call that never reached it (a full
     channel, a Redis that lost the membership) is found by the next ping, as a queue's is, and the page
@@ -119,12 +130,7 @@ def test_a_viewer_whose_page_went_silently_is_cleared_from_the_teams_pages(world
     monkeypatch.setattr(presence, "time", SimpleNamespace(time=lambda: now[0]))
 
     async def scenario() -> None:
-        alice = socket(world["as"]["alice"])
-        await connected(alice)
-        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
-        await sync_to_async(presence.presence_touch)(input_request=ir, user=world["bob"])
-        message = await alice.receive_json_from(timeout=10)
-        assert message["type"] == "presence" and "bob" in message["html"]
+        alice, ir = await bob_looking(world)
         now[0] += 5
         await sync_to_async(presence.presence_touch)(input_request=ir, user=world["dave"])
         message = await alice.receive_json_from(timeout=10)
@@ -233,12 +239,7 @@ def test_a_lone_viewer_whose_page_went_silently_is_cleared_by_the_sweep(world, m
     monkeypatch.setattr(presence, "time", SimpleNamespace(time=lambda: now[0]))
 
     async def scenario() -> None:
-        alice = socket(world["as"]["alice"])
-        await connected(alice)
-        ir = await sync_to_async(open_request)(world["deploy"], world["release"])
-        await sync_to_async(presence.presence_touch)(input_request=ir, user=world["bob"])
-        message = await alice.receive_json_from(timeout=10)
-        assert message["type"] == "presence" and "bob" in message["html"]
+        alice, ir = await bob_looking(world)
         now[0] += presence.PRESENCE_TTL - 1
         assert await sync_to_async(presence.presence_sweep)() == 0  # not lapsed yet: nothing said
         assert await alice.receive_nothing(timeout=0.5)
