@@ -10,6 +10,7 @@ class ApprovalsConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             permissions,  # noqa: F401  (a membership's change reaches the sockets' scopes)
         )
+        from approvals.gateway import signals  # noqa: F401  (a server's or an agent's change reaches the gateway)
         from approvals.services import (
             gate_decisions,  # noqa: F401  (hands ready gate rounds to gate_decided: see rounds.READY_HANDLERS)
         )

@@ -654,3 +654,17 @@ async def aqueue_version(groups: Iterable[str]) -> str | None:
         logger.warning("queue version unavailable: Redis unreachable")
         return None
     return _version_of(groups, seqs)
+
+
+# The tools agents see through the MCP gateway: a change to any of them (a server's stored tool list written,
+# a server added, changed, disabled or removed, an agent's servers or its token changed) moves this counter
+# and wakes every gateway process at once (`approvals.gateway.changes`), which then reads what changed and
+# tells the clients whose tool list did. A pseudo-group: no channel ever joins it.
+TOOLS = "_tools"
+
+
+def tools_changed() -> None:
+    """What agents may see through the gateway may have changed: one INCRBY and one PUBLISH, in one round
+    trip. Call it once the change is committed (``transaction.on_commit``). Never raises: while Redis is
+    unreachable the gateways still notice within ELICIT_GATEWAY_TOOLS_CHECK seconds."""
+    next_seq(TOOLS, {"type": "tools.changed"})

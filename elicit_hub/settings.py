@@ -459,6 +459,9 @@ ELICIT_GATEWAY_SESSION_IDLE = env_int("ELICIT_GATEWAY_SESSION_IDLE", 1800, minim
 ELICIT_GATEWAY_MAX_SESSIONS = env_int("ELICIT_GATEWAY_MAX_SESSIONS", 1000, minimum=1)
 # Handshake-era sessions one agent may hold at once in a gateway process; 0: a tenth of the above (min. 1).
 ELICIT_GATEWAY_AGENT_SESSIONS = env_int("ELICIT_GATEWAY_AGENT_SESSIONS", 0, minimum=0)
+# Clients told of tool list changes (notifications/tools/list_changed): a gateway reads at once when a change
+# is signalled, and at least this often anyway (a change made without the signal, one lost with Redis).
+ELICIT_GATEWAY_TOOLS_CHECK = env_int("ELICIT_GATEWAY_TOOLS_CHECK", 10, minimum=1, maximum=3600)
 # The hub's own requestState, given to a 2026-07-28 client a question is passed through to, is refused
 # this many seconds after it was made (the round's own deadline applies as well).
 ELICIT_GATEWAY_STATE_TTL = env_int("ELICIT_GATEWAY_STATE_TTL", 3600, minimum=10)

@@ -5,7 +5,9 @@ Streamable HTTP on the SDK's server side: one `StreamableHTTPSessionManager` ser
 and 2026-07-28 clients (one self-contained POST per request); it routes by the `MCP-Protocol-Version`
 header. Agents authenticate with the REST API's bearer tokens; a handshake-era session stays bound to the
 agent that opened it. `tools/list` answers in pages of ELICIT_GATEWAY_PAGE_SIZE tools; each page but the last
-ends in a cursor signed for the agent and the endpoint (`approvals.gateway.paging`).
+ends in a cursor signed for the agent and the endpoint (`approvals.gateway.paging`). When the tools an agent
+sees change, its clients are told (`notifications/tools/list_changed`: on a handshake-era session's GET
+stream, on a 2026-07-28 `subscriptions/listen` stream; `approvals.gateway.changes`).
 
 `tools/call` goes through `services.calls.call_submit`, the function behind `POST /api/v1/calls`, so routing,
 policies, audit, webhooks and the dashboard see a gateway call as they see any other (its audit records
@@ -37,11 +39,15 @@ from django.http import HttpRequest
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, decode_header_value
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -50,7 +56,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from approvals import broadcast, outage, safejson
-from approvals.gateway import catalog, paging, passthrough
+from approvals.gateway import catalog, changes, paging, passthrough
 from approvals.gateway.catalog import SCOPE_KEY
 from approvals.gateway.names import shown
 from approvals.middleware import too_large_error
@@ -277,7 +283,12 @@ class Guard:
             # As the REST API refuses a write (approvals.outage): a tools/call's send is queued through Redis,
             # so one accepted now would be stored with no send queued and its agent left waiting on it.
             raise outage.EngineUnavailable("redis")
-        scope[SCOPE_KEY] = {"agent": agent.pk, "slug": slug, "called": await _called(request, agent.pk, slug)}
+        scope[SCOPE_KEY] = {
+            "agent": agent.pk,
+            "slug": slug,
+            "called": await _called(request, agent.pk, slug),
+            "token_hash": agent.token_hash,  # to tell a listening client's revoked agent (`changes`)
+        }
         # The session manager binds a handshake-era session to this principal: another agent presenting
         # the session's id gets 404. Only the agent's id is kept, never its token.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
@@ -666,9 +677,168 @@ def never_leaks(handler: H) -> H:
     return guarded  # type: ignore[return-value]
 
 
+class GatewayServer(Server[Any]):
+    """The SDK's server, saying in a handshake-era `initialize` result that the gateway sends
+    `notifications/tools/list_changed` (`tools.listChanged: true`). A 2026-07-28 client reads the same in
+    `server/discover`, which the SDK derives from the `subscriptions/listen` handler."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def session_watcher(watch: changes.ToolWatch, manager: StreamableHTTPSessionManager) -> ServerMiddleware[Any]:
+    """A server middleware that puts each handshake-era session on ``watch`` once it is initialized (at its
+    `notifications/initialized`, or its first request after `initialize`), until the session ends: its
+    client is then sent `notifications/tools/list_changed` on its GET stream when its tools change. The GET
+    stream of a session whose agent is revoked is closed (an open GET stream keeps a session from ever
+    going idle: it would outlive the credential that opened it)."""
+    sessions: dict[str, changes.Listener] = {}
+
+    async def watch_session(ctx: ServerRequestContext[Any, Any], session_id: str | None) -> None:
+        request = ctx.request
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not isinstance(request, Request):
+            return
+        found = request.scope.get(SCOPE_KEY)
+        if not session_id or not found:
+            return
+        if session_id in sessions:
+            # The agent's requests on the session carry its token now (one rotated since is still its own).
+            sessions[session_id].token_hash = found.get("token_hash") or ""
+            return
+        if session_id not in manager._server_instances:
+            return
+        session = ctx.session
+
+        async def notify() -> None:
+            await session.send_tool_list_changed()
+
+        async def end() -> None:
+            # Its GET stream only: a tools/call still waiting on the session gets its `agent_revoked` error
+            # from `wait_for`; with no request left in flight the session then idles out.
+            transport = manager._server_instances.get(session_id)
+            if transport is not None:
+                logger.info(
+                    "gateway: closing the GET stream of a session of agent %s: revoked", found["agent"]
+                )
+                transport.close_standalone_sse_stream()
+
+        def alive() -> bool:
+            if session_id in manager._server_instances:
+                return True
+            sessions.pop(session_id, None)
+            return False
+
+        listener = changes.Listener(
+            (found["agent"], found["slug"]), found.get("token_hash") or "", notify, end, alive
+        )
+        sessions[session_id] = listener
+        try:
+            await watch.add(listener)
+        except Exception:  # the engines are away: this session is not told of changes, its requests go on
+            sessions.pop(session_id, None)
+            watch.remove(listener)
+            logger.warning("gateway: a session could not be watched for tool list changes", exc_info=True)
+
+    async def watching(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "initialize":
+            # Once answered, so that a session whose client opens its GET stream and sends nothing else is
+            # watched too (the request names no session yet: the session's own connection does).
+            result = await call_next(ctx)
+            connection = getattr(ctx.session, "_connection", None)
+            await watch_session(ctx, getattr(connection, "session_id", None))
+            return result
+        # Before any other request: a session's first one may be a tools/call waiting for hours.
+        request = ctx.request
+        if isinstance(request, Request):
+            await watch_session(ctx, request.headers.get(MCP_SESSION_ID_HEADER))
+        return await call_next(ctx)
+
+    return watching
+
+
+def listen_handler(
+    watch: changes.ToolWatch,
+) -> Callable[
+    [ServerRequestContext[Any, Any], types.SubscriptionsListenRequestParams],
+    Awaitable[types.SubscriptionsListenResult],
+]:
+    """`subscriptions/listen` (2026-07-28): the stream stays open, acknowledged with what it honors (tool
+    list changes only: the gateway serves no prompts nor resources), and carries
+    `notifications/tools/list_changed` when the agent's tools on this endpoint change. One agent holds at
+    most its share of streams (`agent_sessions`); a revoked agent's streams end."""
+
+    async def listen(
+        ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        agent_id, slug = _who(ctx)
+        subscription_id = ctx.request_id
+        if subscription_id is None:
+            raise MCPError(types.INVALID_REQUEST, "subscriptions/listen needs a request id.")
+        request = ctx.request
+        found = request.scope.get(SCOPE_KEY, {}) if isinstance(request, Request) else {}
+        held = watch.streams_of(agent_id)
+        if held >= agent_sessions() or watch.streams_of(None) >= settings.ELICIT_GATEWAY_MAX_SESSIONS:
+            raise MCPError(
+                types.INVALID_REQUEST,
+                f"Too many open subscriptions/listen streams (this agent holds {held}; one agent may hold "
+                f"{agent_sessions()}): close one.",
+                {"reason": "too_many_streams"},
+            )
+        wanted = bool(params.notifications.tools_list_changed)
+        honored = types.SubscriptionFilter(tools_list_changed=True if wanted else None)
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+        changed = anyio.Event()
+        ended = anyio.Event()
+        pending = [False]
+
+        async def notify() -> None:
+            pending[0] = True
+            changed.set()
+
+        async def end() -> None:
+            ended.set()
+            changed.set()
+
+        listener = changes.Listener((agent_id, slug), found.get("token_hash") or "", notify, end, stream=True)
+        await watch.add(listener)
+        try:
+            await ctx.session.send_notification(
+                types.SubscriptionsAcknowledgedNotification(
+                    params=types.SubscriptionsAcknowledgedNotificationParams(
+                        notifications=honored, _meta=meta
+                    )
+                ),
+                related_request_id=subscription_id,
+            )
+            while not ended.is_set():
+                await changed.wait()
+                changed = anyio.Event()
+                if pending[0] and wanted and not ended.is_set():
+                    pending[0] = False
+                    await ctx.session.send_notification(
+                        types.ToolListChangedNotification(params=types.NotificationParams(_meta=meta)),
+                        related_request_id=subscription_id,
+                    )
+        finally:
+            watch.remove(listener)
+        return types.SubscriptionsListenResult(_meta=meta)
+
+    return listen
+
+
 def build_app() -> Starlette:
     """The gateway's ASGI application (served by uvicorn: its lifespan runs the session manager)."""
-    server: Server[Any] = Server(
+    watch = changes.ToolWatch()
+    server: Server[Any] = GatewayServer(
         "elicit-hub",
         version="1",
         instructions=(
@@ -678,6 +848,7 @@ def build_app() -> Starlette:
         get_tool_input_schema=_input_schema,
         on_list_tools=never_leaks(list_tools),
         on_call_tool=never_leaks(call_tool),
+        on_subscriptions_listen=never_leaks(listen_handler(watch)),
     )
     server.middleware.append(passthrough.boundary())
     manager = StreamableHTTPSessionManager(
@@ -688,6 +859,7 @@ def build_app() -> Starlette:
         session_idle_timeout=settings.ELICIT_GATEWAY_SESSION_IDLE,
         max_sessions=settings.ELICIT_GATEWAY_MAX_SESSIONS,
     )
+    server.middleware.insert(0, session_watcher(watch, manager))
     guarded = Guard(StreamableHTTPASGIApp(manager), manager)
 
     async def healthz(request: Request) -> Response:

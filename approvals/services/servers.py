@@ -10,10 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals import mcp_client
+from approvals import broadcast, mcp_client
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.mcp_client import probe as mcp_probe
@@ -98,6 +99,7 @@ def _store_tools(server: McpServer, tools: list[dict[str, Any]], *, why: str | N
         logger.warning("server %s lists more tools than the hub keeps: kept %d", server.slug, len(kept))
     now = timezone.now()
     McpServer.objects.filter(pk=server.pk).update(tools=kept, tools_fetched_at=now)
+    transaction.on_commit(broadcast.tools_changed)  # the gateway's clients may see other tools
     server.tools = kept
     server.tools_fetched_at = now
     data = {"server": server.slug, **kept.summary()}
@@ -152,6 +154,7 @@ def server_probe(
     if result.tools is not None:
         update["tools"] = result.tools
         update["tools_fetched_at"] = now
+        transaction.on_commit(broadcast.tools_changed)
     McpServer.objects.filter(pk=server.pk).update(**update)
     for name, value in update.items():
         setattr(server, name, value)

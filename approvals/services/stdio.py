@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import broadcast
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Holder, McpServer
@@ -183,6 +184,7 @@ def stdio_probed(*, server_id: int, found: dict[str, Any], tools: list[dict[str,
     update: dict[str, Any] = {"probe": found, "probed_at": now}
     if tools is not None:
         update |= {"tools": tools, "tools_fetched_at": now}
+        transaction.on_commit(broadcast.tools_changed)  # the gateway's clients may see other tools
     McpServer.objects.filter(pk=server_id).update(**update)
     audit.record(
         actor=Actor.system(),

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import OuterRef
 from django.utils import timezone
 
-from approvals import permissions
+from approvals import broadcast, permissions
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, PersonalToken, Team
 from approvals.prepared import PreparedRead
@@ -75,6 +75,8 @@ def agent_token_rotate(*, agent: AgentClient, actor: Actor | None = None) -> str
         AgentClient.objects.filter(pk=agent.pk).update(token_hash=hash_token(token), token_prefix=token[:10])
         rotated = AgentClient.objects.get(pk=agent.pk)
         config_audit.saved(rotated, before, actor=actor or Actor.system(), what="rotated")
+        # The gateway ends what the old token opened (its listen streams, its sessions' GET streams).
+        transaction.on_commit(broadcast.tools_changed)
     return token
 
 
