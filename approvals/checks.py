@@ -54,3 +54,37 @@ def stdio_servers_run_unprivileged(app_configs: Any = None, **kwargs: Any) -> li
         )
         for problem in problems
     ]
+
+
+RATES = (
+    "ELICIT_API_RATE",
+    "ELICIT_API_ANON_RATE",
+    "ELICIT_SIGN_IN_USER_RATE",
+    "ELICIT_SIGN_IN_CLIENT_RATE",
+    "ELICIT_AUDIT_EXPORT_RATE",
+)
+
+
+@register()
+def rates_are_readable(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """A rate limit written so it cannot be read ("count/period": 600/m, 5/15m, 60/h) fails at start-up, not
+    on every request it would limit."""
+    from ninja.throttling import SimpleRateThrottle
+
+    parse = SimpleRateThrottle.parse_rate
+    problems = []
+    for name in RATES:
+        value = getattr(settings, name)
+        try:
+            count, period = parse(SimpleRateThrottle.__new__(SimpleRateThrottle), value)
+        except (TypeError, ValueError):
+            count, period = None, None
+        if count is None or period is None or count < 1 or period < 1:
+            problems.append(
+                Error(
+                    f"{name} is {value!r}: not a rate the hub can read.",
+                    hint='Write it as "count/period": a positive count, then s, m, h or d (600/m, 5/15m).',
+                    id="approvals.E002",
+                )
+            )
+    return problems

@@ -488,6 +488,8 @@ EMAIL_USE_TLS = env_bool("DJANGO_EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "elicit-hub@localhost")
 # How long audit events are kept; only `manage.py prune_audit` removes them, recording what went.
 ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
+# Audit exports per person ("count/period"): each is an event of its own and a read of the whole view.
+ELICIT_AUDIT_EXPORT_RATE = env_str("ELICIT_AUDIT_EXPORT_RATE", "60/h")
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
 ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
 # API requests with no valid token or session, per client address; past it 429 with Retry-After.

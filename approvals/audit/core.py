@@ -507,10 +507,16 @@ CHAIN_STATE_KEY = "audit:chain-state"
 
 
 def store_chain_state(report: ChainReport) -> dict[str, Any]:
-    """Keep the check's result for the audit page; an hourly check's keeps the last full walk's time."""
+    """Keep the check's result for the audit page; an hourly check's keeps the last full walk's time.
+
+    An hourly check walks only the events after the recorded head, so it cannot see an older event the last
+    full walk found rewritten: that break stays the state (``found_by_full_walk``) until a full walk passes,
+    whatever the hourly checks in between find.
+    """
     before = last_chain_state() or {}
-    walked_at = timezone.now().isoformat() if report.since_id is None else before.get("full_checked_at")
-    state = {
+    now = timezone.now().isoformat()
+    full = report.since_id is None
+    state: dict[str, Any] = {
         "ok": report.ok,
         "checked": report.checked,
         "first_bad_id": report.first_bad_id,
@@ -518,12 +524,31 @@ def store_chain_state(report: ChainReport) -> dict[str, Any]:
         "head_id": report.head_id,
         "head_hash": report.head_hash,
         "anchor": report.anchor,
-        "checked_at": timezone.now().isoformat(),
+        "checked_at": now,
         "since_id": report.since_id,
-        "full_checked_at": walked_at,
+        "full_checked_at": now if full else before.get("full_checked_at"),
+        "found_by_full_walk": False,
     }
+    if full:
+        state["full_break"] = None if report.ok else {"id": report.first_bad_id, "problem": report.problem}
+    else:
+        state["full_break"] = found = _full_break(before)
+        if report.ok and found:
+            state.update(
+                ok=False, first_bad_id=found["id"], problem=found["problem"], found_by_full_walk=True
+            )
     cache.set(CHAIN_STATE_KEY, state, timeout=None)
     return state
+
+
+def _full_break(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The break the last full walk found, as a state records it (one kept before ``full_break`` existed: a
+    full walk's own result that was not ok)."""
+    if "full_break" in state:
+        return state["full_break"]
+    if state and state.get("since_id") is None and state.get("ok") is False:
+        return {"id": state.get("first_bad_id"), "problem": state.get("problem", "")}
+    return None
 
 
 def last_chain_state() -> dict[str, Any] | None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import QuerySet
+from django.db.models import Case, Func, IntegerField, QuerySet, TextField, When
+from django.db.models.functions import Cast
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 
@@ -25,7 +26,8 @@ from approvals.audit import core as audit
 from approvals.audit.verify import COLUMNS, FORMAT, Digest, escape_cell
 from approvals.models import AuditEvent
 
-CHUNK = 2000
+CHUNK = 2000  # events a chunk holds at most
+CHUNK_BYTES = 8 * 1024 * 1024  # and about this much event data (one larger event is a chunk alone)
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 EXPORTED = "audit.exported"
 
@@ -56,14 +58,40 @@ def export_start(
 
 
 def chunks(qs: QuerySet[AuditEvent], through_id: int) -> Iterator[list[dict[str, Any]]]:
-    last = 0
+    """The events up to ``through_id`` in id order, a chunk at a time: at most CHUNK events and about
+    CHUNK_BYTES of data (an event's data may be as large as a call's arguments, up to ELICIT_MAX_BODY each).
+
+    Each chunk first reads the ids and data sizes of the next matching events, then the rows of as many as fit
+    the budget (always at least one), so what is held at a time never depends on how large the events that
+    follow each other happen to be. The sizes read are of about twice as many events as the chunk before held,
+    so large events are not sized over and over. A size costs nothing for data stored as it is (small, or out
+    of line uncompressed: ``pg_column_size``); compressed data is sized as text.
+    """
+    size = Case(
+        When(compression__isnull=True, then=Func("data", function="pg_column_size")),
+        default=Func(Cast("data", TextField()), function="octet_length"),
+        output_field=IntegerField(),
+    )
+    last, probe = 0, CHUNK
     while True:
-        values = list(
-            qs.filter(id__gt=last, id__lte=through_id).order_by("id").values(*audit.ROW_FIELDS)[:CHUNK]
+        sized = list(
+            qs.filter(id__gt=last, id__lte=through_id)
+            .order_by("id")
+            .annotate(compression=Func("data", function="pg_column_compression", output_field=TextField()))
+            .annotate(size=size)
+            .values_list("id", "size")[:probe]
         )
-        if not values:
+        if not sized:
             return
-        last = values[-1]["id"]
+        ids: list[int] = []
+        total = 0
+        for event_id, data_size in sized:
+            total += data_size
+            if ids and total > CHUNK_BYTES:
+                break
+            ids.append(event_id)
+        last, probe = ids[-1], min(CHUNK, 2 * len(ids))
+        values = AuditEvent.objects.filter(id__in=ids).order_by("id").values(*audit.ROW_FIELDS)
         yield [audit.export_row(row) for row in values]
 
 

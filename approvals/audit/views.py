@@ -7,11 +7,13 @@ turns them into SQL scoped to what the user may see.
 from __future__ import annotations
 
 import functools
+import hashlib
 import uuid
 from collections.abc import Callable
-from datetime import tzinfo
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -20,7 +22,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from approvals import schema_forms
+from approvals import schema_forms, throttling
 from approvals.audit import core as audit
 from approvals.audit import export as audit_export
 from approvals.audit.forms import AuditFilterForm, CursorForm
@@ -28,6 +30,7 @@ from approvals.audit.queries import analytics, events_for, is_text_search, page,
 from approvals.forms import TZ_FIELD
 from approvals.models import AuditEvent
 from approvals.permissions import visible_teams
+from approvals.ratelimit import SlidingWindowMixin
 
 NEWER_LIMIT = 100
 
@@ -58,7 +61,7 @@ def _filters(request: HttpRequest) -> tuple[AuditFilterForm, CursorForm]:
 @_on_reviewers_clock
 def index(request: HttpRequest) -> HttpResponse:
     form, cursor = _filters(request)
-    context: dict[str, Any] = {"form": form, "chain": audit.last_chain_state(), "events": []}
+    context: dict[str, Any] = {"form": form, "chain": _chain_state(), "events": []}
     context["teams"] = list(visible_teams(request.user).values_list("slug", flat=True))
     context["servers"] = suggested_servers(request.user)
     # The export links keep the filters even when the cursor is refused: never the whole log instead.
@@ -107,6 +110,28 @@ def newer(request: HttpRequest) -> HttpResponse:
     return response
 
 
+# Beat checks the chain hourly: a result older than this means the checks stopped (beat or its worker is
+# down), and an "intact" from then says nothing about what happened since.
+CHAIN_CHECK_STALE = timedelta(hours=2)
+
+
+def _chain_state() -> dict[str, Any] | None:
+    """The last check's result for the page: its times as datetimes (shown on the reader's clock, as every
+    time on the page), and whether it is too old to go by."""
+    state = audit.last_chain_state()
+    if not state:
+        return None
+    shown = dict(state)
+    for name in ("checked_at", "full_checked_at"):
+        try:
+            shown[name] = datetime.fromisoformat(state[name]) if state.get(name) else None
+        except (TypeError, ValueError):
+            shown[name] = None
+    checked = shown["checked_at"]
+    shown["stale"] = checked is not None and timezone.now() - checked > CHAIN_CHECK_STALE
+    return shown
+
+
 def _newest_id() -> int:
     return AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
@@ -123,6 +148,21 @@ def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
     )
 
 
+# Exports per person (ELICIT_AUDIT_EXPORT_RATE, 60 an hour): each is an audit event and a read of all the
+# person may see, so without a limit anyone signed in could fill the log with ``audit.exported`` events.
+
+
+class ExportRate(SlidingWindowMixin):
+    scope = "audit_export"
+
+    def get_cache_key(self, request: HttpRequest) -> str:
+        # The person's row: its id and when it was made (ids start again in a database made anew).
+        user = request.user
+        joined = getattr(user, "date_joined", None)
+        ident = f"{user.pk}-{joined.timestamp() if joined else 0}"
+        return self.cache_format % {"scope": self.scope, "ident": hashlib.sha256(ident.encode()).hexdigest()}
+
+
 @require_GET
 @login_required
 @_on_reviewers_clock
@@ -134,6 +174,17 @@ def export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpRespon
             status=400,
             content_type="text/plain; charset=utf-8",
         )
+    limit = ExportRate(settings.ELICIT_AUDIT_EXPORT_RATE)
+    if not limit.allow_request(request):
+        wait = limit.wait() or 60
+        response = HttpResponse(
+            f"Too many exports: {limit.num_requests} in {(limit.duration or 0) // 60} minutes per person. "
+            f"Try again in {throttling.minutes(wait)} min.",
+            status=429,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = str(int(wait))
+        return response
     qs = events_for(request.user, form.cleaned_data)
     contiguous = request.user.is_superuser and not form.active()
     return audit_export.export_response(request, qs=qs, fmt=fmt, filters=form.active(), contiguous=contiguous)
