@@ -192,6 +192,11 @@ def inbox_item(ir: InputRequest) -> dict[str, Any]:
         "server_name": call.server_name,
         "tool": call.tool,
         "arguments": call.arguments,
+        # Who asks: a call the hub sends, or a relay of questions an agent received itself; the agent, and
+        # the person it acts for (as the dashboard's cards say).
+        "kind": call.kind,
+        "agent": call.agent.name if call.agent else None,
+        "on_behalf_of": call.on_behalf_of.get_username() if call.on_behalf_of else None,
         "key": ir.key,
         "mode": ir.mode,
         "message": ir.message,

@@ -321,3 +321,23 @@ def test_a_late_answer_is_a_409_even_when_it_is_also_invalid(deploy, release, re
     body = assert_error(late, 409, "already_answered")
     assert body["message"].startswith("You already accepted this request at 20")
     assert body["message"].endswith(" UTC.") and ".." not in body["message"]
+
+
+def test_an_inbox_item_says_who_asks(deploy, release, reviewer: Reviewer, alice) -> None:
+    """A bot reviewer sees what a person sees on the card: whether the hub sends the call or an agent relays
+    questions it received itself, which agent asks, and for whom."""
+    asker, _ = tokens.agent_create(name="release-bot", servers=[deploy])
+    call = factories.call(deploy, asker, on_behalf_of=alice)
+    rnd = factories.open_round(call, keys=(), team_=release)
+    InputRequest.objects.create(round=rnd, key="go", message="Go?", requested_schema=MEETING, team=release)
+    relay = factories.call(deploy, asker, kind=ToolCall.Kind.RELAY)
+    rnd = factories.open_round(relay, keys=(), team_=release)
+    InputRequest.objects.create(round=rnd, key="ok", message="OK?", requested_schema=MEETING, team=release)
+    anonymous = form_request(deploy, release, key="plain")
+
+    shown = {item["key"]: (item["kind"], item["agent"], item["on_behalf_of"]) for item in reviewer.inbox()}
+    assert shown == {
+        "go": ("call", "release-bot", "alice"),
+        "ok": ("relay", "release-bot", None),
+        anonymous.key: ("call", None, None),
+    }
