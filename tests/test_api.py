@@ -130,7 +130,22 @@ def test_no_or_bad_token_is_401() -> None:
 
 
 def test_a_reviewer_token_cannot_act_as_an_agent(reviewer: Reviewer) -> None:
-    assert_error(reviewer.post("/calls", {"server": "deploy", "tool": "x"}), 401, "unauthorized")
+    """Refused as the wrong kind of token (403), not as an unknown one (401: renew it)."""
+    body = assert_error(reviewer.post("/calls", {"server": "deploy", "tool": "x"}), 403, "wrong_token_kind")
+    assert "personal token" in body["message"] and "agent's token" in body["message"]
+    assert not ToolCall.objects.exists()
+
+
+def test_an_agent_token_cannot_act_as_a_reviewer(agent: Agent, deploy, release) -> None:
+    ir = form_request(deploy, release)
+    for response in (
+        agent.get("/inbox"),
+        agent.post(f"/input-requests/{ir.pk}/respond", {"action": "decline"}),
+    ):
+        body = assert_error(response, 403, "wrong_token_kind")
+        assert "agent's token" in body["message"]
+    ir.refresh_from_db()
+    assert ir.status == InputRequest.Status.PENDING
 
 
 def test_callbacks_must_be_https_outside_development(agent: Agent, settings) -> None:

@@ -15,6 +15,7 @@ from approvals import permissions
 from approvals.models import AgentClient, PersonalToken
 from approvals.ratelimit import AnonymousRateThrottle
 from approvals.services import tokens
+from approvals.services.errors import Forbidden
 
 
 class AgentRequest(HttpRequest):
@@ -91,6 +92,33 @@ class ReviewerSession(SessionAuth):
         return user
 
 
+class WrongKind:
+    """After the credentials an endpoint takes: a valid token of the other kind (an agent's token on a
+    reviewer's endpoint, a reviewer's personal token on an agent's) is refused 403 ``wrong_token_kind``,
+    saying which token the endpoint takes, not the 401 of a token the hub does not know (which sends a
+    client to renew a token that is fine). Reached only when no credential the endpoint takes matched."""
+
+    def __init__(self, wanted: type[AgentClient] | type[PersonalToken]) -> None:
+        self.wanted = wanted
+
+    def __call__(self, request: HttpRequest) -> None:
+        token = bearer_token(request)
+        found = tokens.authenticate(token) if token is not None else None
+        if isinstance(found, AgentClient) and self.wanted is PersonalToken:
+            raise Forbidden(
+                "This is an agent's token; this endpoint is a reviewer's: use a personal token (manage.py "
+                "create_token) or a signed-in session.",
+                code="wrong_token_kind",
+            )
+        if isinstance(found, PersonalToken) and self.wanted is AgentClient:
+            raise Forbidden(
+                "This is a reviewer's personal token; this endpoint is an agent's: use the agent's token "
+                "(manage.py create_agent).",
+                code="wrong_token_kind",
+            )
+        return None
+
+
 class AnonymousLimit:
     """Last in every auth list, so reached only when no credential matched: counts anonymous requests per
     client address on the API's limiter and refuses them past ELICIT_API_ANON_RATE (429, Retry-After);
@@ -103,6 +131,6 @@ class AnonymousLimit:
         return None
 
 
-agent_auth = [AgentToken(), AnonymousLimit()]
-reviewer_auth = [ReviewerToken(), ReviewerSession(), AnonymousLimit()]
+agent_auth = [AgentToken(), WrongKind(AgentClient), AnonymousLimit()]
+reviewer_auth = [ReviewerToken(), ReviewerSession(), WrongKind(PersonalToken), AnonymousLimit()]
 agent_or_reviewer_auth = [AgentToken(), ReviewerToken(), ReviewerSession(), AnonymousLimit()]
