@@ -52,6 +52,17 @@ def still_holds(request: HttpRequest) -> bool:
     return bool(user.is_authenticated and user.pk == request.user.pk)
 
 
+def _token(request: HttpRequest, token: str) -> AgentClient | PersonalToken | None:
+    """What `token` is (`tokens.authenticate`), read once per request: every credential of an endpoint's
+    list, and `WrongKind` after them, ask."""
+    cached = getattr(request, "_elicit_token", None)
+    if cached is not None and cached[0] == token:
+        return cached[1]
+    found = tokens.authenticate(token)
+    request._elicit_token = (token, found)  # type: ignore[attr-defined]
+    return found
+
+
 class Bearer(HttpBearer):
     """``Authorization: Bearer <token>``: the scheme in any case, one or more spaces before the token (RFC
     7235). django-ninja's own parsing logged the whole header, token included, whenever the scheme was
@@ -66,7 +77,7 @@ class AgentToken(Bearer):
     openapi_description = "An agent token from `manage.py create_agent`."
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentClient | None:
-        found = tokens.authenticate(token)
+        found = _token(request, token)
         return found if isinstance(found, AgentClient) else None
 
 
@@ -74,7 +85,7 @@ class ReviewerToken(Bearer):
     openapi_description = "A personal token from `manage.py create_token`; acts as that user."
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        found = tokens.authenticate(token)
+        found = _token(request, token)
         if isinstance(found, PersonalToken):
             request.user = found.user
             return found.user
@@ -103,7 +114,7 @@ class WrongKind:
 
     def __call__(self, request: HttpRequest) -> None:
         token = bearer_token(request)
-        found = tokens.authenticate(token) if token is not None else None
+        found = _token(request, token) if token is not None else None
         if isinstance(found, AgentClient) and self.wanted is PersonalToken:
             raise Forbidden(
                 "This is an agent's token; this endpoint is a reviewer's: use a personal token (manage.py "
