@@ -30,6 +30,7 @@ from approvals.models import (
     Round,
     RoutingRule,
     Team,
+    TeamSlug,
     ToolCall,
     WebhookDelivery,
 )
@@ -496,9 +497,21 @@ class TeamForm(forms.ModelForm):
         fields = ["slug", "name", "notify_emails", "chat_webhook_url"]
         widgets = {"chat_webhook_url": WriteOnlyUrlInput(attrs={"autocomplete": "off"})}
         help_texts = {
+            "slug": "Names the team in the audit log for good: it cannot be changed once the team is added, "
+            "and is never given to another team, even after this one is deleted.",
             "chat_webhook_url": "A Slack-compatible incoming webhook. Its address is a credential: the "
-            "stored one is never shown (only its host); leave empty to keep it."
+            "stored one is never shown (only its host); leave empty to keep it.",
         }
+
+    def clean_slug(self) -> str:
+        slug = str(self.cleaned_data.get("slug") or "")
+        if TeamSlug.objects.filter(slug=slug).exists() and not Team.objects.filter(slug=slug).exists():
+            # A slug a team holds now is Team.slug's unique check's to report; this one a team held before.
+            raise forms.ValidationError(
+                "This slug was used by a team before: the audit log names that team by it, so it is not "
+                "given to another team. Choose another slug."
+            )
+        return slug
 
     def clean_chat_webhook_url(self) -> str:
         url = self.cleaned_data.get("chat_webhook_url") or ""
@@ -522,6 +535,10 @@ class TeamAdmin(KeepsPendingAdmin):
     readonly_fields = ["chat_webhook"]
     inlines = [MembershipInline]
     pending_links = ("team", "escalation_team")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> Any:
+        # The slug names the team in the audit log for good (``TeamSlug``): set once, as the team is added.
+        return [*self.readonly_fields, "slug"] if obj is not None else self.readonly_fields
 
     @admin.display(description="chat webhook")
     def chat_webhook(self, obj: Team) -> str:

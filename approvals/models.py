@@ -57,6 +57,11 @@ def is_uuid(value: object) -> bool:
 
 
 class Team(models.Model):
+    """A group of reviewers. Its ``slug`` is its identity wherever the hub names it by text (the audit log's
+    events, whose hashes cover it, exports, live channels): it is fixed once the team exists, and never given
+    to another team, even after this one is deleted (``TeamSlug``; the database enforces both, migration
+    0018). The ``name`` is what may change."""
+
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=120)
     members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
@@ -92,6 +97,30 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
+
+
+class TeamSlug(models.Model):
+    """Which team a slug names in the audit log, for every slug any team has held: who reads the events that
+    carry it (``permissions.visible_audit_events``).
+
+    A team's row is written by the database as the team is made (migration 0018), and no team may be made with
+    a slug that has a row: a slug is used once. A deleted team's rows stay, with no team (the slug is
+    retired: its events are the superusers' alone). ``from_id`` and ``until_id`` (audit event ids, the
+    second exclusive) bound a claim only where the history from before slugs were fixed had one slug name two
+    teams in turn; a team made since holds its slug for every event (0, none)."""
+
+    slug = models.SlugField()
+    team = models.ForeignKey(Team, null=True, on_delete=models.SET_NULL, related_name="slug_claims")
+    from_id = models.BigIntegerField(default=0)
+    until_id = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["slug"], condition=Q(until_id__isnull=True), name="teamslug_open")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slug} -> team #{self.team_id}"
 
 
 class ExpiryAction(models.TextChoices):

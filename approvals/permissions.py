@@ -26,6 +26,7 @@ from approvals.models import (
     InputRequestQuerySet,
     Membership,
     Team,
+    TeamSlug,
     ToolCall,
 )
 
@@ -256,13 +257,28 @@ def can_view_call(user: Any, call: ToolCall) -> bool:
 
 
 def visible_audit_events(user: Any) -> QuerySet[AuditEvent]:
-    """Events of the user's teams and of the calls they may see; staff also see unrouted ones."""
+    """Events of the user's teams and of the calls they may see; staff also see unrouted ones.
+
+    An event names its team by slug; which team a slug names is ``TeamSlug``'s (a slug names one team for
+    good, and a team keeps the slugs it held), read in one query. A slug an earlier team held first is
+    read only for the events of this team's time (``from_id``, ``until_id``)."""
     if not user.is_authenticated:
         return AuditEvent.objects.none()
     if user.is_superuser:
         return AuditEvent.objects.all()
-    slugs = list(visible_teams(user).values_list("slug", flat=True))
-    scope = Q(team_slug__in=slugs) | Q(call_id__in=visible_calls(user).values("pk"))
+    claims = TeamSlug.objects.filter(team__memberships__user=user).values_list("slug", "from_id", "until_id")
+    whole: list[str] = []
+    scope = Q(call_id__in=visible_calls(user).values("pk"))
+    for slug, from_id, until_id in claims:
+        if from_id <= 0 and until_id is None:
+            whole.append(slug)
+            continue
+        part = Q(team_slug=slug, id__gte=from_id)
+        if until_id is not None:
+            part &= Q(id__lt=until_id)
+        scope |= part
+    if whole:
+        scope |= Q(team_slug__in=whole)
     if user.is_staff:
         scope |= Q(team_slug="")
     return AuditEvent.objects.filter(scope)

@@ -12,7 +12,7 @@ from django.db.models import Field, Model
 from approvals import netguard, urlsafety
 from approvals.audit.core import Actor
 from approvals.management.commands._cli import HubCommand, shown
-from approvals.models import McpServer, Team, validate_server_slug
+from approvals.models import McpServer, Team, TeamSlug, validate_server_slug
 from approvals.services import config_audit
 from approvals.services import stdio as stdio_rules
 from approvals.services.servers import LEARNED, parse_header_lines, probe_summary, server_probe
@@ -93,6 +93,11 @@ class Command(HubCommand):
         _check(McpServer, "name", name or "-", "--name")
         if team and not Team.objects.filter(slug=team).exists():
             _check(Team, "slug", team, f"--team {team[:60]!r}")
+            if TeamSlug.objects.filter(slug=team).exists():
+                raise CommandError(
+                    f"--team {team[:60]!r}: a team that no longer exists had that slug, and a slug names one "
+                    "team for good; choose another"
+                )
         if options.get("command"):
             if url or header:
                 raise CommandError("a stdio server (--command) has no URL and no --header")
