@@ -144,11 +144,15 @@ class ToolWatch:
     async def add(self, listener: Listener) -> None:
         """Watch for ``listener``; its key's tools now are what it is told changes from."""
         self.listeners.setdefault(listener.key, set()).add(listener)
-        if listener.key not in self.told:
-            async with self._lock:
-                if listener.key not in self.told:
-                    read = await self._fetch([listener.key[0]])
-                    self.told[listener.key] = self._digest(listener.key, read)
+        try:
+            if listener.key not in self.told:
+                async with self._lock:
+                    if listener.key not in self.told:
+                        read = await self._fetch([listener.key[0]])
+                        self.told[listener.key] = self._digest(listener.key, read)
+        except BaseException:  # the read failed, or the client went meanwhile: it is not watched
+            self.remove(listener)
+            raise
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._watch())
 

@@ -723,7 +723,9 @@ def session_watcher(watch: changes.ToolWatch, manager: StreamableHTTPSessionMana
 
         async def end() -> None:
             # Its GET stream only: a tools/call still waiting on the session gets its `agent_revoked` error
-            # from `wait_for`; with no request left in flight the session then idles out.
+            # from `wait_for`; with no request left in flight the session then idles out. No longer watched:
+            # forgotten here too, so that a request with the agent's new token watches the session again.
+            sessions.pop(session_id, None)
             transport = manager._server_instances.get(session_id)
             if transport is not None:
                 logger.info(

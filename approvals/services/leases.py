@@ -95,8 +95,10 @@ class _Renewer:
             for key, token in held:
                 pipe.eval(_RENEW, 1, key, token, int(ttl() * 1000))
             pipe.execute()
-        except RedisError:
-            logger.warning("could not renew %d send lease(s); they lapse in %g s", len(held), ttl())
+        except Exception:  # the thread must outlive any fault: a lease it stops renewing lapses mid-send
+            logger.warning(
+                "could not renew %d send lease(s); they lapse in %g s", len(held), ttl(), exc_info=True
+            )
 
 
 _renewer = _Renewer()
