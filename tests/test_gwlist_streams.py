@@ -23,6 +23,7 @@ from approvals.models import AgentClient, ToolCall
 from tests import test_gateway as gateway_tests
 from tests.live import child_env, wait_until
 from tests.test_gateway import Gateway, GatewayHub, _pending_call, call_in_background
+from tests.test_gwrev_sessions import _initialize
 
 SHARE = 2
 
@@ -158,17 +159,7 @@ def test_an_agent_holds_its_share_of_listen_streams(ghub: GatewayHub) -> None:
 def test_a_deactivated_agents_get_stream_is_closed(ghub: GatewayHub, initialized: bool) -> None:
     """With or without `notifications/initialized` (a client may open its GET stream and send nothing
     else)."""
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    opened = httpx.post(ghub.url + "/mcp", json=initialize, headers=_headers(ghub.token), timeout=20)
+    opened = _initialize(ghub.url, ghub.token)
     assert opened.status_code == 200, opened.text
     assert '"listChanged":true' in opened.text
     session = opened.headers["mcp-session-id"]
