@@ -43,6 +43,29 @@ class BodyLimitMiddleware:
         return self.get_response(request)
 
 
+class ApiHeadMiddleware:
+    """``HEAD`` on the API's ``GET`` addresses, answered as the ``GET`` would be, its headers
+    (``Content-Length`` the ``GET`` body's, ``Inbox-Version``, ``ETag``-like versions) without the body (RFC
+    9110 9.3.2: a server that answers ``GET`` answers ``HEAD``). django-ninja routes by method and answered
+    405."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "HEAD" or not request.path.startswith("/api/"):
+            return self.get_response(request)
+        request.method = "GET"
+        try:
+            response = self.get_response(request)
+        finally:
+            request.method = "HEAD"
+        if not response.streaming:
+            response["Content-Length"] = str(len(response.content))
+            response.content = b""
+        return response
+
+
 class ErrorShapeMiddleware:
     """A 404 or 405 that Django or django-ninja answered on their own (no route; a method the route does not
     take): the API's JSON error shape under /api/, and a readable page elsewhere, where Django's 405 is an
@@ -64,7 +87,10 @@ class ErrorShapeMiddleware:
         else:
             return response  # Django's 404 is the 404.html page already
         if response.has_header("Allow"):
-            shaped["Allow"] = response["Allow"]
+            allowed = [method.strip() for method in response["Allow"].split(",") if method.strip()]
+            if request.path.startswith("/api/") and "GET" in allowed and "HEAD" not in allowed:
+                allowed.append("HEAD")  # ApiHeadMiddleware answers it
+            shaped["Allow"] = ", ".join(allowed)
         return shaped
 
 

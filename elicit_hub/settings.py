@@ -141,6 +141,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # HEAD on the API's GET addresses: the GET's answer without its body (ninja routes GET only).
+    "approvals.middleware.ApiHeadMiddleware",
     # A 404 or 405 that Django or django-ninja answered on their own: JSON under /api/, a page elsewhere.
     "approvals.middleware.ErrorShapeMiddleware",
     # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them (it
