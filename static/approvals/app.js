@@ -416,17 +416,18 @@
       });
   }
 
-  // Approving never happens within a second of the request appearing or changing.
+  // Approving never happens within a second of the request appearing or changing. Once the buttons take
+  // clicks again the review says so (data-armed), for whatever waits on it.
   function armApprove() {
     const review = $("[data-review]");
     if (!review || !review.hasAttribute("data-open-request")) return;
-    $$("[data-approve]").forEach((button) => {
-      if (button.disabled) return;
-      button.disabled = true;
-      window.setTimeout(() => {
-        if (review.hasAttribute("data-open-request")) button.disabled = false;
-      }, 1000);
-    });
+    const buttons = $$("[data-approve]").filter((button) => !button.disabled);
+    buttons.forEach((button) => { button.disabled = true; });
+    window.setTimeout(() => {
+      if (!review.hasAttribute("data-open-request")) return;
+      buttons.forEach((button) => { button.disabled = false; });
+      review.setAttribute("data-armed", "");
+    }, 1000);
   }
 
   function sendingState(form) {

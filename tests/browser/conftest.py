@@ -111,6 +111,10 @@ def confirm_second_look(page: Any, *, by_keyboard: bool = False) -> str:
     confirm = review.get_by_role("button", name=re.compile("Confirm and send"))
     if not confirm.count():  # a form's review: the page's own approve button confirms
         confirm = page.get_by_role("button", name=re.compile("Confirm and send"))
+    if page.locator("[data-review][data-open-request]").count():
+        # Armed: the page's script holds the approve buttons for a second after it loads; a click as it
+        # takes hold of an enabled button would be lost.
+        page.locator("[data-review][data-armed]").wait_for()
     expect(confirm).to_be_enabled()
     if by_keyboard:
         page.keyboard.press("Control+Enter")  # the review's own button, the first approval on the page
