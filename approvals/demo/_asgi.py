@@ -12,6 +12,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from elicit_hub import door
+
 MCP_PATH = "/mcp"
 _BODY = "elicit_demo.body"
 _JSON = "elicit_demo.json"
@@ -47,16 +49,7 @@ async def buffer_body(scope: Scope, receive: Receive) -> Receive:
         scope[_JSON] = json.loads(body)
     except ValueError:
         scope[_JSON] = None
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
+    return door.replay(body, receive)
 
 
 def json_body(scope: Scope) -> Any:

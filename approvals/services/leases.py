@@ -132,7 +132,8 @@ def leased(call_id: Any) -> Iterator[float | None]:
 
 def held(call_id: Any) -> bool:
     """Whether some process holds a live lease on the call's send (False when Redis does not answer)."""
+    key = _key(call_id)
     try:
-        return int(_client(_key(call_id)).pttl(_key(call_id))) > 0
+        return int(_client(key).pttl(key)) > 0
     except RedisError:
         return False
