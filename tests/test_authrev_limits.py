@@ -23,11 +23,6 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _forget_count(agent: object) -> None:
     """The agent's requests taken off the per-token counters: its id comes again in the next run's fresh
     test database, and a test that lowers the rate must not find this test's requests there."""

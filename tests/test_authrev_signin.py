@@ -23,11 +23,6 @@ pytestmark = pytest.mark.django_db
 GUESSES = 12
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _sign_in_request(address: str) -> Any:
     return RequestFactory().post("/accounts/login/", REMOTE_ADDR=address)
 

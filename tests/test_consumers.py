@@ -62,12 +62,6 @@ def own_channel_layer() -> None:
     channel_layers.backends.clear()
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    # Every persona gets a password; the default PBKDF2 work factor would dominate these tests' time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world() -> dict[str, Any]:
     alice, bob, carol = factories.user("alice"), factories.user("bob"), factories.user("carol")

@@ -354,12 +354,6 @@ POSTING = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    # Every persona gets a password; the default PBKDF2 work factor would dominate these tests' time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def reviewer(db, client) -> Any:
     alice = factories.user("alice")

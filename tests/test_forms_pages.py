@@ -21,11 +21,6 @@ def form(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any
     return {"type": "object", "properties": props, "required": list(required)}
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def reviewer(db, client) -> Any:
     alice = factories.user("alice")

@@ -23,11 +23,6 @@ pytestmark = pytest.mark.django_db
 TOOL_DIGEST = "d" * 64
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world() -> Any:
     alice, vera, olga = (factories.user(name) for name in ("alice", "vera", "olga"))

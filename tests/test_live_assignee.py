@@ -12,7 +12,6 @@ from tests.test_consumers import (  # noqa: F401  (fixtures: used by name)
     FORM,
     LINK,
     connected,
-    fast_passwords,
     opened,
     own_channel_layer,
     run,

@@ -12,7 +12,6 @@ from approvals import consumers
 from tests import test_consumers
 from tests.test_consumers import (  # noqa: F401  (fixtures: used by name)
     connected,
-    fast_passwords,
     own_channel_layer,
     run,
     socket,

@@ -15,7 +15,6 @@ from approvals.models import Membership
 from tests import factories, test_consumers
 from tests.test_consumers import (  # noqa: F401  (fixtures: used by name)
     connected,
-    fast_passwords,
     open_request,
     own_channel_layer,
     run,

@@ -54,11 +54,6 @@ TRICKY_SCHEMA = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world() -> Any:
     alice = factories.user("alice", is_staff=True, is_superuser=True)

@@ -38,11 +38,6 @@ SCHEMA = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world(client) -> Any:
     alice, bob = factories.user("alice"), factories.user("bob")

@@ -152,11 +152,6 @@ def test_the_suggested_choice_names_the_one_the_server_means() -> None:
 # -- the view, end to end
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def reviewer(db, client) -> Any:
     alice = factories.user("alice")

@@ -18,11 +18,6 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def address() -> Iterator[str]:
     """A client address of this test's own (documentation range), its counters cleared before and after."""

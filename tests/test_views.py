@@ -17,12 +17,6 @@ from tests import factories
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    # Every persona gets a password; the default PBKDF2 work factor would dominate these tests' time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world(client) -> Any:
     alice, bob, vera, olga = (factories.user(name) for name in ("alice", "bob", "vera", "olga"))

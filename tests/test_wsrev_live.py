@@ -51,11 +51,6 @@ def own_channel_layer() -> None:
     channel_layers.backends.clear()  # each test's event loop gets a layer of its own (see test_consumers)
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world() -> dict[str, Any]:
     alice, bob, dave = factories.user("alice"), factories.user("bob"), factories.user("dave")
