@@ -2,7 +2,8 @@
 
 A URL passes when it is ``http``/``https`` without credentials and its host resolves only to public
 addresses: loopback, link-local, private, shared, multicast, reserved and unspecified addresses are
-refused, in IPv4, IPv6 and the IPv6 forms that carry an IPv4 address (mapped, 6to4, NAT64, Teredo).
+refused, in IPv4, IPv6 and the IPv6 forms that carry an IPv4 address (mapped, 6to4, NAT64, Teredo; the
+local-use NAT64 prefix ``64:ff9b:1::/48`` whole, as where its IPv4 address sits is the operator's choice).
 Decimal, hex and octal host forms (``2130706433``, ``0x7f.1``) resolve to the address they stand for
 and are judged by it. ``ELICIT_OUTBOUND_ALLOW`` lists the networks (``10.0.0.0/8``, ``::1``) and host
 names (``deploy.internal``, or ``.internal`` for a whole domain) let through all the same.
@@ -16,6 +17,7 @@ followed here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import os
@@ -25,17 +27,27 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import httpcore
 import httpx
 import httpx2
+import idna
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
 
 SCHEMES = ("http", "https")
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 networks that are not public though Python's tables may call them global: the local-use NAT64 prefix
+# (RFC 8215), where the IPv4 address inside sits wherever the operator's prefix length puts it (a /48 takes
+# it from the middle: 64:ff9b:1:a00:7:0:808:808 is 10.0.0.7 to such a translator, not 8.8.8.8), so it cannot
+# be judged; and the documentation range (RFC 9637), never routed, as 2001:db8::/32.
+_NOT_PUBLIC_V6 = (
+    (ipaddress.ip_network("64:ff9b:1::/48"), "a local-use NAT64 address"),
+    (ipaddress.ip_network("3fff::/20"), "a documentation address"),
+)
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
 
 
@@ -110,7 +122,7 @@ def _embedded(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
         return ip.ipv4_mapped
     if ip.sixtofour is not None:
         return ip.sixtofour
-    if any(ip in net for net in _NAT64):
+    if ip in _NAT64:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return None
 
@@ -120,6 +132,9 @@ def address_problem(ip: Address) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.teredo is not None:
             return "a Teredo address"
+        for net, reason in _NOT_PUBLIC_V6:
+            if ip in net:
+                return reason
         inner = _embedded(ip)
         if inner is not None:  # the packets end up at the IPv4 address inside
             return address_problem(inner)
@@ -207,7 +222,9 @@ def check_url(
 
 def _numeric_only(host: str, port: int) -> list[str]:
     """The addresses a host stands for without a lookup: an address in any numeric form, or a ``localhost``
-    name (always the loopback, RFC 6761); a name that needs DNS raises ``OSError``."""
+    name (always the loopback, RFC 6761); a name that needs DNS raises ``OSError``. A trailing dot changes
+    neither (``127.0.0.1.`` and ``localhost.`` are where a browser goes for them)."""
+    host = host.rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
         return ["127.0.0.1", "::1"]
     flags = socket.AI_NUMERICHOST
@@ -215,12 +232,43 @@ def _numeric_only(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+# Dropped by a browser from a link: around it, C0 controls and spaces; anywhere in it, tabs and line breaks.
+_AROUND = "".join(map(chr, range(0x21)))
+_ANYWHERE = str.maketrans("", "", "\t\n\r")
+
+
+def browser_url(url: str) -> str:
+    """`url` as a browser reads an http(s) link (the WHATWG URL standard), written so that any parser finds
+    the host the browser goes to: tabs and line breaks dropped, a backslash read as a slash (it ends the
+    host), and the host percent-decoded and mapped as IDNA's UTS 46 maps it (full-width characters,
+    ideographic full stops, capitals). Other URLs come back as they are."""
+    url = url.strip(_AROUND).translate(_ANYWHERE)
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() not in SCHEMES:
+        return url
+    rest = rest.replace("\\", "/")
+    if not rest.startswith("//"):
+        return f"{scheme}:{rest}"  # no host for the URL parser (a browser would take one: refused either way)
+    rest = rest[2:]
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    userinfo, at, hostport = rest[:end].rpartition("@")
+    if hostport.startswith("["):
+        return f"{scheme}://{rest}"
+    host, colon, port = hostport.partition(":")
+    # A host a browser cannot read either is left as it is, for the URL parser to refuse.
+    with contextlib.suppress(idna.IDNAError, UnicodeError, ValueError):
+        host = idna.uts46_remap(unquote(host), std3_rules=False, transitional=False)
+    return f"{scheme}://{userinfo}{at}{host}{colon}{port}{rest[end:]}"
+
+
 def private_link(url: str, *, allow: Allow | None = None) -> str:
     """Why a link the hub would send a reviewer's browser to points into a private network, or "": the same
     rule and allowlist as the hub's own requests, judged without a lookup (the browser resolves names for
-    itself, elsewhere), so only addresses written as numbers and ``localhost`` names are caught."""
+    itself, elsewhere), so only addresses written as numbers and ``localhost`` names are caught. The host
+    judged is the one the browser goes to (`browser_url`): ``http://127.0.0.1./``,
+    ``http://%31%32%37.0.0.1/`` and ``http://127.0.0.1\\.example.com/`` are all the loopback to it."""
     try:
-        check_url(url, allow=allow, resolve=_numeric_only)
+        check_url(browser_url(url), allow=allow, resolve=_numeric_only)
     except Refused as refused:
         return "" if refused.transient else refused.reason
     return ""

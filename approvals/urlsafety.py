@@ -70,9 +70,11 @@ def refusal(url: object) -> str:
 
 
 def analyse(url: str, *, server_url: str = "") -> UrlAnalysis:
-    """Parse `url`; refuse what must never be opened, and warn about what deserves a second look."""
+    """Parse `url`; refuse what must never be opened, and warn about what deserves a second look. The host
+    judged and shown is the one a browser opening `url` goes to (`netguard.browser_url`): for
+    ``https://evil.example\\.bank.example/`` that is evil.example, not bank.example."""
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(netguard.browser_url(url.strip()))
         hostname = parts.hostname or ""
         parts.port  # noqa: B018  (raises ValueError on a malformed port)
     except ValueError:
@@ -142,9 +144,10 @@ def analyse(url: str, *, server_url: str = "") -> UrlAnalysis:
 
 def origin(url: str) -> str:
     """Where a URL goes, without what it carries: ``scheme://host[:port]``, no credentials, path, query or
-    fragment (where sign-in links keep their tokens). "" when it cannot be read."""
+    fragment (where sign-in links keep their tokens). "" when it cannot be read. The host is the one a
+    browser goes to (`netguard.browser_url`): a backslash ends it, so what follows one is path, not host."""
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(netguard.browser_url(url.strip()))
         host, port = parts.hostname or "", parts.port
     except ValueError:
         return ""

@@ -24,7 +24,7 @@ from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
 from approvals.services.locks import try_lock
-from approvals.services.webhooks import STALE_AFTER, retry_countdown
+from approvals.services.webhooks import GONE, GONE_ERROR, STALE_AFTER, retry_countdown
 
 HEADLINES = {
     "routed": "asks {team} for input",
@@ -96,6 +96,10 @@ def _chat_text(text: str) -> str:
     return _LINK_LABEL_END.sub("]\u2060", _MENTION.sub("@\u2060", text))
 
 
+class ReceiverGone(RuntimeError):
+    """A chat webhook answered 410 Gone: it takes no more posts, so the notice is not tried again."""
+
+
 class MailTimeout(TimeoutError):
     """The mail server did not finish the exchange within the notice's timeout."""
 
@@ -154,6 +158,20 @@ def _moot(ir: InputRequest) -> str:
     return ""
 
 
+def _recipients(team: Team) -> list[str]:
+    return [a.strip() for a in team.notify_emails.replace(";", ",").split(",") if a.strip()]
+
+
+def _unaddressed(notice: Notification) -> str:
+    """Why `notice` has nowhere to go, or "": its team's addresses or chat webhook were removed after it was
+    queued. Sent, it would be recorded as sent to nobody (mail to no recipient is no error to Django)."""
+    if notice.kind == Notification.Kind.EMAIL and not _recipients(notice.team):
+        return "not sent: the team no longer has addresses for notices"
+    if notice.kind == Notification.Kind.CHAT and not notice.team.chat_webhook_url:
+        return "not sent: the team no longer has a chat webhook"
+    return ""
+
+
 def notification_send(*, notification_id: Any) -> float | None:
     """Try one notice. Returns a countdown when it should be tried again.
 
@@ -172,7 +190,7 @@ def _send(notification_id: Any) -> float | None:
     )
     if notice is None:
         return None
-    moot = _moot(notice.input_request)
+    moot = _moot(notice.input_request) or _unaddressed(notice)
     if moot:
         Notification.objects.filter(pk=notice.pk, status=Notification.Status.PENDING).update(
             status=Notification.Status.FAILED, last_error=moot
@@ -181,25 +199,28 @@ def _send(notification_id: Any) -> float | None:
     Notification.objects.filter(pk=notice.pk).update(attempts=F("attempts") + 1)
     attempt = notice.attempts + 1
     subject, body = _text(notice)
+    error, final = "", False
     try:
         if notice.kind == Notification.Kind.EMAIL:
-            recipients = [
-                a.strip() for a in notice.team.notify_emails.replace(";", ",").split(",") if a.strip()
-            ]
-            _send_mail(subject, body, recipients)
+            _send_mail(subject, body, _recipients(notice.team))
         else:
             response = netguard.post(
                 notice.team.chat_webhook_url,
                 json={"text": _chat_text(body)},
                 timeout=settings.ELICIT_WEBHOOK_TIMEOUT,
             )
+            if response.status_code == GONE:  # the chat's webhook is gone (an archived channel): no retry
+                raise ReceiverGone(GONE_ERROR)
             if not response.is_success:  # not raise_for_status(): its message holds the URL, a secret
                 raise RuntimeError(f"HTTP {response.status_code}")
-    except Exception as exc:  # any failure of the transport is retried, then recorded
+    except ReceiverGone as exc:
+        error, final = str(exc), True
+    except Exception as exc:  # any other failure of the transport is retried, then recorded
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        refused = isinstance(exc, netguard.OutboundRefused) and not exc.transient
+        final = isinstance(exc, netguard.OutboundRefused) and not exc.transient
+    if error:
         countdown = (
-            None if refused else retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
+            None if final else retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
         )
         Notification.objects.filter(pk=notice.pk).update(
             last_error=error,

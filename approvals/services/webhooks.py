@@ -39,6 +39,20 @@ def retry_countdown(attempt: int, *, max_attempts: int) -> float | None:
     return float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**attempt))
 
 
+# A receiver answering 410 Gone wants no more deliveries (Standard Webhooks): it is not tried again.
+GONE = 410
+GONE_ERROR = "HTTP 410 Gone: the receiver wants no more deliveries; not tried again"
+
+
+def failure(exc: Exception) -> str:
+    """What an outbound request's failure records for the operator: its kind and what went wrong
+    (``ConnectError: [Errno 111] Connection refused``, a certificate that does not verify, the receiver's
+    deadline), on one line, at most 300 characters. The guard's and httpx's transport messages name a host
+    at most, never the URL's path or query, where a receiver's token sits."""
+    detail = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {detail or 'no answer'}"[:300]
+
+
 def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
     """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction."""
     if not call.callback_url:
@@ -122,20 +136,23 @@ def _attempt(delivery_id: Any) -> float | None:
     started = time.monotonic()
     status_code: int | None = None
     error = ""
-    refused = False
+    # No try after this one, whatever is left: the guard refused the URL, or the receiver is gone.
+    final = False
     try:
         # Judged again at delivery (DNS may have changed since submit), sent to the address just checked.
         response = netguard.post(
             delivery.url, content=body, headers=headers, timeout=settings.ELICIT_WEBHOOK_TIMEOUT
         )
         status_code = response.status_code
-        if not 200 <= status_code < 300:
+        if status_code == GONE:
+            error, final = GONE_ERROR, True
+        elif not 200 <= status_code < 300:
             error = f"HTTP {status_code}"
     except netguard.OutboundRefused as exc:
         error = f"refused: {exc}"[:300]
-        refused = not exc.transient
+        final = not exc.transient
     except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: could not deliver"
+        error = failure(exc)
     duration = int((time.monotonic() - started) * 1000)
     WebhookAttempt.objects.create(
         delivery=delivery, number=number, status_code=status_code, error=error, duration_ms=duration
@@ -145,9 +162,7 @@ def _attempt(delivery_id: Any) -> float | None:
             status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
         )
         return None
-    countdown = (
-        None if refused else retry_countdown(number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS)
-    )
+    countdown = None if final else retry_countdown(number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS)
     if countdown is None:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
         logger.warning(
