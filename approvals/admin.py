@@ -32,6 +32,7 @@ from approvals.models import (
     Team,
     TeamSlug,
     ToolCall,
+    WebhookAttempt,
     WebhookDelivery,
 )
 from approvals.services import config_audit
@@ -795,10 +796,35 @@ class InputRequestAdmin(ReadOnlyAdmin):
     exclude = ["params"]
 
 
+class WebhookAttemptInline(admin.TabularInline):
+    """Each try of a delivery and why it failed: what an operator needs to see before asking the agent's
+    owner about their receiver."""
+
+    model = WebhookAttempt
+    fields = ["number", "at", "status_code", "error", "duration_ms"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["event_type", "url", "status", "attempts", "created_at", "delivered_at"]
+    # A callback URL often carries the receiver's token in its query: shown masked, like a server's.
+    list_display = ["event_type", "address", "status", "attempts", "created_at", "delivered_at"]
     list_filter = ["status", "event_type"]
+    fields = ["call", "event_type", "address", "status", "attempts", "created_at", "delivered_at", "payload"]
+    readonly_fields = fields
+    inlines = [WebhookAttemptInline]
+
+    @admin.display(description="URL")
+    def address(self, obj: WebhookDelivery) -> str:
+        return urlsafety.shown(obj.url)
 
 
 @admin.register(AuditEvent)

@@ -998,7 +998,8 @@ class WebhookDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.event_type} -> {self.url} ({self.status})"
+        # Admin titles and breadcrumbs show this: never the URL, whose query may hold the receiver's token.
+        return f"{self.event_type} ({self.status})"
 
 
 class WebhookAttempt(models.Model):
