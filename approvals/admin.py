@@ -763,7 +763,6 @@ class RoundInline(admin.TabularInline):
         "closed_at",
         "send_attempts",
     )
-    readonly_fields = fields
     extra = 0
     can_delete = False
 
@@ -801,8 +800,7 @@ class WebhookAttemptInline(admin.TabularInline):
     owner about their receiver."""
 
     model = WebhookAttempt
-    fields = ["number", "at", "status_code", "error", "duration_ms"]
-    readonly_fields = fields
+    fields = readonly_fields = ("number", "at", "status_code", "error", "duration_ms")
     extra = 0
     can_delete = False
 
@@ -818,8 +816,16 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     # A callback URL often carries the receiver's token in its query: shown masked, like a server's.
     list_display = ["event_type", "address", "status", "attempts", "created_at", "delivered_at"]
     list_filter = ["status", "event_type"]
-    fields = ["call", "event_type", "address", "status", "attempts", "created_at", "delivered_at", "payload"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "call",
+        "event_type",
+        "address",
+        "status",
+        "attempts",
+        "created_at",
+        "delivered_at",
+        "payload",
+    )
     inlines = [WebhookAttemptInline]
 
     @admin.display(description="URL")
