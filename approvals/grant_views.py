@@ -1,6 +1,8 @@
 """The grants pages: every grant of the user's teams (filtered), and revoking one after a confirmation.
 
 Thin like approvals.views: parse the filters, fetch through the permission-scoped listing, call one service.
+Like the dashboard's pages, none is kept by the browser (``never_cache``): Back after revoking reads the grant
+again instead of offering to revoke it once more, and a browser signed out keeps no copy of the list.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from approvals import permissions, safejson
@@ -55,6 +58,7 @@ def _revocable(user: Any, found: list[Grant]) -> set[UUID]:
 
 
 @login_required
+@never_cache
 @require_http_methods(["GET"])
 def grant_list(request: HttpRequest) -> HttpResponse:
     filters = _filters(request)
@@ -85,6 +89,7 @@ def grant_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@never_cache
 @require_http_methods(["GET", "POST"])
 def grant_revoke(request: HttpRequest, pk: UUID) -> HttpResponse:
     """GET: what revoking will do, and the button. POST: revoke, then back to the list."""

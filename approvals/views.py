@@ -49,6 +49,7 @@ DECLINE_REASONS = [
     gettext_lazy("Someone else should decide"),
 ]
 RECENT_WINDOW = timedelta(days=1)
+RECENT_MAX = 500  # calls the recent page lists, newest first; it says so when more finished
 
 
 # --- helpers: permission checks and shared context ----------------------------------------------------
@@ -115,15 +116,32 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
     filters = _filters(request)
     queue = selectors.queue_cards(request.user, **filters, limit=settings.ELICIT_QUEUE_MAX)
     ids = [ir.pk for card in queue.cards for ir in card.items]
+    filtered = any(filters.values())
     return {
         "cards": queue.cards,
         "filters": filters,
+        "filtered": filtered,
+        # Nothing matches the filters: how many wait without them, so the empty list is not read as an
+        # empty queue (a link from a suggestion or a bookmark names a tool nothing of waits for now).
+        "unfiltered_count": (
+            selectors.queue_pending_count(request.user) if filtered and not queue.cards else None
+        ),
         "viewers": presence.viewers(ids),
         "pending_count": queue.pending,
         "capped": queue.capped,
         "queue_max": settings.ELICIT_QUEUE_MAX,
         "me": request.user.get_username(),
     }
+
+
+def _with_chosen(choices: dict[str, list[tuple[str, str]]], filters: dict[str, str]) -> dict[str, Any]:
+    """The filters' choices (what waits now), with the server and tool the page filters by among them even
+    when nothing of theirs waits: the form then says what the list is filtered by, instead of "All"."""
+    for name in ("server", "tool"):
+        chosen, options = filters[name], choices[name + "s"]
+        if chosen and all(value != chosen for value, _label in options):
+            choices[name + "s"] = [*options, (chosen, chosen)]
+    return choices
 
 
 def _request_page(
@@ -261,7 +279,7 @@ def _gate_page(
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context(request)
-    context["choices"] = selectors.queue_filter_choices(request.user)
+    context["choices"] = _with_chosen(selectors.queue_filter_choices(request.user), context["filters"])
     context["grant_suggestions"] = grants.suggestions(request.user)
     return render(request, "approvals/queue.html", context)
 
@@ -524,11 +542,12 @@ def extend(request: HttpRequest, pk: UUID) -> HttpResponse:
 def request_presence(request: HttpRequest, pk: UUID) -> HttpResponse:
     """The open request page says "I am looking" every few seconds, and "I left" when it closes."""
     ir = _get_request_for_user(request.user, pk)
+    tab = request.POST.get("tab", "")  # which of the reviewer's pages: each of their tabs has its own entry
     if request.POST.get("leave"):
         # Leaving always counts, also after the request was answered (the reviewer who answered it leaves).
-        viewers = presence.presence_leave(input_request=ir, user=request.user)
+        viewers = presence.presence_leave(input_request=ir, user=request.user, tab=tab)
     elif permissions.can_answer(request.user, ir) and ir.status == InputRequest.Status.PENDING:
-        viewers = presence.presence_touch(input_request=ir, user=request.user)
+        viewers = presence.presence_touch(input_request=ir, user=request.user, tab=tab)
     else:
         return HttpResponse(status=204)
     others = [name for name in viewers if name != request.user.get_username()]
@@ -569,8 +588,9 @@ def call_routing(request: HttpRequest, pk: UUID) -> HttpResponse:
 @never_cache
 @require_GET
 def recent(request: HttpRequest) -> HttpResponse:
-    calls = selectors.recent_calls(request.user, since=timezone.now() - RECENT_WINDOW)[:500]
-    return render(request, "approvals/recent.html", {"calls": calls})
+    found = list(selectors.recent_calls(request.user, since=timezone.now() - RECENT_WINDOW)[: RECENT_MAX + 1])
+    context = {"calls": found[:RECENT_MAX], "more": len(found) > RECENT_MAX, "recent_max": RECENT_MAX}
+    return render(request, "approvals/recent.html", context)
 
 
 def _kept(ir: InputRequest, request: HttpRequest) -> AnswerForm | None:

@@ -9,14 +9,14 @@ call through without a person and ``use`` records it (audited ``gate.granted``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Case, CharField, Count, F, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from approvals import canonical, permissions, rules, safejson
@@ -30,6 +30,7 @@ from approvals.models import (
     InputRequest,
     RoutingRule,
     Team,
+    TeamSlug,
     ToolCall,
 )
 from approvals.services.errors import Conflict, Forbidden, Invalid, moment
@@ -457,37 +458,75 @@ class Suggestion:
     days: int
 
 
+# A slug the audit log's events name, the slug of the team that holds it now, and the event ids its claim
+# covers (``TeamSlug``: from, and until exclusive; 0 and None for every event).
+SlugClaim = tuple[str, str, int, int | None]
+
+
 def suggestions(user: Any) -> list[Suggestion]:
     """Tools whose gate one of the user's teams approved at least ELICIT_GRANT_SUGGEST_APPROVALS times in the
-    last ELICIT_GRANT_SUGGEST_DAYS days, and never declined in them: candidates for a grant."""
-    if user.is_superuser:
-        teams = None
-    else:
-        teams = list(permissions.reviewer_teams(user).values_list("slug", flat=True))
-        if not teams:
-            return []
+    last ELICIT_GRANT_SUGGEST_DAYS days, and never declined in them: candidates for a grant.
+
+    A team's decisions are the events of the slugs it holds (``TeamSlug``, as ``visible_audit_events`` reads
+    them): those of a slug it held before count as its own, and a slug another team held first counts only
+    for this team's time, never for the other's decisions."""
+    claims = TeamSlug.objects.filter(team__isnull=False)
+    if not user.is_superuser:
+        claims = claims.filter(team__in=permissions.reviewer_teams(user))
+    held: list[SlugClaim] = list(claims.values_list("slug", "team__slug", "from_id", "until_id"))
+    if not held:
+        return []
     days = settings.ELICIT_GRANT_SUGGEST_DAYS
     return [
-        Suggestion(row["team_slug"], row["server_slug"], row["tool"], row["approved"], days)
-        for row in suggestion_query(teams)
+        Suggestion(row["team_now"], row["server_slug"], row["tool"], row["approved"], days)
+        for row in suggestion_query(held)
     ]
 
 
-def suggestion_query(teams: list[str] | None) -> QuerySet[AuditEvent, dict[str, Any]]:
+def _claimed(slug: str, from_id: int, until_id: int | None) -> Q:
+    """The events a claim on `slug` covers."""
+    events = Q(team_slug=slug)
+    if from_id > 0:
+        events &= Q(id__gte=from_id)
+    if until_id is not None:
+        events &= Q(id__lt=until_id)
+    return events
+
+
+def suggestion_query(teams: Sequence[str | SlugClaim] | None) -> QuerySet[AuditEvent, dict[str, Any]]:
     """One query over the audit log's gate decisions of the window (a partial index holds exactly those),
-    grouped by team, server and tool. ``teams``: the teams' slugs, None for every team."""
+    grouped by team (``team_now``), server and tool. ``teams``: the slugs' claims (a bare slug: held by the
+    team of that slug for every event), None for every slug as the events name it."""
     decisions = AuditEvent.objects.filter(
         verb__in=["gate.approved", "gate.declined"],
         at__gte=timezone.now() - timedelta(days=settings.ELICIT_GRANT_SUGGEST_DAYS),
     )
+    team_now: Any = F("team_slug")
     if teams is not None:
-        decisions = decisions.filter(team_slug__in=teams)
+        claims = [(team, team, 0, None) if isinstance(team, str) else team for team in teams]
+        whole: dict[str, list[str]] = {}  # the team's slug now -> the slugs it holds for every event
+        parts: list[tuple[Q, str]] = []
+        for slug, team, from_id, until_id in claims:
+            if from_id <= 0 and until_id is None:
+                whole.setdefault(team, []).append(slug)
+            else:
+                parts.append((_claimed(slug, from_id, until_id), team))
+        scope = Q(team_slug__in=[slug for slugs in whole.values() for slug in slugs])
+        for part, _team in parts:
+            scope |= part
+        decisions = decisions.filter(scope)
+        if parts or any(slugs != [team] for team, slugs in whole.items()):
+            # A team's earlier slug, or a slug held only for a time: each event is counted for its team.
+            cases = [When(team_slug__in=slugs, then=Value(team)) for team, slugs in whole.items()]
+            cases += [When(part, then=Value(team)) for part, team in parts]
+            team_now = Case(*cases, default=Value(""), output_field=CharField())
     return (
-        decisions.values("team_slug", "server_slug", "tool")
+        decisions.annotate(team_now=team_now)
+        .values("team_now", "server_slug", "tool")
         .annotate(
             approved=Count("id", filter=Q(verb="gate.approved")),
             declined=Count("id", filter=Q(verb="gate.declined")),
         )
         .filter(approved__gte=settings.ELICIT_GRANT_SUGGEST_APPROVALS, declined=0)
-        .order_by("-approved", "team_slug", "server_slug", "tool")[:20]
+        .order_by("-approved", "team_now", "server_slug", "tool")[:20]
     )

@@ -447,6 +447,10 @@
     return review ? review.dataset.presenceUrl : null;
   }
 
+  // This page's own name for its presence (services.presence): the same reviewer on the same request in two
+  // tabs has two entries, and closing one leaves them looking through the other.
+  const PRESENCE_TAB = Array.from(crypto.getRandomValues(new Uint8Array(12)), (b) => b.toString(16).padStart(2, "0")).join("");
+
   function sendPresence(leave) {
     const url = presenceUrl();
     const token = $("input[name=csrfmiddlewaretoken]")?.value;
@@ -454,6 +458,7 @@
     const data = new FormData();
     data.append("csrfmiddlewaretoken", token);
     data.append("leave", "1");
+    data.append("tab", PRESENCE_TAB);
     navigator.sendBeacon?.(url, data);
   }
 
@@ -461,6 +466,9 @@
     // The heartbeat itself is declarative (hx-post every 10 s on [data-presence-beat]); leaving is not.
     const review = $("[data-review]");
     if (!review || !review.hasAttribute("data-open-request")) return;
+    document.body.addEventListener("htmx:configRequest", (event) => {
+      if (event.detail.elt?.matches?.("[data-presence-beat]")) event.detail.parameters.tab = PRESENCE_TAB;
+    });
     window.addEventListener("pagehide", () => sendPresence(true));
   }
 
