@@ -260,8 +260,8 @@ def test_presence_shows_who_else_is_looking(client, world) -> None:
     client.force_login(world.bob)
     assert client.post(f"/requests/{ir.pk}/presence/").status_code == 200
     client.force_login(world.alice)
-    assert "Being answered by <bdi>bob</bdi>" in client.get("/").content.decode()
-    assert "Being answered by <bdi>bob</bdi>" in client.get(f"/requests/{ir.pk}/").content.decode()
+    assert "Being looked at by <bdi>bob</bdi>" in client.get("/").content.decode()
+    assert "Being looked at by <bdi>bob</bdi>" in client.get(f"/requests/{ir.pk}/").content.decode()
     client.force_login(world.bob)
     client.post(f"/requests/{ir.pk}/presence/", {"leave": "1"})
     assert presence.viewers([ir.pk]) == {}

@@ -20,6 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, Stream
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from approvals import schema_forms, throttling
@@ -56,6 +57,7 @@ def _filters(request: HttpRequest) -> tuple[AuditFilterForm, CursorForm]:
     return AuditFilterForm(request.GET), CursorForm(request.GET)
 
 
+@never_cache
 @require_GET
 @login_required
 @_on_reviewers_clock
@@ -87,6 +89,7 @@ def index(request: HttpRequest) -> HttpResponse:
     return render(request, "approvals/audit/index.html", context)
 
 
+@never_cache
 @require_GET
 @login_required
 @_on_reviewers_clock
@@ -136,6 +139,7 @@ def _newest_id() -> int:
     return AuditEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
+@never_cache
 @require_GET
 @login_required
 @_on_reviewers_clock
@@ -190,6 +194,7 @@ def export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpRespon
     return audit_export.export_response(request, qs=qs, fmt=fmt, filters=form.active(), contiguous=contiguous)
 
 
+@never_cache
 @require_GET
 @login_required
 def chain_head(request: HttpRequest) -> HttpResponse:
