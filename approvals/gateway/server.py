@@ -70,6 +70,9 @@ logger = logging.getLogger(__name__)
 
 CALL_META_KEY = "elicit-hub/call"  # the hub's call id and status, in every tools/call result's _meta
 MAX_IDEMPOTENCY_KEY = 200  # ToolCall.idempotency_key's length
+# The protocol versions the gateway serves, newest first: 2026-07-28 per request, and every handshake-era
+# version the session manager negotiates in an `initialize` (one it does not know gets the latest of them).
+SERVED_VERSIONS = [*reversed(MODERN_PROTOCOL_VERSIONS), *reversed(HANDSHAKE_PROTOCOL_VERSIONS)]
 
 # The tool a 2026-07-28 tools/call names, as the guard found it: (name, its input schema as tools/list shows
 # it to this client, or None). The SDK's Mcp-Param-* check reads it (`_input_schema`) before dispatch.
@@ -193,7 +196,11 @@ class Guard:
                 )
                 return
             message = _parsed(body)
-            malformed = _malformed(message) or self._over_sessions(scope, message)
+            malformed = (
+                _malformed(message)
+                or _unsupported_version(scope, message)
+                or self._over_sessions(scope, message)
+            )
             if malformed is not None:
                 await malformed(scope, receive, send)
                 return
@@ -348,6 +355,30 @@ def _malformed(message: Any) -> Response | None:
     return None
 
 
+def _unsupported_version(scope: Scope, message: Any) -> Response | None:
+    """MCP's UnsupportedProtocolVersionError (-32022) for a request whose `MCP-Protocol-Version` the gateway
+    does not serve, naming every version it does (`SERVED_VERSIONS`), as `server/discover` does; else None.
+    The SDK's own answer names the 2026-07-28 ones only: a client that also speaks a handshake-era version
+    read it as a server it cannot use, rather than one it can reach with `initialize`."""
+    version = Request(scope).headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if version is None or version in SERVED_VERSIONS:
+        return None
+    if not isinstance(message, dict) or "method" not in message or not _valid_id(message.get("id")):
+        return None  # a notification, or a response: the SDK answers it
+    return JSONResponse(
+        {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "error": {
+                "code": types.UNSUPPORTED_PROTOCOL_VERSION,
+                "message": "Unsupported protocol version",
+                "data": {"supported": list(SERVED_VERSIONS), "requested": shown(version)},
+            },
+        },
+        status_code=400,
+    )
+
+
 async def _called(
     request: Request, agent_id: int, slug: str | None
 ) -> tuple[str, catalog.ExposedTool | None, Mapping[str, Any] | None] | None:
@@ -475,9 +506,43 @@ def _text_result(call: catalog.CallState, text: str) -> types.CallToolResult:
     )
 
 
-def final_result(call: catalog.CallState) -> types.CallToolResult:
+def _result_fits(result: types.CallToolResult, version: str) -> bool:
+    """Whether `result` is a valid tools/call result in protocol ``version`` (the SDK checks it against the
+    version's schema on the way out, and answers a bare internal error for one that is not)."""
+    if version not in SERVED_VERSIONS:  # none the SDK checks a result against
+        return True
+    wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    try:
+        mcp_methods.validate_server_result("tools/call", version, {**wire, "resultType": "complete"})
+    except (ValueError, KeyError):  # pydantic's ValidationError is a ValueError
+        return False
+    return True
+
+
+def _with_structured_as_text(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` without its `structuredContent` (one the handshake era does not allow: not an object), whose
+    JSON is then one more text item, unless a text item already holds that value (as MCP asks a tool with
+    structured content to do)."""
+    body = dict(body)
+    value = body.pop("structuredContent")
+    content = list(body.get("content") or [])
+    for item in content:
+        if isinstance(item, dict) and item.get("type") == "text" and isinstance(item.get("text"), str):
+            with contextlib.suppress(ValueError, RecursionError):
+                if json.loads(item["text"]) == value:
+                    return body
+    body["content"] = [*content, {"type": "text", "text": json.dumps(value, ensure_ascii=False)}]
+    return body
+
+
+def final_result(call: catalog.CallState, version: str | None = None) -> types.CallToolResult:
     """What the agent gets for a final call: the upstream's CallToolResult when it completed; otherwise a
-    tool error (`isError: true`) saying what happened, in words."""
+    tool error (`isError: true`) saying what happened, in words.
+
+    ``version``: the client's protocol version. A result it does not allow (a 2026-07-28 upstream's
+    `structuredContent` that is not an object, sent to a handshake-era client) is mended (that value goes
+    as text), or else reported as a tool error holding its JSON: the SDK would answer the agent a bare
+    internal error instead, for a call that ran, and again for every repeat of it."""
     error = call.error or {}
     if call.status == "completed" and isinstance(call.result, dict):
         about = _about(call)
@@ -489,11 +554,23 @@ def final_result(call: catalog.CallState) -> types.CallToolResult:
         meta = {k: v for k, v in (body.get("_meta") or {}).items() if k != types.SERVER_INFO_META_KEY}
         body["_meta"] = {**meta, CALL_META_KEY: about}
         try:
-            return types.CallToolResult.model_validate(body)
+            result = types.CallToolResult.model_validate(body)
         except ValueError:
             return _text_result(
                 call, "The server's result is not a valid CallToolResult:\n" + json.dumps(call.result)
             )
+        if version is None or _result_fits(result, version):
+            return result
+        if "structuredContent" in body and not isinstance(body["structuredContent"], dict):
+            with contextlib.suppress(ValueError):
+                mended = types.CallToolResult.model_validate(_with_structured_as_text(body))
+                if _result_fits(mended, version):
+                    return mended
+        return _text_result(
+            call,
+            f"The server's result is not valid in MCP {version}, this client's version:\n"
+            + json.dumps(call.result),
+        )
     if call.status == "expired":
         message = error.get("message") or "No one answered before the deadline."
         if isinstance(call.result, dict):
@@ -629,7 +706,7 @@ async def wait_for(
         if state is None:
             raise MCPError(types.INTERNAL_ERROR, f"The call {call_id} no longer exists on the hub.")
         if state.is_final:
-            return final_result(state)
+            return final_result(state, ctx.protocol_version)
         asks = await _db(catalog.requester_asks, call_id)
         asks = [ask for ask in asks if ask.mode in client["modes"] and ask.id not in asked]
         if asks and client["era"] == passthrough.MODERN:
@@ -680,7 +757,17 @@ def never_leaks(handler: H) -> H:
 class GatewayServer(Server[Any]):
     """The SDK's server, saying in a handshake-era `initialize` result that the gateway sends
     `notifications/tools/list_changed` (`tools.listChanged: true`). A 2026-07-28 client reads the same in
-    `server/discover`, which the SDK derives from the `subscriptions/listen` handler."""
+    `server/discover`, which the SDK derives from the `subscriptions/listen` handler.
+
+    `server/discover` names every version the endpoint serves (`SERVED_VERSIONS`), as MCP asks of a dual-era
+    server: the SDK's own answer names the 2026-07-28 ones only, which told a client (or a dashboard showing
+    the hub) that a handshake-era client could not use it."""
+
+    async def _handle_discover(
+        self, ctx: ServerRequestContext[Any], params: types.RequestParams | None
+    ) -> types.DiscoverResult:
+        found = await super()._handle_discover(ctx, params)
+        return found.model_copy(update={"supported_versions": list(SERVED_VERSIONS)})
 
     def create_initialization_options(
         self,

@@ -8,15 +8,19 @@ deadline: beat expires overdue gates only every few seconds, and a decision in b
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.utils import timezone
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
+from referencing.exceptions import Unresolvable
 
 from approvals import canonical, safejson
 from approvals.models import InputRequest
 from approvals.services.errors import AnswerInvalid, Conflict, Invalid, moment
+
+logger = logging.getLogger(__name__)
 
 GATE_KEY = "gate"
 GATE_METHOD = "tools/call"  # the InputRequest.method of a gate: what it asks about
@@ -74,14 +78,23 @@ def validate_decision(ir: InputRequest, action: str, content: Any) -> dict[str, 
 
 
 def schema_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, str]:
-    """jsonschema's verdict on edited arguments, one message per argument path ("" for the whole)."""
+    """jsonschema's verdict on edited arguments, one message per argument path ("" for the whole).
+
+    A schema the hub cannot check against counts as broken, as one the metaschema refuses: a `$ref` it
+    cannot resolve (the hub fetches no schema from the network, and a pointer may name nothing) or one that
+    refers to itself without end. Only "an object" is checked then (the server checks its own arguments);
+    before, the reviewer's edit ended in a server error."""
     try:
         cls = validator_for(schema, default=Draft202012Validator)
         cls.check_schema(schema)
     except SchemaError:
         return {}  # the server's schema itself is broken: only "an object" can be checked, and it is
     errors: dict[str, str] = {}
-    for error in cls(schema).iter_errors(arguments):
-        path = ".".join(str(part) for part in error.absolute_path) or "arguments"
-        errors.setdefault(path, error.message[:300])
+    try:
+        for error in cls(schema).iter_errors(arguments):
+            path = ".".join(str(part) for part in error.absolute_path) or "arguments"
+            errors.setdefault(path, error.message[:300])
+    except (Unresolvable, RecursionError) as exc:
+        logger.warning("a gate's inputSchema cannot be checked against: %s", type(exc).__name__)
+        return {}
     return errors

@@ -10,7 +10,9 @@ At send time (`gate_at_send`, on the Celery path and the holder path) the digest
 tool definition the hub holds (listed again first when older than `SEND_FRESHNESS` seconds,
 `gate_refresh_tools`), the arguments to be sent, and the rule's and policy's current revisions. Equal: the
 approval is used, once. Different: the approval is voided (``gate.voided``, with the reason) and a new gate
-opens for the call as it now is.
+opens for the call as it now is. So too when the first gate rule matching the call as it would be sent asks
+another team, or under another policy, than the rule that opened the gate (arguments a reviewer edited into a
+stricter rule's reach, or a rule added before it since): that rule's reviewers decide it.
 
 Remembered grants (``approvals.services.grants``, when installed) let a call through without a person. Before
 such a call's first send the grant is checked again: revoked, expired or deleted since, or the tool's
@@ -440,7 +442,9 @@ def gate_at_send(call: ToolCall) -> bool:
     now = timezone.now()
     current = _current_digest(call, gate)
     ir = gate.round.input_requests.select_related("team").first()
-    if current == gate.approved_digest:
+    rule, explanation = gate_rule(call)
+    stopped_by = _other_gate(gate, rule)
+    if current == gate.approved_digest and stopped_by is None:
         Gate.objects.filter(pk=gate.pk, status=Gate.Status.APPROVED).update(
             status=Gate.Status.USED, used_at=now
         )
@@ -448,7 +452,7 @@ def gate_at_send(call: ToolCall) -> bool:
             actor=SYSTEM, verb="gate.used", call=call, input_request=ir, data=_audit_data(call, ir, current)
         )
         return True
-    reason = _void_reason(call, gate)
+    reason = stopped_by if current == gate.approved_digest and stopped_by else _void_reason(call, gate)
     Gate.objects.filter(pk=gate.pk).update(status=Gate.Status.VOIDED, reason=reason)
     audit.record(
         actor=SYSTEM,
@@ -457,8 +461,23 @@ def gate_at_send(call: ToolCall) -> bool:
         input_request=ir,
         data=_audit_data(call, ir, gate.approved_digest, now_digest=current, reason=reason),
     )
-    rule, explanation = gate_rule(call)
     if rule is None:
         return True  # no gate rule asks for this call any more: it goes as it is
     gate_open(call=call, rule=rule, explanation=explanation, why=reason)
     return False
+
+
+def _other_gate(gate: Gate, rule: RoutingRule | None) -> str | None:
+    """Why the approval given at ``gate`` does not cover the call as it would be sent, whose first matching
+    gate rule is now ``rule``: that rule asks another team, or under another policy (the arguments a
+    reviewer approved, or a rule added or moved since, put the call under it). None when it is the gate's
+    own rule, one asking the same team under the same policy, or no rule at all (nothing asks for an
+    approval any more). Without this check, a reviewer's edit could send a call that a stricter rule
+    (another team, two approvals) stops, on the first rule's approval."""
+    if rule is None or rule.pk == gate.rule_id:
+        return None
+    if gate.rule_id is not None and gate.policy_id == rule.policy_id:
+        own = RoutingRule.objects.filter(pk=gate.rule_id).values_list("team_id", flat=True).first()
+        if own == rule.team_id:
+            return None
+    return f"the call as it would be sent falls under the rule {rule.name!r}, which asks its own approval"
