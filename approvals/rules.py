@@ -72,13 +72,22 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def holds(condition: dict[str, Any], arguments: dict[str, Any]) -> Verdict:
+def holds(condition: dict[str, Any], arguments: dict[str, Any], *, absent_differs: bool = False) -> Verdict:
+    """Whether one condition holds for the arguments. An argument not given matches no value, so ``==`` and
+    ``in`` fail for it; ``!=`` and ``not in`` fail too (a grant's and a routing rule's conditions: what the
+    hub cannot see, a grant does not allow), unless `absent_differs` (a gate rule's: a rule that stops every
+    value but some stops a call that names none, since the server's own default, which the hub cannot see,
+    may be any of them)."""
     name, op = condition["argument"], condition.get("op", "==")
     expected: Any = condition.get("value")  # any JSON value; a list for in / not in (see check_condition)
     actual = argument(arguments, name)
     if op == "exists":
         return Verdict(actual is not _MISSING, f"{name} {'is' if actual is not _MISSING else 'is not'} given")
     if actual is _MISSING:
+        if absent_differs and op in ("!=", "not in"):
+            return Verdict(
+                True, f"{name} is not given ({op} {_SHOWN.repr(expected)}: the server's default is unseen)"
+            )
         return Verdict(False, f"{name} is not given")
     if op in ("==", "!="):
         ok = same(actual, expected) == (op == "==")
@@ -161,7 +170,7 @@ def evaluate(rule: Any, subject: Subject) -> Verdict:
         problem = check_condition(condition)
         if problem:
             return Verdict(False, f"malformed condition: {problem}")
-        verdict = holds(condition, subject.arguments)
+        verdict = holds(condition, subject.arguments, absent_differs=bool(getattr(rule, "gate", False)))
         if not verdict.matched:
             return verdict
         reasons.append(verdict.why)
