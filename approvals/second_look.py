@@ -32,13 +32,16 @@ MAX_AGE = 15 * 60
 _SALT = "approvals.second_look"
 
 
-def reasons(ir: InputRequest, call: ToolCall) -> list[str]:
-    """Why this request needs a second look (empty when it does not), in the reviewer's words."""
+def reasons(ir: InputRequest, call: ToolCall, tool: dict[str, Any] | None = None) -> list[str]:
+    """Why this request needs a second look (empty when it does not), in the reviewer's words. `tool`: a
+    gate's tool definition, the one its approval is bound to; else the server's tool list as the hub holds
+    it now."""
     why = []
     policy = ir.policy
     if policy is not None and policy.risk == Policy.Risk.HIGH:
         why.append(_("the hub's policy “%(policy)s” rates it high risk") % {"policy": policy.name})
-    if (call.tool_annotations or {}).get("destructiveHint") is True:
+    annotations = (tool.get("annotations") or {}) if tool is not None else call.tool_annotations
+    if isinstance(annotations, dict) and annotations.get("destructiveHint") is True:
         why.append(_("the server says this tool may make destructive changes"))
     return why
 
@@ -126,7 +129,7 @@ class GateReview:
 
 
 def gate_review(
-    ir: InputRequest, call: ToolCall, user: Any, values: dict[str, Any], posted: Any
+    ir: InputRequest, call: ToolCall, user: Any, values: dict[str, Any], posted: Any, tool: dict[str, Any]
 ) -> GateReview:
     """The second step of a gate's approval of `values` ({"decision", "arguments", "grant"}), `posted` being
     the decision's POST (a QueryDict), whose fields the confirming form sends again."""
@@ -137,4 +140,4 @@ def gate_review(
         for value in given
     ]
     grant = values["grant"][0] if values.get("grant") else ""
-    return GateReview(reasons(ir, call), values["arguments"], grant, fields, token(ir, user, values))
+    return GateReview(reasons(ir, call, tool), values["arguments"], grant, fields, token(ir, user, values))

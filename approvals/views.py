@@ -263,7 +263,7 @@ def _gate_page(
         "decline_reasons": DECLINE_REASONS,
         "grant_fields": gates.grants_installed(),
         "approvals": selectors.approvals_summary(ir) if ir.approvals_required > 1 else None,
-        "second_look": bool(second_look.reasons(ir, call)),
+        "second_look": bool(second_look.reasons(ir, call, (gate.tool if gate else {}) or {})),
         "review": review,
         "extension": extensions.offer(ir, request.user) if pending and may_answer else None,
         "deadline_close": pending and extensions.deadline_close(ir),
@@ -381,7 +381,9 @@ def _gate_review(
     if decision not in ("approve", "edit") or not permissions.can_answer(request.user, ir):
         return None
     call = ir.round.call
-    if not second_look.reasons(ir, call):
+    # The tool as the approval is bound to it (the gate's), not as the server's list says now.
+    tool = Gate.objects.filter(round_id=ir.round_id).values_list("tool", flat=True).first() or {}
+    if not second_look.reasons(ir, call, tool):
         return None
     sent = arguments if decision == "edit" else (ir.params or {}).get("arguments")
     chosen = None
@@ -394,7 +396,7 @@ def _gate_review(
     values = {"decision": decision, "arguments": sent, "grant": chosen}
     if second_look.confirmed(request.POST.get(second_look.FIELD, ""), ir, request.user, values):
         return None
-    return second_look.gate_review(ir, call, request.user, values, request.POST)
+    return second_look.gate_review(ir, call, request.user, values, request.POST, tool)
 
 
 def _gate_edit_again(

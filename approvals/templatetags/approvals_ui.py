@@ -198,8 +198,16 @@ def grant_conditions(arguments: Any) -> list[dict[str, str]]:
 
 @register.filter
 def server_claims(call: Any) -> list[str]:
-    """What the server says about its tool (annotations): claims, not facts."""
-    hints = call.tool_annotations
+    """What the server says about its tool (annotations) in its list as the hub holds it: claims, not
+    facts."""
+    return annotation_claims(call.tool_annotations)
+
+
+@register.filter
+def annotation_claims(hints: Any) -> list[str]:
+    """What these annotations claim of a tool (a gate's: the definition its approval is bound to)."""
+    if not isinstance(hints, dict):
+        return []
     claims = []
     if hints.get("destructiveHint"):
         claims.append(str(_("may make destructive changes")))
