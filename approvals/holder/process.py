@@ -351,7 +351,10 @@ class HolderProcess:
                 )
                 return
             except McpError as exc:
-                if not run.sent and exc.transient and attempt < settings.ELICIT_MCP_MAX_RETRIES:
+                # Tried again on a new session: a failure before tools/call was sent, or one the server
+                # refused it with (its session expired: a 404; a 429), which proves the tool did not run.
+                refused = not run.sent or not exc.may_have_run
+                if refused and exc.transient and attempt < settings.ELICIT_MCP_MAX_RETRIES:
                     attempt += 1
                     backoff = min(
                         settings.ELICIT_MCP_RETRY_MAX, settings.ELICIT_MCP_RETRY_BASE * 2 ** (attempt - 1)

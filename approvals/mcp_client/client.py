@@ -55,7 +55,7 @@ from approvals.mcp_client.outcomes import (
     TransientError,
 )
 from approvals.mcp_client.toollist import ToolList
-from approvals.mcp_client.transport import TeeTransport, Wire
+from approvals.mcp_client.transport import InflatingTransport, TeeTransport, Wire
 from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
     classify_rpc_error,
@@ -191,10 +191,19 @@ def _refused(error: McpError, wire: Wire) -> bool:
 
 
 def _verdict(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> McpError:
-    """`_classify`, and whether the tool may have run: once a tools/call left the hub, every failure but a
-    refusal (`_refused`) leaves its fate open, whatever status or error it came with."""
-    error = _classify(exc, wire, what, secret)
-    if not wire.call_sent or error.may_have_run or _refused(error, wire):
+    """`_classify`, and whether the tool may have run (`after_send`)."""
+    return after_send(_classify(exc, wire, what, secret), wire)
+
+
+def after_send(error: McpError, wire: Wire, *, written: bool = False) -> McpError:
+    """`error` with whether the tool may have run: once a tools/call left the hub, every failure but a
+    refusal (`_refused`) leaves its fate open, whatever status or error it came with. `written`: the call
+    went out on a byte stream (stdio), where only the server's own answer (a JSON-RPC error) says what became
+    of it."""
+    if written:
+        if error.may_have_run or error.code in _ANSWERED:
+            return error
+    elif not wire.call_sent or error.may_have_run or _refused(error, wire):
         return error
     return type(error)(
         error.code,
@@ -253,7 +262,9 @@ def _guarded_http(
         return httpx2.AsyncClient(
             headers=dict(server.headers),
             timeout=timeout,
-            transport=netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context()),
+            transport=InflatingTransport(
+                netguard.AsyncGuardedTransport(checked=checked, verify=_tls_context())
+            ),
             trust_env=False,
             event_hooks={"request": [wire.on_request], "response": [wire.on_response]},
         )

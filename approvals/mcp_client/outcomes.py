@@ -88,8 +88,8 @@ class McpError(Exception):
     `code` is a stable snake_case reason (``connect_failed``, ``timeout``, ``http_5xx``,
     ``rate_limited``, ``network_error``, ``rpc_error``, ``request_state_rejected``,
     ``malformed_response``, ``unsupported_input_request``, ``protocol_unsupported``, ``auth_failed``,
-    ``http_4xx``, ``redirect_not_followed``, ``unknown_tool``, ``header_mismatch``, ``unexpected_error``);
-    `message` is for a human and
+    ``http_4xx``, ``redirect_not_followed``, ``unknown_tool``, ``header_mismatch``, ``session_expired``,
+    ``unexpected_error``); `message` is for a human and
     carries no secret; `rpc_code` is the JSON-RPC error code when the server sent one;
     `retry_after` is the server's Retry-After in seconds, when given. `may_have_run` is true when a
     ``tools/call`` left the hub (its request headers were written) and then failed in any way that does not

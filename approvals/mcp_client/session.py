@@ -47,6 +47,7 @@ from approvals.mcp_client.client import (
     _prepare_output_check,
     _secrets,
     _stored_tool,
+    after_send,
 )
 from approvals.mcp_client.outcomes import (
     Completed,
@@ -118,6 +119,9 @@ class Dispatcher:
         self.wire = wire or Wire(None)
         self.secrets = list(secrets or [])
         self.pending = 0  # elicitations waiting for a person now
+        # Set by `http_transport`: requests go out as HTTP POSTs, whose answers `wire` records. Otherwise (a
+        # stdio server) a request handed to the session is written to the server.
+        self.over_http = False
         # What the check of the last result against its output schema found (`_keep_results`).
         self.output_problem: str | None = None
         self._limit: anyio.CancelScope | None = None
@@ -206,6 +210,7 @@ def http_transport(
     wire = dispatcher.wire if dispatcher is not None else Wire(None)
     if dispatcher is not None:
         dispatcher.secrets.extend(_secrets(server))
+        dispatcher.over_http = True
     http = _guarded_http(server, wire, httpx2.Timeout(server.timeout, read=read_timeout), checked)
     return streamable_http_client(server.url, http_client=http), http
 
@@ -315,7 +320,9 @@ async def call_on(
 
     `timeout` is the hub's limit on the call; it stops running while an elicitation waits for a person.
     Returns `Completed`, `ToolError` or `UrlRequired`; raises `McpError`. A limit that passes after the
-    request left raises ``PermanentError("outcome_unknown")``: the tool may have run.
+    request left raises ``PermanentError("outcome_unknown")``: the tool may have run. Any other failure once
+    the request left (its stream ended without the answer, an answer unreadable, a 5xx) has ``may_have_run``
+    unless the server's answer proves it refused the call (`client.REFUSALS`) or says what became of it.
 
     `tool` is the tool's definition as the hub stores it (its server's tools/list): the session learns the
     tool's output schema from it. Without it, a session that has not listed the tools lists them before the
@@ -327,6 +334,8 @@ async def call_on(
     dispatcher.hooks = hooks
     dispatcher.wire.idempotency_key = idempotency_key
     dispatcher.wire.last_result = None
+    dispatcher.wire.call_sent = False
+    dispatcher.wire.call_http = None
     result: mcp_types.CallToolResult | None = None
     failure: BaseException | None = None
     with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
@@ -352,11 +361,17 @@ async def call_on(
     if failure is not None:
         if isinstance(failure, MCPError) and failure.code == URL_ELICITATION_REQUIRED:
             return _url_required(failure, dispatcher.secrets)
-        raise _classify(failure, dispatcher.wire, what, dispatcher.secrets) from None
+        # Whether the tool may have run: once the call left the hub, only the server's answer says.
+        error = _classify(failure, dispatcher.wire, what, dispatcher.secrets)
+        raise after_send(error, dispatcher.wire, written=not dispatcher.over_http) from None
     assert result is not None
-    outcome = read_call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True), what)
-    if not isinstance(outcome, Completed | ToolError):
-        raise PermanentError("malformed_response", f"the server's answer to {what} is not a tool result")
+    try:
+        outcome = read_call_result(result.model_dump(by_alias=True, mode="json", exclude_none=True), what)
+        if not isinstance(outcome, Completed | ToolError):
+            raise PermanentError("malformed_response", f"the server's answer to {what} is not a tool result")
+    except McpError as exc:
+        # The server answered, and the answer is lost: the tool may have run.
+        raise after_send(exc, dispatcher.wire, written=not dispatcher.over_http) from None
     if isinstance(outcome, Completed) and dispatcher.output_problem is not None:
         return Completed(outcome.result, output_schema_error=dispatcher.output_problem)
     return outcome

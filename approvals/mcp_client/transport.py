@@ -12,17 +12,22 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import secrets
+import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
+from approvals import netguard
 from approvals.mcp_client.wire import HttpFacts, parse_retry_after
 
 _JS_SAFE_INT = 2**53 - 1
+MAX_SAID = 1000  # characters of a server's error message kept for classifying it (it is scrubbed when shown)
 
 
 class QuietSdkTransportLog(logging.Filter):
@@ -116,17 +121,35 @@ class Wire:
         return SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=session_id, result=result), item.metadata)
 
     @staticmethod
-    def _carries_request(request: httpx2.Request) -> bool:
-        """A POST of a JSON-RPC request (or, on a handshake-era session, of any message): what an answer's
-        status judges. Not the SDK's GET (a stream, a reconnect) or DELETE, nor a notification's POST."""
-        method = request.headers.get("mcp-method") or ""
-        return request.method == "POST" and not method.startswith("notifications/")
+    def _method(request: httpx2.Request) -> str | None:
+        """The JSON-RPC method a POST carries: its ``Mcp-Method`` header (2026-07-28), else, on a
+        handshake-era session (whose requests carry no such header), the ``method`` of the JSON body the SDK
+        wrote. None for anything else: a GET or DELETE, a response (the answer to a server's elicitation), a
+        batch."""
+        if request.method != "POST":
+            return None
+        named = request.headers.get("mcp-method")
+        if named is not None:
+            return named
+        try:
+            body = json.loads(request.content)
+        except (httpx2.RequestNotRead, ValueError, TypeError):
+            return None
+        method = body.get("method") if isinstance(body, dict) else None
+        return method if isinstance(method, str) else None
+
+    @classmethod
+    def _carries_request(cls, request: httpx2.Request) -> bool:
+        """A POST of a JSON-RPC request: what an answer's status judges. Not the SDK's GET (a stream, a
+        reconnect) or DELETE, nor the POST of a notification or of an answer to the server's question."""
+        method = cls._method(request)
+        return method is not None and not method.startswith("notifications/")
 
     async def on_request(self, request: httpx2.Request) -> None:
         if not self._carries_request(request):
             return
         self.http = HttpFacts()
-        if request.headers.get("mcp-method") == "tools/call":
+        if self._method(request) == "tools/call":
             self.call_sent = False
             self.call_http = None
             if self.idempotency_key is not None:
@@ -142,13 +165,31 @@ class Wire:
         request = response.request
         if not self._carries_request(request):
             return
+        content_type = response.headers.get("content-type")
         self.http = HttpFacts(
             status=response.status_code,
-            content_type=response.headers.get("content-type"),
+            content_type=content_type,
             retry_after=parse_retry_after(response.headers.get("retry-after")),
+            session=bool(request.headers.get("mcp-session-id")),
+            said=await _error_said(response) if response.status_code >= 400 else None,
         )
-        if request.headers.get("mcp-method") == "tools/call":
+        if self._method(request) == "tools/call":
             self.call_http = self.http
+
+
+async def _error_said(response: httpx2.Response) -> str | None:
+    """The message of the JSON error an HTTP error status came with, read here (the body is bounded by the
+    outbound guard, and kept for the SDK, which reads it next), or None. Never raises: this runs in the HTTP
+    client's response hook, where an exception would lose the answer it came with."""
+    if not (response.headers.get("content-type") or "").lower().startswith("application/json"):
+        return None
+    try:
+        body = json.loads(await response.aread())
+    except Exception:  # too large, cut off, not JSON: the SDK reports it as it would
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message[:MAX_SAID] if isinstance(message, str) else None
 
 
 class ReadTee:
@@ -201,6 +242,79 @@ class WriteTee:
 
     async def __aexit__(self, *exc: Any) -> bool | None:
         return await self._inner.__aexit__(*exc)
+
+
+class InflatingTransport(httpx2.AsyncBaseTransport):
+    """Decompresses a server's gzip or deflate answer itself, bounded as the outbound guard bounds what
+    arrives (``ELICIT_MAX_MCP_RESPONSE``), and hands it on as plain bytes.
+
+    The guard counts the bytes that arrive; the HTTP client decompresses after it, with no bound, so a
+    compressed answer of a few hundred kilobytes (a "gzip bomb") would be read as hundreds of megabytes. An
+    event stream is left to the client: the SDK bounds each of its events once decompressed."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        coding = (response.headers.get("content-encoding") or "").strip().lower()
+        if coding not in _WBITS or (response.headers.get("content-type") or "").startswith(
+            "text/event-stream"
+        ):
+            return response
+        response.stream = _Inflated(response.stream, coding, netguard.max_response())
+        del response.headers["content-encoding"]
+        if "content-length" in response.headers:
+            del response.headers["content-length"]
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+# zlib's window bits per content coding: a gzip member; a zlib stream ("deflate" as HTTP means it).
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+class _Inflated(httpx2.AsyncByteStream):
+    """A compressed body, decompressed; `netguard.ResponseTooLarge` once more than `limit` bytes come out."""
+
+    def __init__(self, inner: Any, coding: str, limit: int) -> None:
+        self._inner, self._coding, self._limit = inner, coding, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        inflater: Any = None
+        seen = 0
+        try:
+            async for chunk in self._inner:
+                if inflater is None:
+                    if not chunk:
+                        continue
+                    wbits = _WBITS[self._coding]
+                    if self._coding == "deflate" and not _zlib_header(chunk):
+                        wbits = -zlib.MAX_WBITS  # some servers send a raw deflate stream for "deflate"
+                    inflater = zlib.decompressobj(wbits)
+                data = chunk
+                while data:
+                    # At most one byte past the limit comes out of each step, however much it would expand.
+                    out = inflater.decompress(data, self._limit + 1 - seen)
+                    data = inflater.unconsumed_tail
+                    seen += len(out)
+                    if seen > self._limit:
+                        raise netguard.ResponseTooLarge(self._limit)
+                    if out:
+                        yield out
+        except zlib.error:
+            raise httpx2.DecodingError("the server's compressed answer is corrupt") from None
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _zlib_header(data: bytes) -> bool:
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
 class TeeTransport:

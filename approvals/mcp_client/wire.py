@@ -282,11 +282,17 @@ def _handshake_refusal(code: int, message: str, status: int | None) -> str | Non
 
 @dataclass
 class HttpFacts:
-    """What the last HTTP exchange looked like (the SDK folds these into generic JSON-RPC errors)."""
+    """What the last HTTP exchange looked like (the SDK folds these into generic JSON-RPC errors).
+
+    `session`: the request carried an ``Mcp-Session-Id`` (a handshake-era session). `said`: the message of
+    the JSON error an HTTP error status came with, as the server wrote it: the SDK replaces an error it cannot
+    read as JSON-RPC (one without an ``id``, as the TypeScript SDK sends) with its own words."""
 
     status: int | None = None
     content_type: str | None = None
     retry_after: float | None = None
+    session: bool = False
+    said: str | None = None
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -334,8 +340,22 @@ def classify_rpc_error(
     status = http.status
     text = scrub(message or "", secrets)
     json_body = (http.content_type or "").lower().startswith("application/json")
-    if code == REQUEST_TIMEOUT:
+    if code == REQUEST_TIMEOUT and (status is None or status < 400):
+        # The SDK's own time-out, or a server's error -32001 in a successful answer. Not an HTTP error's: the
+        # TypeScript SDK answers a request on a session it no longer knows with HTTP 404 and -32001.
         return TransientError("timeout", f"no answer to {what} in time")
+    said = http.said or message or ""
+    expired: McpError | None = None
+    if status in (400, 404) and (status == 404 or http.session) and "session" in said.lower():
+        # A handshake-era session the server ended or forgot (a restart, an idle timeout): it refused the
+        # request unread (a 404, the spec's answer; a 400 naming the session, the TypeScript SDK's), and a new
+        # session may send it.
+        expired = TransientError(
+            "session_expired",
+            f"the server no longer knows the session of {what} (HTTP {status}: {scrub(said, secrets)})",
+        )
+    if expired is not None and http.session:
+        return expired  # on a session, a refusal naming the session is never a refusal of stateless requests
     hint = _handshake_refusal(code, message or "", status)
     if hint is not None:
         # A handshake-era server refusing a stateless request: resending it can never work.
@@ -344,6 +364,8 @@ def classify_rpc_error(
             f"the server refused {what} without a session ({text}): {hint}",
             rpc_code=code,
         )
+    if expired is not None:
+        return expired
     if status == 429:
         return TransientError(
             "rate_limited", f"the server is rate limiting {what} (HTTP 429)", retry_after=http.retry_after

@@ -237,7 +237,16 @@ def held_finish(
         assert error is not None
         # The message may quote the server (a -32042's own message): kept storable.
         message = safejson.storable_text(error.message)
-        body: dict[str, Any] = {"code": error.code, "message": message, "tool_may_have_run": sent}
+        code = error.code
+        if sent and error.may_have_run and code != sending.OUTCOME_UNKNOWN:
+            # The call reached the server and its answer did not come, or came unreadable: its outcome is
+            # unknown, as a worker's send that fails so (`sending._fail_unknown`), not the network's fault.
+            code = sending.OUTCOME_UNKNOWN
+            message = (
+                f"{message.rstrip('.')}. The tool may have run: the hub does not send it again, because the "
+                "server's answer does not say whether it ran. Check the server before calling it again."
+            )
+        body: dict[str, Any] = {"code": code, "message": message, "tool_may_have_run": sent}
         if error.rpc_code is not None:
             body["rpc_code"] = error.rpc_code
         return call_finish(call=call, status=ToolCall.Status.FAILED, error=body)
