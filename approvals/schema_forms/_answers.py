@@ -15,7 +15,7 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 
 from approvals.safejson import text_problem
 
-from ._common import MAX_VALUE_LENGTH, _, kind_of, ngettext, show_number
+from ._common import MAX_VALUE_LENGTH, _, choices_of, kind_of, ngettext, show_number
 
 # With the format-nongpl extra installed this checks uri and date-time too (without it they
 # would pass silently). jsonschema's own email check only looks for an "@", which lets "a@"
@@ -123,6 +123,14 @@ def answer_problem(prop: dict[str, Any], value: object, validator_cls: Any) -> s
     problem = _hub_rule_problem(kind, value)
     if problem:
         return problem
+    if kind == "multi_select" and isinstance(value, list):
+        # The options are checked here, one set lookup each: jsonschema tries every titled option on every
+        # item and reports every item that fails, so a list of thousands (a server's default, a client's
+        # answer) took minutes. Past this point at most one item per option is left, each one of them.
+        offered = {choice for choice, _label in choices_of(prop)}
+        if not all(isinstance(item, str) and item in offered for item in value):
+            return _("Choose only from the options")
+        prop = {key: rule for key, rule in prop.items() if key != "items"}
     validator = validator_cls(prop, format_checker=FORMAT_CHECKER)
     errors = list(validator.iter_errors(value))
     if not errors:

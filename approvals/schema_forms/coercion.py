@@ -16,6 +16,10 @@ Decisions:
 - Typed text is stripped and CRLF becomes LF (a textarea posts CRLF, which would count double
   against maxLength). Text left as the server's default had it (line breaks aside, which a browser
   sends as CRLF) is sent as the server wrote it: tidying it would change the server's own value.
+  So is an email address left as suggested, which a browser sends with an international domain in
+  punycode (ops@bücher.example as ops@xn--bcher-kva.example).
+- A typed web address with letters beyond ASCII is sent as the URI it stands for (the domain in
+  punycode, the rest percent-encoded), as a browser's address bar writes it: `uri` takes ASCII only.
 - Date-times without an offset get `tz` (see timezones.py); we never assume UTC.
 - A chosen option is sent as the schema spells it: a browser posts each line break in a value as
   CRLF, so a posted option is matched to the schema's with line breaks aside.
@@ -23,10 +27,13 @@ Decisions:
 
 from __future__ import annotations
 
+import contextlib
 import re
+import unicodedata
 from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from ._common import UnsupportedSchema, _, choices_of, kind_of, properties, required_names
 from .checking import check_schema
@@ -34,9 +41,13 @@ from .timezones import split_datetime, to_rfc3339
 from .validation import validate
 
 _MISSING = object()
-_INTEGER = re.compile(r"[+-]?\d{1,300}")
+# As many digits as Python reads into an int: the largest float, written out as a whole number the way the
+# form shows an integer default, has 309.
+_INTEGER = re.compile(r"[+-]?\d{1,4300}")
+_DIGITS = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,4})?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _TRUE = frozenset({"on", "true", "1", "yes"})
 _FALSE = frozenset({"", "off", "false", "0", "no"})
 
@@ -121,6 +132,10 @@ def _left_as_suggested(prop: dict[str, Any], values: list[str], tz: str | None) 
     kind = kind_of(prop)
     if kind == "text":
         return _line_breaks(values[0]) == _line_breaks(default)  # a browser sends line breaks as CRLF
+    if kind == "email":
+        # A browser's email input sends an international domain in ASCII (ops@bücher.example comes back as
+        # ops@xn--bcher-kva.example, lower case): the address shown and left alone is the server's own.
+        return _address_key(values[0]) == _address_key(default)
     if kind == "datetime":
         # Shown on the reviewer's clock (or the value's own, at the calendar's edge): that wall time may
         # happen twice on the night the clocks go back, or not be the instant in `tz` at all; as shown, it
@@ -158,6 +173,19 @@ def _wall_time(text: str) -> datetime | None:
     return moment if moment.tzinfo is None else None
 
 
+def _address_key(address: str) -> tuple[str, str]:
+    """An email address as (local part, domain as a person reads it): punycode labels decoded, then case and
+    width ignored in the domain only (a mailbox's own name may tell case apart)."""
+    local, _at, domain = address.strip().rpartition("@")
+    labels = []
+    for label in re.split("[.\u3002\uff0e\uff61]", domain):
+        if label[:4].lower() == "xn--":
+            with contextlib.suppress(UnicodeError, ValueError):  # not punycode after all: kept as written
+                label = label[4:].encode("ascii").decode("punycode")
+        labels.append(unicodedata.normalize("NFKC", label).casefold())
+    return local, ".".join(labels)
+
+
 def _line_breaks(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -182,7 +210,8 @@ def _boolean(values: list[str]) -> Converted:
 
 def _integer(text: str, tz: str | None) -> Converted:
     if not _INTEGER.fullmatch(text):
-        return _MISSING, _("Enter a whole number")
+        too_long = _DIGITS.fullmatch(text)  # digits past what a number can hold
+        return _MISSING, (_("Enter a smaller number") if too_long else _("Enter a whole number"))
     return int(text), None
 
 
@@ -198,6 +227,31 @@ def _number(text: str, tz: str | None) -> Converted:
     if number in (float("inf"), float("-inf")):
         return _MISSING, _("Enter a smaller number")
     return number, None
+
+
+def _url(text: str, tz: str | None) -> Converted:
+    """A typed web address with letters beyond ASCII, written as the URI it stands for (as a browser's
+    address bar does): the domain in punycode, the rest percent-encoded as UTF-8. The `uri` format takes
+    ASCII only, and "https://bücher.example/straße" was refused as "Enter a full web address"."""
+    return (text if text.isascii() else _as_uri(text)), None
+
+
+def _as_uri(text: str) -> str:
+    try:
+        netloc = urlsplit(text).netloc
+    except ValueError:
+        return text  # validate() says what is wrong with it
+    userinfo, at, host_port = netloc.rpartition("@")
+    host, colon, port = host_port, "", ""
+    if not host_port.startswith("["):  # an IPv6 literal is ASCII, and holds colons of its own
+        host, colon, port = host_port.partition(":")
+    if host and not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            return text
+        text = text.replace(netloc, f"{userinfo}{at}{host}{colon}{port}", 1)
+    return _NON_ASCII.sub(lambda found: quote(found.group(), safe=""), text)
 
 
 def _date(text: str, tz: str | None) -> Converted:
@@ -216,6 +270,7 @@ def _datetime(text: str, tz: str | None) -> Converted:
 
 
 _CONVERTERS = {
+    "url": _url,
     "integer": _integer,
     "number": _number,
     "date": _date,

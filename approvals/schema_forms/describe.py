@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -167,20 +169,41 @@ def _has_line_break(text: str) -> bool:
 def _distinct_labels(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Choices a reviewer can tell apart: a blank label shows its value, and labels that read alike (case,
     spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)")."""
-    labels = [label if _reading(label) else value for value, label in choices]
-    counts = Counter(_reading(label) for label in labels)
+    labels, readings = [], []
+    for value, label in choices:
+        reading = _reading(label)
+        labels.append(label if reading else value)
+        readings.append(reading if reading else _reading(value))
+    counts = Counter(readings)
     return [
-        (value, f"{label.strip()} ({value})" if counts[_reading(label)] > 1 and label != value else label)
-        for (value, _label), label in zip(choices, labels, strict=True)
+        (value, f"{label.strip()} ({value})" if counts[reading] > 1 and label != value else label)
+        for (value, _label), label, reading in zip(choices, labels, readings, strict=True)
     ]
 
 
 def _reading(text: str) -> str:
     """A label as a reader takes it in: case, runs of spaces and invisible (format) characters ignored."""
-    shown = "".join(
-        char for char in unicodedata.normalize("NFKC", text) if unicodedata.category(char) != "Cf"
-    )
+    shown = unicodedata.normalize("NFKC", text)
+    if not shown.isascii():  # ASCII has no format characters
+        shown = _format_characters().sub("", shown)
     return " ".join(shown.casefold().split())
+
+
+@functools.cache
+def _format_characters() -> re.Pattern[str]:
+    """Every format (Cf) character, as one pattern: looking up each character's category in Python took
+    seconds over the titles of a large form, on every page that drew it. Built once per process."""
+    ranges: list[list[int]] = []
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)) != "Cf":
+            continue
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return re.compile(
+        "[" + "".join(f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in ranges) + "]+"
+    )
 
 
 def _widget(kind: str, choice_count: int) -> str:

@@ -18,6 +18,7 @@ from approvals.services.gate_checks import is_gate, validate_decision
 from approvals.services.rounds import round_mark_ready
 
 ACTIONS = set(InputRequest.Action.values)
+MAX_REASON = 2000  # characters, line breaks counted once (the API's own limit, and the page's maxlength)
 GONE_MESSAGE = (
     "This request is gone: the server stopped waiting for an answer (or the session asking it ended). "
     "Nothing was sent."
@@ -201,7 +202,15 @@ def input_respond(
     call = ir.round.call
     _check_policy(ir, call, user)
     content = validate_answer(ir, action, content)
-    reason = (reason or "")[:2000]
+    # A browser posts each line break of a textarea as CRLF, though its maxlength counted it once: the reason
+    # is measured as the reviewer typed it, and one still too long is refused rather than cut short.
+    reason = (reason or "").replace("\r\n", "\n").replace("\r", "\n")
+    if len(reason) > MAX_REASON:
+        raise Invalid(
+            f"The reason is longer than {MAX_REASON} characters; shorten it and send again.",
+            code="invalid_body",
+            fields={"reason": f"longer than {MAX_REASON} characters"},
+        )
     if unstorable := safejson.text_problem(reason):
         raise Invalid(
             f"The reason holds {unstorable}; remove it and send again.",
