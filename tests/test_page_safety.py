@@ -237,16 +237,17 @@ def test_no_server_string_reaches_a_page_with_its_control_characters(world) -> N
         "Please confirm ",  # the server's message
         "deploy",  # the tool
     ):
-        assert re.search(re.escape(shown) + r'<span class="ctl" title="U\+202E">U\+202E</span>', form_page), (
-            shown
-        )
-    assert "r0\u27e8U+202E\u27e9" in form_page  # inside a <select>'s <option>: a plain-text code
-    assert "<title>deploy\u27e8U+202E\u27e9" in form_page
+        # The run of every control character is one code naming each kind, U+202E among them.
+        run = r'<span class="ctl" title="[^"]*U\+202E[^"]*">[^<]*U\+202E[^<]*</span>gpj\.exe'
+        assert re.search(re.escape(shown) + run, form_page), shown
+    folded = "U+200B U+202E U+2066 U+2067 U+2068 U+2069 \u00d76"
+    assert f"r0\u27e8{folded}\u27e9" in form_page  # inside a <select>'s <option>: a plain-text code
+    assert f"<title>deploy\u27e8{folded}\u27e9" in form_page
     queue = html(served["queue"])
-    assert 'dir="auto">Please confirm <span class="ctl" title="U+202E">U+202E</span>' in queue  # excerpt
+    assert f'dir="auto">Please confirm <span class="ctl" title="{folded}">{folded}</span>' in queue  # excerpt
     url_page = html(served["url request"])
     assert re.search(
-        r'data-full-url><code><bdi dir="ltr">[^<]*connect/<span class="ctl" title="U\+202E">', url_page
+        r'data-full-url><code><bdi dir="ltr">[^<]*connect/<span class="ctl" title="[^"]*U\+202E', url_page
     )
 
 
@@ -260,22 +261,31 @@ def test_joiners_that_spell_words_are_kept() -> None:
 
 
 def _reveal_one_by_one(text: str, plain: bool) -> str:
-    """The filter as first written: each character on its own, escaped with Django's ``escape``."""
+    """The filter as first written: each character on its own, escaped with Django's ``escape``; a run of
+    more than ``RUN_SHOWN`` characters to code is one code naming its kinds and its length."""
     from django.utils.html import escape
 
-    from approvals.templatetags.approvals_ui import _CONTROLS
+    from approvals.templatetags.approvals_ui import _CONTROLS, RUN_SHOWN
 
-    out = []
+    def code(label: str) -> str:
+        return f"\u27e8{label}\u27e9" if plain else f'<span class="ctl" title="{label}">{label}</span>'
+
+    def flush(run: list[int]) -> str:
+        if len(run) <= RUN_SHOWN:
+            return "".join(code(f"U+{c:04X}") for c in run)
+        return code(" ".join(f"U+{c:04X}" for c in sorted(set(run))) + f" \u00d7{len(run)}")
+
+    out: list[str] = []
+    run: list[int] = []
     for char in text:
-        code = ord(char)
-        if code in _CONTROLS or (code < 0x20 and char not in "\n\t") or 0x7F <= code < 0xA0:
-            out.append(
-                f"\u27e8U+{code:04X}\u27e9"
-                if plain
-                else f'<span class="ctl" title="U+{code:04X}">U+{code:04X}</span>'
-            )
-        else:
-            out.append(escape(char))
+        c = ord(char)
+        if c in _CONTROLS or (c < 0x20 and char not in "\n\t") or 0x7F <= c < 0xA0:
+            run.append(c)
+            continue
+        out.append(flush(run))
+        run = []
+        out.append(escape(char))
+    out.append(flush(run))
     return "".join(out)
 
 
