@@ -10,6 +10,7 @@ outbound guard (``netguard.private_link``), allowlist included.
 from __future__ import annotations
 
 import ipaddress
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import cache
@@ -194,11 +195,19 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+# The WHATWG URL standard's forbidden domain code points: a browser refuses a host holding any of them, so
+# the hub neither shows one for consent nor names a domain for it ("exa mple.com").
+_FORBIDDEN_IN_HOST = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
+
+
 def _host_forms(hostname: str) -> tuple[str | None, str]:
-    """(ASCII host, Unicode host or "" when it is plain ASCII); None when a label cannot be encoded."""
+    """(ASCII host, Unicode host or "" when it is plain ASCII); None when a label cannot be encoded or the
+    host holds a character no browser takes in one."""
     hostname = hostname.rstrip(".").lower()
     if _is_ip(hostname):
         return hostname, ""
+    if _FORBIDDEN_IN_HOST.search(hostname):
+        return None, ""
     ascii_labels = []
     for label in hostname.split("."):
         if not label:
