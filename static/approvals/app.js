@@ -474,8 +474,10 @@
 
   // --- client-side checks: the same rules the server applies (schema_forms.clean) --------------------
 
-  const INTEGER = /^[+-]?\d+$/;
-  const DECIMAL = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,4})?$/;
+  // Any script's decimal digits, as the server reads them (Python's \d): ۱۲ is twelve in Persian.
+  const INTEGER = /^[+-]?\p{Nd}+$/u;
+  const DECIMAL = /^[+-]?(\p{Nd}+(\.\p{Nd}*)?|\.\p{Nd}+)([eE][+-]?\p{Nd}{1,4})?$/u;
+  const ASCII = /^[\x00-\x7f]*$/;
 
   function checkField(field) {
     const d = field.dataset;
@@ -497,6 +499,7 @@
     if (value === "") return "required" in d ? T.required : "";
     if (kind === "integer" || kind === "number") {
       if (kind === "integer" ? !INTEGER.test(value) : !DECIMAL.test(value)) return kind === "integer" ? T.wholeNumber : T.number;
+      if (!ASCII.test(value)) return ""; // Number() reads ASCII digits only: the server checks the bounds
       const n = Number(value);
       if (d.minimum !== undefined && n < Number(d.minimum)) return fmt(T.atLeast, { limit: d.minimum });
       if (d.maximum !== undefined && n > Number(d.maximum)) return fmt(T.atMost, { limit: d.maximum });
