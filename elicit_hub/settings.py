@@ -512,10 +512,10 @@ ELICIT_MAX_BODY = env_int("ELICIT_MAX_BODY", 1024 * 1024, minimum=1024)
 # arguments a few levels down.
 ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4, maximum=90)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ELICIT_MAX_BODY
-# An answer form holds up to 100 fields of up to 200 options each (approvals.schema_forms): a reviewer who
-# ticks them all posts 20,000 values, past Django's default of 1,000 fields, which answered 400 and lost the
+# An answer form holds up to 100 fields of up to 500 options each (approvals.schema_forms): a reviewer who
+# ticks them all posts 50,000 values, past Django's default of 1,000 fields, which answered 400 and lost the
 # form. The body's size is still bounded by DATA_UPLOAD_MAX_MEMORY_SIZE.
-DATA_UPLOAD_MAX_NUMBER_FIELDS = 100 * 200 + 500
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 100 * 500 + 500
 # What the hub accepts from an MCP server. A round with more input requests, or an input request with a
 # longer message or a bigger requestedSchema (compact JSON bytes), is declined to the server and shown as
 # unsupported; a tool result over ELICIT_MAX_RESULT bytes is stored truncated, flagged, with its full size.

@@ -45,3 +45,21 @@ def test_the_limit_holds_the_largest_form_the_hub_draws() -> None:
     from django.conf import settings
 
     assert settings.DATA_UPLOAD_MAX_NUMBER_FIELDS >= MAX_PROPERTIES * MAX_CHOICES + 3
+
+
+@pytest.mark.django_db
+def test_a_country_picker_is_a_form() -> None:
+    from approvals import schema_forms
+
+    countries = [f"C{i:03d}" for i in range(249)]
+    schema = {
+        "type": "object",
+        "properties": {
+            "country": {
+                "type": "string",
+                "oneOf": [{"const": code, "title": f"Country {code}"} for code in countries],
+            },
+            "visited": {"type": "array", "items": {"type": "string", "enum": countries}},
+        },
+    }
+    assert schema_forms.check_schema(schema) == []

@@ -19,10 +19,10 @@ NON_FIELD = "__all__"
 
 # Limits against hostile or absurd schemas. Real elicitation forms are a handful of fields.
 MAX_PROPERTIES = 100
-MAX_CHOICES = 200
+MAX_CHOICES = 500  # a country (249) or time zone (about 420) picker fits
 MAX_NAME_LENGTH = 100
 MAX_SCHEMA_STRING = 10_000  # any single string in a schema (descriptions included)
-MAX_SCHEMA_NODES = 100_000  # 100 fields x 200 titled choices fits comfortably
+MAX_SCHEMA_NODES = 100_000  # 100 fields x 200 titled choices fits comfortably; 100 x 500 does not
 MAX_SCHEMA_DEPTH = 10  # the deepest legal path (items -> anyOf -> const) is 7 levels
 MAX_MIN_LENGTH = 10_000  # a larger minLength would make us invent huge placeholder answers
 # The hub's own cap on one answer string, even when the server set no maxLength.
