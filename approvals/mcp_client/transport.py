@@ -256,6 +256,9 @@ class InflatingTransport(httpx2.AsyncBaseTransport):
         self._inner = inner
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        # Only the codings decompressed here, bounded: a brotli or zstd decoder installed later would
+        # otherwise be offered, and decompress past the bound in the client.
+        request.headers["Accept-Encoding"] = ACCEPTED_CODINGS
         response = await self._inner.handle_async_request(request)
         coding = (response.headers.get("content-encoding") or "").strip().lower()
         if coding not in _WBITS or (response.headers.get("content-type") or "").startswith(
@@ -271,6 +274,8 @@ class InflatingTransport(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self._inner.aclose()
 
+
+ACCEPTED_CODINGS = "gzip, deflate"
 
 # zlib's window bits per content coding: a gzip member; a zlib stream ("deflate" as HTTP means it).
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
