@@ -63,9 +63,11 @@ class Gateway(Process):
         return self
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gateway_process(django_db_setup: None) -> Iterator[Gateway]:
     # One proxy in front: the anonymous limiter counts per X-Forwarded-For address (see the 429 test).
+    # Per module: each module that takes these fixtures by name (``gateway_process = ...``) holds its own
+    # definition of them, so a session scope kept one gateway process per such module alive to the end.
     gateway = Gateway(child_env(ELICIT_GATEWAY_PROGRESS_INTERVAL="1", ELICIT_NUM_PROXIES="1"))
     gateway.start()
     try:
