@@ -131,10 +131,20 @@ class Received:
 
 @dataclass
 class WebhookReceiver:
-    """A loopback HTTP endpoint that records every POST; ``fail_first`` answers 500 that many times."""
+    """A loopback HTTP endpoint that records every POST; ``fail_first`` answers 500 that many times, or
+    ``statuses`` answers each POST with the next of them (the last once they run out). ``query`` ends the
+    URL (a receiver's token, say)."""
 
     fail_first: int = 0
+    statuses: tuple[int, ...] = ()
+    query: str = ""
     received: list[Received] = field(default_factory=list)
+
+    def _status(self) -> int:
+        count = len(self.received)
+        if self.statuses:
+            return self.statuses[min(count, len(self.statuses)) - 1]
+        return 500 if count <= self.fail_first else 204
 
     def __enter__(self) -> WebhookReceiver:
         receiver = self
@@ -143,8 +153,7 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 receiver.received.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
-                failing = len(receiver.received) <= receiver.fail_first
-                self.send_response(500 if failing else 204)
+                self.send_response(receiver._status())
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
@@ -160,7 +169,7 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook{self.query}"
 
     def wait_for(self, event_type: str, timeout: float = 30) -> Received:
         def find() -> Received | None:

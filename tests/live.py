@@ -7,12 +7,14 @@ created, so what the test writes (in a transactional test) is what the worker an
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Self
@@ -48,6 +50,26 @@ def start_script(
                 proc.kill()
                 raise RuntimeError(f"{what} did not start") from None
             time.sleep(0.1)
+
+
+class CountingServer:
+    """A test MCP server script on a free loopback port that counts what it receives (``GET /_counts``)."""
+
+    def __init__(self, script: Path | str, what: str) -> None:
+        self.port = free_port()
+        self.proc = start_script(script, [str(self.port)], self.counts, what)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def counts(self) -> dict[str, int]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_counts", timeout=2) as response:
+            return dict(json.load(response))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
 
 
 def test_database_url() -> str:

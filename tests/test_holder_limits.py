@@ -9,8 +9,6 @@ process, on the test database; the agent uses the HTTP API.
 from __future__ import annotations
 
 import json
-import socket
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from django.db import connection
 from approvals.models import AuditEvent, InputRequest, McpServer, Round, ToolCall
 from approvals.services import sending
 from tests.hub import Hub, set_up_hub
-from tests.live import HolderRunner, child_env, start_script, wait_until
+from tests.live import CountingServer, HolderRunner, child_env, wait_until
 
 SCRIPT = Path(__file__).with_name("unruly_push_server.py")
 MAX_INPUTS = 5  # ELICIT_MAX_INPUT_REQUESTS of the holder here: a -32042 naming more URLs is refused
@@ -29,24 +27,9 @@ MAX_INPUTS = 5  # ELICIT_MAX_INPUT_REQUESTS of the holder here: a -32042 naming 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class UnrulyServer:
+class UnrulyServer(CountingServer):
     def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = int(sock.getsockname()[1])
-        self.proc = start_script(SCRIPT, [str(self.port)], self.counts, "the unruly test server")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def counts(self) -> dict[str, int]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_counts", timeout=2) as response:
-            return dict(json.load(response))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        super().__init__(SCRIPT, "the unruly test server")
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ error -32001, as the TypeScript SDK answers). The holder is ``manage.py run_hold
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,28 +22,15 @@ from approvals.mcp_client.session import Dispatcher, SessionHooks, call_on, http
 from approvals.mcp_client.wire import HttpFacts, classify_rpc_error
 from approvals.models import McpServer, ToolCall
 from tests.hub import Hub, set_up_hub
-from tests.live import HolderRunner, child_env, free_port, start_script, wait_until
+from tests.live import CountingServer, HolderRunner, child_env, wait_until
 
 SCRIPT = Path(__file__).with_name("mcprev_hostile_server.py")
 RETRIES = 2  # the holder's ELICIT_MCP_MAX_RETRIES here
 
 
-class HostileServer:
+class HostileServer(CountingServer):
     def __init__(self) -> None:
-        self.port = free_port()
-        self.proc = start_script(SCRIPT, [str(self.port)], self.counts, "the hostile MCP test server")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def counts(self) -> dict[str, int]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_counts", timeout=2) as response:
-            return dict(json.load(response))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        super().__init__(SCRIPT, "the hostile MCP test server")
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,7 @@ import hashlib
 import hmac
 import json
 import socket
-import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -22,42 +19,13 @@ from django.utils import timezone
 from approvals.models import AgentClient, Notification, Team, ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.services import notifications, tokens, webhooks
 from tests import factories
+from tests.hub import WebhookReceiver
 from tests.test_notifications import notices, pending_request
 
 
-class Scripted:
-    """Answers each POST with the next status of `statuses` (the last one once they run out)."""
-
-    def __init__(self, *statuses: int) -> None:
-        self.statuses = list(statuses)
-        self.posts: list[tuple[dict[str, str], bytes]] = []
-
-    def __enter__(self) -> Scripted:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                receiver.posts.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                status = receiver.statuses[min(len(receiver.posts), len(receiver.statuses)) - 1]
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook?token=receiver-secret-123"
+def _scripted(*statuses: int) -> WebhookReceiver:
+    """A receiver answering each POST with the next of `statuses`, its URL carrying a token."""
+    return WebhookReceiver(statuses=statuses, query="?token=receiver-secret-123")
 
 
 def _delivery(url: str, *, secret: str = "") -> WebhookDelivery:
@@ -92,14 +60,14 @@ def _verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
 @pytest.mark.django_db(transaction=True)
 def test_outrev_a_receiver_answering_500_then_200_gets_the_same_message_signed_again() -> None:
     secret = tokens.new_webhook_secret()
-    with Scripted(500, 200) as receiver:
+    with _scripted(500, 200) as receiver:
         delivery = _delivery(receiver.url, secret=secret)
         assert webhooks.webhook_attempt(delivery_id=delivery.pk) == 2.0
         assert webhooks.webhook_attempt(delivery_id=delivery.pk) is None
         assert webhooks.webhook_attempt(delivery_id=delivery.pk) is None  # a duplicate task: nothing sent
 
-    assert len(receiver.posts) == 2
-    (first_headers, first_body), (headers, body) = receiver.posts
+    assert len(receiver.received) == 2
+    (first_headers, first_body), (headers, body) = [(r.headers, r.body) for r in receiver.received]
     assert first_headers["webhook-id"] == headers["webhook-id"] == str(delivery.pk)  # a receiver dedupes
     assert first_body == body and json.loads(body)["type"] == "call.completed"
     assert _verify(secret, first_headers, first_body) and _verify(secret, headers, body)
@@ -113,12 +81,12 @@ def test_outrev_a_receiver_answering_500_then_200_gets_the_same_message_signed_a
 @pytest.mark.django_db(transaction=True)
 def test_outrev_a_receiver_answering_410_gone_is_not_tried_again(settings) -> None:
     settings.ELICIT_WEBHOOK_MAX_ATTEMPTS = 8
-    with Scripted(410, 200) as receiver:
+    with _scripted(410, 200) as receiver:
         delivery = _delivery(receiver.url)
         assert webhooks.webhook_attempt(delivery_id=delivery.pk) is None
         assert webhooks.webhook_attempt(delivery_id=delivery.pk) is None  # the sweep's task: nothing sent
 
-    assert len(receiver.posts) == 1
+    assert len(receiver.received) == 1
     delivery.refresh_from_db()
     assert delivery.status == WebhookDelivery.Status.FAILED and delivery.attempts == 1
     (attempt,) = WebhookAttempt.objects.filter(delivery=delivery)
@@ -144,7 +112,7 @@ def test_outrev_a_failed_attempt_says_why_without_the_url() -> None:
 @pytest.mark.django_db
 def test_outrev_a_chat_webhook_answering_410_gone_is_not_tried_again(settings) -> None:
     settings.ELICIT_NOTIFY_MAX_ATTEMPTS = 5
-    with Scripted(410, 200) as chat:
+    with _scripted(410, 200) as chat:
         team = factories.team("release")
         Team.objects.filter(pk=team.pk).update(chat_webhook_url=chat.url)
         team.refresh_from_db()
@@ -153,7 +121,7 @@ def test_outrev_a_chat_webhook_answering_410_gone_is_not_tried_again(settings) -
         assert notifications.notification_send(notification_id=notice.pk) is None
         assert notifications.notification_send(notification_id=notice.pk) is None
 
-    assert len(chat.posts) == 1
+    assert len(chat.received) == 1
     notice.refresh_from_db()
     assert notice.status == Notification.Status.FAILED and notice.attempts == 1
     assert "410 Gone" in notice.last_error and "receiver-secret-123" not in notice.last_error
@@ -161,7 +129,7 @@ def test_outrev_a_chat_webhook_answering_410_gone_is_not_tried_again(settings) -
 
 @pytest.mark.django_db
 def test_outrev_a_chat_webhook_answering_500_then_200_is_posted_on_the_retry(settings) -> None:
-    with Scripted(500, 200) as chat:
+    with _scripted(500, 200) as chat:
         team = factories.team("release")
         Team.objects.filter(pk=team.pk).update(chat_webhook_url=chat.url)
         team.refresh_from_db()
@@ -170,7 +138,7 @@ def test_outrev_a_chat_webhook_answering_500_then_200_is_posted_on_the_retry(set
         assert notifications.notification_send(notification_id=notice.pk) == 2.0
         assert notifications.notification_send(notification_id=notice.pk) is None
 
-    assert len(chat.posts) == 2
+    assert len(chat.received) == 2
     notice.refresh_from_db()
     assert notice.status == Notification.Status.SENT and notice.attempts == 2 and notice.last_error == ""
 
