@@ -9,8 +9,12 @@ setsid make run PORT=$port >"$log" 2>&1 &
 pid=$!
 cleanup() { kill -INT -- -$pid 2>/dev/null || true; sleep 5; kill -KILL -- -$pid 2>/dev/null || true; }
 trap cleanup EXIT
+# Any check that fails says which, with the end of make run's output, instead of ending the script silently.
+fail() { echo "smoke test failed: $1"; echo "-- the end of make run's output:"; tail -60 "$log"; exit 1; }
+trap 'fail "line $LINENO: $BASH_COMMAND"' ERR
 ok=""
 for _ in $(seq 1 180); do
+    kill -0 $pid 2>/dev/null || fail "make run stopped before it served the login page"
     if curl -fsS "http://127.0.0.1:$port/accounts/login/" >/dev/null 2>&1 \
         && curl -sS -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:8765/mcp" \
             -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
@@ -21,10 +25,15 @@ for _ in $(seq 1 180); do
     fi
     sleep 2
 done
-if [ -z "$ok" ]; then
-    echo "make run did not serve the login page and the demo server in time"; tail -50 "$log"; exit 1
-fi
-grep -q "Elicit Hub is up" "$log" || { sleep 5; grep -q "Elicit Hub is up" "$log"; }
+[ -n "$ok" ] || fail "make run did not serve the login page and the demo server in time"
+# The banner follows the gateway, the API server and the demo's registration (a manage.py command, several
+# seconds on a busy machine), so it is waited for, not expected at once.
+for _ in $(seq 1 120); do
+    grep -q "Elicit Hub is up" "$log" && break
+    kill -0 $pid 2>/dev/null || fail "make run stopped before its banner"
+    sleep 1
+done
+grep -q "Elicit Hub is up" "$log" || fail "no \"Elicit Hub is up\" banner within two minutes of the login page"
 # The MCP gateway beside Daphne: up, and /mcp refuses a request without an agent token.
 for _ in $(seq 1 30); do curl -fsS "http://127.0.0.1:8001/healthz" >/dev/null 2>&1 && break; sleep 1; done
 curl -fsS "http://127.0.0.1:8001/healthz" >/dev/null
@@ -38,6 +47,6 @@ grep -q "Demo login" "$log" || echo "(demo admin existed already)"
 echo "make run: login page and demo MCP server answer"
 kill -INT -- -$pid
 for _ in $(seq 1 30); do kill -0 $pid 2>/dev/null || break; sleep 1; done
-if kill -0 $pid 2>/dev/null; then echo "make run did not stop on Ctrl-C"; exit 1; fi
+if kill -0 $pid 2>/dev/null; then fail "make run did not stop on Ctrl-C"; fi
 trap - EXIT
 echo "make run stopped cleanly"
