@@ -13,7 +13,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from approvals import permissions
 from approvals.models import AgentClient, PersonalToken
-from approvals.ratelimit import AnonymousRateThrottle
+from approvals.ratelimit import AnonymousRateThrottle, TokenRateThrottle
 from approvals.services import tokens
 from approvals.services.errors import Forbidden
 
@@ -93,7 +93,16 @@ class ReviewerToken(Bearer):
 
 
 class ReviewerSession(SessionAuth):
-    """The dashboard's Django session; CSRF is enforced on unsafe methods."""
+    """The dashboard's Django session; CSRF is enforced on unsafe methods of a signed-in session."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # django-ninja checks CSRF before it looks for a session at all, so a script's POST with a revoked
+        # token, an agent's token or none would get 403 "CSRF check Failed" instead of its 401 or
+        # `wrong_token_kind`, and escape the anonymous rate limit. Without a signed-in session there is
+        # nothing for a forged request to ride on, so no check to make.
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
         user = super().authenticate(request, key)
@@ -101,6 +110,21 @@ class ReviewerSession(SessionAuth):
             return None
         permissions.remember_session(request)  # a policy's recent sign-in is this session's
         return user
+
+
+def _count_on_token(request: HttpRequest, credential: AgentClient | Any) -> None:
+    """A request of a valid token that an endpoint refuses for its kind counts on that token's limit
+    (ELICIT_API_RATE, the counter the API's own throttle keeps for the agent or user) as its other requests
+    do; otherwise it falls between that limit, which only a matched credential reaches, and the anonymous
+    one. Past the limit: 429, with Retry-After."""
+    throttle = TokenRateThrottle(settings.ELICIT_API_RATE)
+    request.auth = credential  # type: ignore[attr-defined]  # the throttle's key; no credential matched
+    try:
+        allowed = throttle.allow_request(request)
+    finally:
+        del request.auth  # type: ignore[attr-defined]
+    if not allowed:
+        raise Throttled(wait=throttle.wait())  # type: ignore[arg-type]
 
 
 class WrongKind:
@@ -115,6 +139,8 @@ class WrongKind:
     def __call__(self, request: HttpRequest) -> None:
         token = bearer_token(request)
         found = _token(request, token) if token is not None else None
+        if isinstance(found, (AgentClient, PersonalToken)) and not isinstance(found, self.wanted):
+            _count_on_token(request, found if isinstance(found, AgentClient) else found.user)
         if isinstance(found, AgentClient) and self.wanted is PersonalToken:
             raise Forbidden(
                 "This is an agent's token; this endpoint is a reviewer's: use a personal token (manage.py "

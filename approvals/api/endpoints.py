@@ -18,6 +18,7 @@ from django.core import signals
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.utils.log import log_response
 from ninja import Header, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -92,7 +93,25 @@ class StrictJsonParser(Parser):
         return value
 
 
-api = NinjaAPI(
+class HubApi(NinjaAPI):
+    """The API, whose OpenAPI document is built once per process and path: it follows from the code alone,
+    and building it took some 50 ms of CPU on every GET of /api/v1/openapi.json, which anyone may send, with
+    no credential and no rate limit."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._documents: dict[str, Any] = {}
+
+    def get_openapi_schema(self, *, path_prefix: str | None = None, path_params: dict | None = None) -> Any:
+        if path_prefix is None:
+            path_prefix = self.get_root_path(path_params or {})
+        document = self._documents.get(path_prefix)
+        if document is None:
+            document = self._documents[path_prefix] = super().get_openapi_schema(path_prefix=path_prefix)
+        return document
+
+
+api = HubApi(
     title="Elicit Hub API",
     version="1",
     description="Agents ask the hub to call MCP tools; humans answer the servers' input requests.",
@@ -167,9 +186,14 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     """A fault no other handler knows (a bug): the API's JSON shape still, with no detail for the caller;
     the traceback goes to the log, as Django's own 500 would (and its signal, which tests' clients read).
-    Django's refusals keep their statuses (400 for a suspicious request, 403)."""
+    Django's refusals keep their statuses (400 for a suspicious request, 403). A body Django cannot split
+    into the multipart form its Content-Type names is the caller's mistake too, a 400: a signed-in
+    session's CSRF check reads the form's token from it."""
     if isinstance(exc, SuspiciousOperation):
         return error(request, 400, "invalid_request", "The request was refused as malformed.")
+    if isinstance(exc, MultiPartParserError):
+        message = "The request body is not the multipart form its Content-Type names; the API takes JSON."
+        return error(request, 400, "invalid_body", message)
     if isinstance(exc, PermissionDenied):
         return error(request, 403, "forbidden", "You may not do this.")
     signals.got_request_exception.send(sender=None, request=request)
