@@ -303,6 +303,11 @@ def test_parse_choice_reads_the_api_object() -> None:
             "grant.conditions",
         ),
         ({"for": "1h", "until": "tomorrow"}, "grant"),
+        # Values JSON allows where a name is expected: refused, never a TypeError (a list is no dict key).
+        ({"for": []}, "grant.for"),
+        ({"for": {}}, "grant.for"),
+        ({"for": "1h", "arguments": []}, "grant.arguments"),
+        ({"for": "1h", "arguments": {"a": 1}}, "grant.arguments"),
     ],
 )
 def test_parse_choice_refuses_what_it_cannot_honour(choice: Any, field: str) -> None:

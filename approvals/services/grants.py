@@ -214,14 +214,14 @@ def parse_choice(data: Any) -> dict[str, Any] | None:
             fields={"grant": "unknown keys"},
         )
     duration = data.get("for")
-    if duration not in DURATIONS:
+    if not isinstance(duration, str) or duration not in DURATIONS:
         raise Invalid(
             "grant.for must be 1h, 8h or until_revoked.",
             code="invalid_grant",
             fields={"grant.for": "invalid"},
         )
     mode = data.get("arguments", Grant.Arguments.EXACT)
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise Invalid(
             "grant.arguments must be exact or conditions.",
             code="invalid_grant",
