@@ -192,6 +192,10 @@ def check_url(
     host = parsed.raw_host.decode("ascii").strip("[]")
     if not host:
         raise Refused("has no host")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        # The parser takes any integer (0, -1, 99999999999999999999): looked up, the last overflows the
+        # resolver, and 0 would have been judged as the scheme's port.
+        raise Refused("has a port outside 1-65535")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         literal: Address | None = ipaddress.ip_address(host)

@@ -140,6 +140,15 @@ def test_the_allowlist_names_networks_and_hosts(spec: str, url: str, allowed: bo
             check_url(url, allow=Allow.parse(spec), resolve=stub)
 
 
+@pytest.mark.parametrize("port", ["0", "-1", "65536", "99999999999999999999"])
+def test_a_port_outside_the_tcp_range_is_refused_before_any_lookup(port: str) -> None:
+    # The system's resolver: a port too large for it raised OverflowError, a 500 for the agent.
+    for host in ("public.test", "93.184.216.34"):
+        with pytest.raises(Refused) as caught:
+            check_url(f"https://{host}:{port}/hook", allow=Allow())
+        assert not caught.value.transient and "port outside 1-65535" in caught.value.message
+
+
 def test_an_unresolvable_name_is_refused_as_transient() -> None:
     with pytest.raises(Refused) as caught:
         check_url("https://no-such-host.invalid/hook", allow=Allow())
