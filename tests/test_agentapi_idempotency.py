@@ -102,3 +102,27 @@ def test_the_asked_arguments_repeat_a_call_a_reviewer_edited_at_its_gate(agent: 
     again = agent.post("/calls", {**FIRST, "idempotency_key": "k-1"})
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
     _refused(agent.post("/calls", {**FIRST, "arguments": {"branch": "other"}, "idempotency_key": "k-1"}))
+
+
+def test_a_key_given_for_another_person_is_refused_not_answered_with_their_call(db: None) -> None:
+    """Whom a call acts for decides who may open its links and whose grants apply: the same call for someone
+    else is another request, not a repeat of the first person's."""
+    alice, bob = factories.user("alice"), factories.user("bob")
+    client, token = factories.agent("ci-bot", servers=[factories.server("deploy")])
+    client.acts_for_users.set([alice, bob])
+    agent = Agent(token)
+    first = agent.post("/calls", {**FIRST, "on_behalf_of": "alice", "idempotency_key": "k-1"})
+    assert first.status_code == 202
+    again = agent.post("/calls", {**FIRST, "on_behalf_of": "alice", "idempotency_key": "k-1"})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    error = _refused(agent.post("/calls", {**FIRST, "on_behalf_of": "bob", "idempotency_key": "k-1"}))
+    assert "for another person" in error["message"] and "alice" not in error["message"]
+    _refused(agent.post("/calls", {**FIRST, "idempotency_key": "k-1"}))
+    # And the other way: a call for no one, repeated for someone.
+    agent.post("/calls", {**FIRST, "idempotency_key": "k-2"})
+    error = _refused(agent.post("/calls", {**FIRST, "on_behalf_of": "bob", "idempotency_key": "k-2"}))
+    assert "for no one in particular" in error["message"]
+    relay = {**FIRST, "input_requests": {"ok": ASK}, "on_behalf_of": "alice", "idempotency_key": "r-1"}
+    assert agent.post("/relays", relay).status_code == 201
+    _refused(agent.post("/relays", {**relay, "on_behalf_of": "bob"}))
+    assert ToolCall.objects.count() == 3

@@ -322,7 +322,11 @@ def call_create(
     )
     if not created:
         calls.refuse_other_request(
-            call, server_slug=payload.server, tool=payload.tool, arguments=payload.arguments
+            call,
+            server_slug=payload.server,
+            tool=payload.tool,
+            arguments=payload.arguments,
+            on_behalf_of=payload.on_behalf_of,
         )
     return Status(202 if created else 200, _located(response, _created(call, "calls"), created))
 
@@ -409,6 +413,7 @@ def relay_create(
             tool=payload.tool,
             arguments=payload.arguments,
             input_requests=payload.input_requests,
+            on_behalf_of=payload.on_behalf_of,
         )
     return Status(201 if created else 200, _located(response, _created(call, "relays"), created))
 

@@ -120,22 +120,32 @@ def other_request(
     tool: str,
     arguments: dict[str, Any],
     input_requests: dict[str, Any] | None = None,
+    on_behalf_of: str | None = None,
 ) -> str | None:
     """What `call`, found by an idempotency key, was made for, in words, when it is not ``tool`` of
-    ``server_slug`` (a relay's label) with ``arguments`` (and, for a relay, ``input_requests``); None when it
-    is. Arguments compare as JSON values (key order aside; ``true`` is not ``1``) with those the agent asked
-    for (a reviewer may have edited them at a gate). A relay's answers are answers to its input requests:
-    the same key with other questions is another request, not a repeat."""
+    ``server_slug`` (a relay's label) with ``arguments`` (and, for a relay, ``input_requests``) for the
+    person named ``on_behalf_of`` (or no one); None when it is. Arguments compare as JSON values (key order
+    aside; ``true`` is not ``1``) with those the agent asked for (a reviewer may have edited them at a gate).
+    A relay's answers are answers to its input requests: the same key with other questions is another
+    request, not a repeat. So is the same call for another person: who it acts for decides who may open its
+    links, and whose grants and self-approval rules apply."""
     same = (
         ToolCall.objects.filter(pk=call.pk, tool=tool)
         .filter(Q(server__slug=server_slug) | Q(server__isnull=True, server_label=server_slug))
         .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
     )
     same_call = same.exists()
-    if same_call and (input_requests is None or _same_input_requests(call, input_requests)):
+    same_person = (
+        call.on_behalf_of_id is None
+        if not on_behalf_of
+        else ToolCall.objects.filter(pk=call.pk, on_behalf_of__username=on_behalf_of).exists()
+    )
+    if same_call and same_person and (input_requests is None or _same_input_requests(call, input_requests)):
         return None
     first = f"{call.tool} of {call.server_slug}"
-    if same_call:
+    if same_call and not same_person:
+        first += " for another person" if call.on_behalf_of_id else " for no one in particular"
+    elif same_call:
         first += " with other input requests"
     elif (call.tool, call.server_slug) == (tool, server_slug):
         first += " with other arguments"
@@ -149,11 +159,17 @@ def refuse_other_request(
     tool: str,
     arguments: dict[str, Any],
     input_requests: dict[str, Any] | None = None,
+    on_behalf_of: str | None = None,
 ) -> None:
     """An idempotency_key repeats only its own request (`other_request`): anything else is a new request
     reusing the key, refused (409) rather than answered with the first one's result."""
     first = other_request(
-        call, server_slug=server_slug, tool=tool, arguments=arguments, input_requests=input_requests
+        call,
+        server_slug=server_slug,
+        tool=tool,
+        arguments=arguments,
+        input_requests=input_requests,
+        on_behalf_of=on_behalf_of,
     )
     if first is not None:
         raise Conflict(
