@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views import defaults
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
@@ -100,3 +101,12 @@ def api_error(request: HttpRequest, response: HttpResponse) -> dict[str, dict[st
     allowed = response.get("Allow", "")
     message = f"{request.method} is not allowed here" + (f"; allowed: {allowed}." if allowed else ".")
     return {"error": {"code": "method_not_allowed", "message": message}}
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler400: a request Django refused before any view (a Host not in ALLOWED_HOSTS, a suspicious
+    operation in a middleware) gets the API's JSON error shape under /api/, the 400 page elsewhere."""
+    if request.path.startswith("/api/"):
+        message = "The request was refused as malformed (for example, a Host header this hub does not serve)."
+        return JsonResponse({"error": {"code": "invalid_request", "message": message}}, status=400)
+    return defaults.bad_request(request, exception)

@@ -12,4 +12,5 @@ urlpatterns = [
     path("", include("approvals.urls")),
 ]
 
+handler400 = "approvals.middleware.bad_request"
 handler500 = "approvals.outage.server_error"

@@ -64,3 +64,17 @@ def test_the_openapi_document_is_built_once_not_on_every_anonymous_request(
     assert [response.status_code for response in again] == [200, 200, 200]
     assert all(response.content == first.content for response in again)
     assert builds == []
+
+
+def test_a_host_the_hub_does_not_serve_gets_the_apis_json_error_and_a_page_elsewhere() -> None:
+    """Django refuses a Host outside ALLOWED_HOSTS before any view: under /api/ the refusal keeps the API's
+    error shape, and pages get the readable 400 page with the content policy still sent."""
+    anyone = Client(raise_request_exception=False, HTTP_HOST="hub.attacker.example")
+    api = anyone.get("/api/v1/inbox")
+    assert api.status_code == 400
+    assert api["Content-Type"].startswith("application/json")
+    assert api.json()["error"]["code"] == "invalid_request" and api.json()["error"]["message"]
+    page = anyone.get("/accounts/login/")
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+    assert "default-src" in page["Content-Security-Policy"]
+    assert "hub.attacker.example" not in page["Content-Security-Policy"]
