@@ -4,19 +4,26 @@ Every add, change and delete of configuration made here is audited (``AuditedAdm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import models
-from django.db.models import Q, QuerySet
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, transaction
+from django.db.models import Count, Q, QuerySet
+from django.db.models.constants import LOOKUP_SEP
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.utils.text import capfirst
 
-from approvals import netguard, safejson, urlsafety
+from approvals import netguard, safejson, schema_forms, urlsafety
 from approvals.audit.core import Actor
+from approvals.audit.verbs import VERBS
 from approvals.models import (
     AgentClient,
     AuditEvent,
@@ -48,7 +55,27 @@ from approvals.services.servers import (
 from approvals.throttling import ThrottledAdminAuthenticationForm, answer_throttled_with_429
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class HubAdmin(admin.ModelAdmin):
+    """Filters a changelist only as its ``list_filter`` (and ``date_hierarchy``) offer. Django lets a query
+    string filter on any of the model's own fields (``?headers__Authorization__startswith=Bearer a``): with
+    the count it shows, a user who may only view the list could read a credential, a hidden part of a URL or
+    a token's hash letter by letter."""
+
+    def lookup_allowed(self, lookup: str, value: Any, request: HttpRequest | None = None) -> bool:
+        offered = {self.date_hierarchy} if self.date_hierarchy else set()
+        for item in self.get_list_filter(request) if request is not None else self.list_filter:
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                offered.add(str(item.parameter_name))
+            else:
+                name = item[0] if isinstance(item, list | tuple) else item
+                offered.add(str(getattr(name, "name", name)))  # a path, or a field
+        first = lookup.split(LOOKUP_SEP, 1)[0]
+        if first not in {name.split(LOOKUP_SEP, 1)[0] for name in offered}:
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+
+class ReadOnlyAdmin(HubAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -59,7 +86,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class AuditedAdmin(HubAdmin):
     """Audits what is saved or deleted here, in the admin's own transaction, by the signed-in user: the
     object's fields and many-to-many fields (``approvals.services.config_audit``), then each row its inlines
     add, change or delete, and on deletion the audited rows that go or change with it. Secrets only as
@@ -92,12 +119,76 @@ class AuditedAdmin(admin.ModelAdmin):
             config_audit.deleted(before[pk], actor=actor)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        with config_audit.deleting([obj], actor=Actor.user(request.user)):
+        actor = Actor.user(request.user)
+        with _holders_changing([obj], actor=actor), config_audit.deleting([obj], actor=actor):
             super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Model]) -> None:
-        with config_audit.deleting(list(queryset), actor=Actor.user(request.user)):
+        objs, actor = list(queryset), Actor.user(request.user)
+        with _holders_changing(objs, actor=actor), config_audit.deleting(objs, actor=actor):
             super().delete_queryset(request, queryset)
+
+
+@contextmanager
+def _holders_changing(objs: Sequence[models.Model], *, actor: Actor) -> Iterator[None]:
+    """Record the changes the deletion of ``objs`` (done in the block) makes to audited rows whose
+    many-to-many fields hold them (an agent's servers, the teams it may act for): no row of theirs is
+    deleted or set to null, so ``config_audit.deleting`` does not see them."""
+    if not objs:
+        yield
+        return
+    model = type(objs[0])
+    before: dict[tuple[type[models.Model], Any], config_audit.State] = {}
+    with transaction.atomic():
+        for audited in sorted(config_audit.AUDITED, key=lambda m: m._meta.label):
+            for field in audited._meta.many_to_many:
+                through = field.remote_field.through
+                if field.remote_field.model is model and through and through._meta.auto_created:
+                    for row in audited._default_manager.filter(**{f"{field.name}__in": objs}).distinct():
+                        before[audited, row.pk] = config_audit.state(row)
+        yield
+        for (audited, pk), was in before.items():
+            found = audited._default_manager.filter(pk=pk).first()
+            if found is not None:
+                config_audit.saved(found, was, actor=actor)
+
+
+@contextmanager
+def _users_deleting(users: Sequence[Any], *, actor: Actor) -> Iterator[None]:
+    """Record, as the deletion of ``users`` (done in the block) makes them, the configuration changes it
+    takes along: their memberships and personal tokens deleted, each naming the user, and the agents they
+    owned or that could act for them changed (the owner set to null, the user gone from those acted for)."""
+    with transaction.atomic():
+        via = [config_audit.state(user) for user in users]
+        gone = [
+            config_audit.state(row)
+            for model in (Membership, PersonalToken)
+            for row in model.objects.filter(user__in=users).select_related("user")
+        ]
+        agents = AgentClient.objects.filter(Q(owner__in=users) | Q(acts_for_users__in=users)).distinct()
+        before = {agent.pk: config_audit.state(agent) for agent in agents}
+        yield
+        for row in gone:
+            config_audit.deleted(row, actor=actor, via=via)
+        for agent in AgentClient.objects.filter(pk__in=list(before)):
+            config_audit.saved(agent, before[agent.pk], actor=actor)
+
+
+class AuditedUserAdmin(HubAdmin, UserAdmin):
+    """Django's own user admin, but a user's deletion audits the configuration it takes along, and its list
+    filters only as offered (not on a password's hash)."""
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        with _users_deleting([obj], actor=Actor.user(request.user)):
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        with _users_deleting(list(queryset), actor=Actor.user(request.user)):
+            super().delete_queryset(request, queryset)
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), AuditedUserAdmin)
 
 
 class KeepsPendingAdmin(AuditedAdmin):
@@ -160,6 +251,39 @@ class ShownUrlInput(forms.URLInput):
         return urlsafety.shown(str(value)) if value else None
 
 
+class StorableJSONField(forms.JSONField):
+    """JSON as typed, parsed as the hub parses what arrives from outside (`safejson`), so that what cannot be
+    stored (NUL, a lone surrogate, ``NaN``, nesting past `MAX_DEPTH`: PostgreSQL or Python's recursion would
+    refuse it at save or where it is read) or is too long is a field error, never a server error."""
+
+    MAX_DEPTH = 16
+    MAX_CHARS = 64 * 1024
+    too_long = "At most {chars} characters of JSON."
+    unstorable = "This cannot be stored: {problem}."
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or not isinstance(value, str):
+            return super().to_python(value)
+        if value in self.empty_values:
+            return None
+        if len(value) > self.MAX_CHARS:
+            raise forms.ValidationError(self.too_long.format(chars=self.MAX_CHARS))
+        try:
+            return safejson.loads(value, max_depth=self.MAX_DEPTH)
+        except safejson.Unstorable as exc:
+            raise forms.ValidationError(self.unstorable.format(problem=exc)) from None
+        except ValueError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or not isinstance(data, str):
+            return super().bound_data(data, initial)
+        try:
+            return self.to_python(data)
+        except forms.ValidationError:
+            return InvalidJSONInput(data)
+
+
 class McpServerForm(forms.ModelForm):
     new_headers = forms.CharField(
         label="Set credentials",
@@ -186,6 +310,9 @@ class McpServerForm(forms.ModelForm):
         "never shown; leave empty to keep them. The server gets only these over a minimal PATH and HOME.",
     )
     clear_env = forms.BooleanField(label="Remove stored environment", required=False)
+    tool_timeouts = StorableJSONField(
+        required=False, help_text=McpServer._meta.get_field("tool_timeouts").help_text
+    )
 
     class Meta:
         model = McpServer
@@ -367,6 +494,7 @@ class McpServerAdmin(AuditedAdmin):
         "default_team",
         "credentials",
     ]
+    list_select_related = ["default_team"]
     list_filter = ["era"]
     search_fields = ["slug", "name"]  # not the URL: a search would tell its hidden values letter by letter
     readonly_fields = ["probe_details"]
@@ -444,6 +572,7 @@ class McpServerAdmin(AuditedAdmin):
 @admin.register(AgentClient)
 class AgentClientAdmin(AuditedAdmin):
     list_display = ["name", "token_prefix", "owner", "is_active", "last_used_at"]
+    list_select_related = ["owner"]
     fields = [
         "name",
         "servers",
@@ -537,6 +666,14 @@ class TeamAdmin(KeepsPendingAdmin):
     inlines = [MembershipInline]
     pending_links = ("team", "escalation_team")
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """Read-only (a user who may only view teams), the webhook shows only as ``chat_webhook``: where it
+        goes. The stored address is a credential, and a read-only field would show it as stored."""
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            return [name for name in fields if name not in {"chat_webhook_url", "clear_chat_webhook_url"}]
+        return fields
+
     def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> Any:
         # The slug names the team in the audit log for good (``TeamSlug``): set once, as the team is added.
         return [*self.readonly_fields, "slug"] if obj is not None else self.readonly_fields
@@ -545,9 +682,12 @@ class TeamAdmin(KeepsPendingAdmin):
     def chat_webhook(self, obj: Team) -> str:
         return urlsafety.origin(obj.chat_webhook_url) or "—"  # where it goes, never the address itself
 
-    @admin.display(description="members")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
+        return super().get_queryset(request).annotate(member_total=Count("memberships"))
+
+    @admin.display(description="members", ordering="member_total")
     def member_count(self, obj: Team) -> int:
-        return obj.memberships.count()
+        return obj.member_total  # type: ignore[attr-defined]
 
 
 # A policy's clocks: a deadline, and every extension added to it, must stay a date (Python's stop at the
@@ -634,38 +774,15 @@ class PolicyAdmin(KeepsPendingAdmin):
         "max_extensions",
         "revision",
     ]
+    list_select_related = ["escalation_team"]
     list_filter = ["risk"]
 
 
-class ConditionsField(forms.JSONField):
-    """A rule's conditions as typed: parsed as the hub parses what arrives from outside (`safejson`), so
-    that what cannot be stored (NUL, ``NaN``, nesting past `MAX_DEPTH`: PostgreSQL or Python's recursion
-    would refuse it at save or at routing) or is too long is a field error, never a server error."""
+class ConditionsField(StorableJSONField):
+    """A rule's conditions as typed (`StorableJSONField`)."""
 
-    MAX_DEPTH = 16
-    MAX_CHARS = 64 * 1024
-
-    def to_python(self, value: Any) -> Any:
-        if self.disabled or not isinstance(value, str):
-            return super().to_python(value)
-        if value in self.empty_values:
-            return None
-        if len(value) > self.MAX_CHARS:
-            raise forms.ValidationError(f"Conditions are at most {self.MAX_CHARS} characters of JSON.")
-        try:
-            return safejson.loads(value, max_depth=self.MAX_DEPTH)
-        except safejson.Unstorable as exc:
-            raise forms.ValidationError(f"The conditions cannot be stored: {exc}.") from None
-        except ValueError:
-            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
-
-    def bound_data(self, data: Any, initial: Any) -> Any:
-        if self.disabled or not isinstance(data, str):
-            return super().bound_data(data, initial)
-        try:
-            return self.to_python(data)
-        except forms.ValidationError:
-            return InvalidJSONInput(data)
+    too_long = "Conditions are at most {chars} characters of JSON."
+    unstorable = "The conditions cannot be stored: {problem}."
 
 
 class RoutingRuleForm(forms.ModelForm):
@@ -740,6 +857,7 @@ class RoutingRuleAdmin(AuditedAdmin):
         "answered_by",
         "revision",
     ]
+    list_select_related = ["server", "team", "policy"]
     list_display_links = ["name"]
     list_editable = ["position", "enabled"]
     list_filter = ["enabled", "gate", "team", "server"]
@@ -780,19 +898,72 @@ class GateInline(admin.TabularInline):
         return False
 
 
+HIDDEN_ANSWER = "(hidden)"
+
+
+def _answer_shown(content: Any, schema: Any) -> Any:
+    """An answer as the dashboard shows it: the value of a field that looks like it asks for a credential
+    (a password, a token) hidden."""
+    if not isinstance(content, dict):
+        return content
+    secret = set(schema_forms.sensitive_fields(schema))
+    return {key: HIDDEN_ANSWER if key in secret else value for key, value in content.items()}
+
+
+def _responses_shown(responses: Any, call_id: Any) -> Any:
+    """A relay's answers (``ToolCall.input_responses``, key -> ElicitResult) with `_answer_shown`'s hiding,
+    each by the form its request asked."""
+    if not isinstance(responses, dict):
+        return responses
+    schemas = dict(
+        InputRequest.objects.filter(round__call_id=call_id)
+        .order_by("round__number")
+        .values_list("key", "requested_schema")
+    )
+    return {
+        key: {**sent, "content": _answer_shown(sent["content"], schemas.get(key))}
+        if isinstance(sent, dict) and "content" in sent
+        else sent
+        for key, sent in responses.items()
+    }
+
+
+def _json(value: Any) -> str:
+    return "—" if value is None else json.dumps(value, ensure_ascii=False, indent=1, cls=DjangoJSONEncoder)
+
+
 @admin.register(ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin):
     list_display = ["id", "kind", "server", "tool", "status", "agent", "created_at"]
+    list_select_related = ["server", "agent"]
     list_filter = ["status", "kind", "server"]
     search_fields = ["id", "tool", "idempotency_key"]
+    # The callback URL often carries the receiver's token in its query, and a relay's answers may hold a
+    # password its person typed: both shown as the rest of the hub shows them.
+    exclude = ["callback_url", "input_responses"]
+    readonly_fields = ["callback_address", "relayed_answers"]
     inlines = [GateInline, RoundInline]
+
+    @admin.display(description="callback URL")
+    def callback_address(self, obj: ToolCall) -> str:
+        return urlsafety.shown(obj.callback_url) if obj.callback_url else "—"
+
+    @admin.display(description="input responses")
+    def relayed_answers(self, obj: ToolCall) -> str:
+        return _json(_responses_shown(obj.input_responses, obj.pk))
 
 
 @admin.register(InputRequest)
 class InputRequestAdmin(ReadOnlyAdmin):
     list_display = ["key", "mode", "status", "action", "team", "answered_by", "created_at"]
+    list_select_related = ["team", "answered_by"]
     list_filter = ["status", "mode", "team"]
-    exclude = ["params"]
+    exclude = ["params", "content"]
+    readonly_fields = ["answer"]
+
+    @admin.display(description="content")
+    def answer(self, obj: InputRequest) -> str:
+        return _json(_answer_shown(obj.content, obj.requested_schema))
 
 
 class WebhookAttemptInline(admin.TabularInline):
@@ -824,7 +995,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
         "attempts",
         "created_at",
         "delivered_at",
-        "payload",
+        "body",
     )
     inlines = [WebhookAttemptInline]
 
@@ -832,11 +1003,36 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     def address(self, obj: WebhookDelivery) -> str:
         return urlsafety.shown(obj.url)
 
+    @admin.display(description="payload")
+    def body(self, obj: WebhookDelivery) -> str:
+        """As sent, but for a relay's answers, hidden as on the call's page."""
+        payload = obj.payload
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if isinstance(data, dict) and "input_responses" in data:
+            shown = _responses_shown(data["input_responses"], obj.call_id)
+            payload = {**payload, "data": {**data, "input_responses": shown}}
+        return _json(payload)
+
+
+class RegisteredVerbFilter(admin.SimpleListFilter):
+    """The verbs of the registry (``approvals.audit.verbs``), as the audit page offers them: Django's own
+    filter would read the verbs the log holds, ``SELECT DISTINCT`` over the whole log on every page."""
+
+    title = "verb"
+    parameter_name = "verb"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(verb, verb) for verb in VERBS]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(verb=self.value()) if self.value() else queryset
+
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["id", "at", "actor_type", "actor_label", "verb", "server_slug", "call_id"]
-    list_filter = ["verb", "actor_type"]
+    list_filter = [RegisteredVerbFilter, "actor_type"]
+    show_full_result_count = False  # a count of the whole log on every page: the paginator's is enough
     search_fields = ["verb", "actor_label"]
 
 
