@@ -323,6 +323,11 @@ def inbox_cursor(pk: uuid.UUID, created_at: datetime, key: str) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+def check_cursor(cursor: str) -> None:
+    """Raise BadCursor unless `cursor` is one the inbox gave (in form: its request may have gone since)."""
+    _position(cursor)
+
+
 def _position(cursor: str) -> tuple[datetime, str, uuid.UUID]:
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()

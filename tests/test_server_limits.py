@@ -226,3 +226,19 @@ def test_a_bad_cursor_is_a_json_error(hub: dict[str, Any], cursor: str) -> None:
     response = hub["reviewer"].get("/inbox", cursor=cursor)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_a_long_poll_with_a_bad_cursor_is_refused_before_it_waits(
+    hub: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cursor is checked before the wait, not after up to a minute of it."""
+    from approvals import broadcast
+
+    async def waited(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the long-poll waited on a cursor the inbox never gave")
+
+    monkeypatch.setattr(broadcast, "wait_until", waited)
+    version = hub["reviewer"].get("/inbox")["Inbox-Version"]
+    response = hub["reviewer"].get("/inbox", cursor="nonsense!", version=version, wait=60)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_cursor"

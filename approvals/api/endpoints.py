@@ -464,6 +464,12 @@ def _scope_moved(request: HttpRequest, groups: list[str]) -> bool:
         return _queue_groups(selectors.inbox_teams(request.user)) != groups
 
 
+def _bad_cursor() -> Invalid:
+    return Invalid(
+        "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
+    )
+
+
 def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None) -> _InboxRead:
     """The inbox's queues, their version, and (unless the version is still ``unchanged``) one page as JSON
     items; then the connection goes back to the pool, as a long-poll's does."""
@@ -479,9 +485,7 @@ def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None)
                 user, limit=size, cursor=cursor, team_ids=[pk for pk, _ in teams]
             )
         except selectors.BadCursor:
-            raise Invalid(
-                "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
-            ) from None
+            raise _bad_cursor() from None
         read.items = [selectors.inbox_item(ir) for ir in page]
         return read
 
@@ -506,6 +510,11 @@ def inbox(
     version differs (at once if it already does), or after ``wait`` seconds with the inbox as it is."""
     size = min(limit or settings.ELICIT_INBOX_MAX, settings.ELICIT_INBOX_MAX)
     wait = min(wait, settings.ELICIT_LONG_POLL_MAX)  # at least 0: the query checks it
+    if cursor is not None:
+        try:  # before any wait: a long-poll with a cursor the inbox never gave would wait, then refuse it
+            selectors.check_cursor(cursor)
+        except selectors.BadCursor:
+            raise _bad_cursor() from None
     # The version covers the reviewer's teams too, and a change of teams sends no notice to their queues:
     # a wait watches the scopes' counter (moved by any membership, user or sign-out change), read before the
     # teams are, and looks again at this reviewer's teams and credential when it moves.
