@@ -17,6 +17,7 @@ check recorded outside it (``AuditHead``), so a tail cut behind the triggers' ba
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
@@ -37,6 +38,8 @@ from approvals.audit import verbs
 from approvals.audit import verify as audit_verify
 from approvals.audit.verify import GENESIS, derive_action_outcome, event_hash
 from approvals.models import AgentClient, AuditEvent, AuditHead, InputRequest, ToolCall
+
+logger = logging.getLogger(__name__)
 
 _CHAIN_LOCK = 0x6175646974  # "audit": any constant shared by every writer
 # Takes the chain lock, then reserves the next N ids (the last is returned) and reads the chain's head hash,
@@ -81,16 +84,38 @@ _AUTH_VALUE = re.compile(r"\s*(bearer|basic)\s+(?=\S*\d)[A-Za-z0-9._~+/=-]{16,}\
 
 
 def redact(value: Any) -> Any:
-    """Drop the values of secret-looking keys, and credentials in any text, at any depth."""
+    """Drop the values of secret-looking keys, and credentials in any text, at any depth.
+
+    A secret's name may also be data: ``{"name": "DB_PASSWORD", "value": "..."}`` (a Kubernetes env var, an
+    HTTP header in a list, a HAR entry) keeps its secret under ``value``, which goes too."""
     if isinstance(value, Mapping):
+        named = any(_is_value_key(key) for key in value) and _names_a_secret(value)
         return {
-            key: (REDACTED if _SECRET_KEY.search(str(key)) else redact(item)) for key, item in value.items()
+            key: (
+                REDACTED if _SECRET_KEY.search(str(key)) or (named and _is_value_key(key)) else redact(item)
+            )
+            for key, item in value.items()
         }
     if isinstance(value, list | tuple):
         return [redact(item) for item in value]
     if isinstance(value, str):
         return REDACTED if _AUTH_VALUE.fullmatch(value) else _HUB_TOKEN.sub(REDACTED, value)
     return value
+
+
+_PAIR_NAMES = frozenset({"name", "key"})
+
+
+def _names_a_secret(pair: Mapping[Any, Any]) -> bool:
+    """A name/value pair whose name is a secret's: ``{"name": "X-Api-Key", "value": ...}``."""
+    return any(
+        str(key).lower() in _PAIR_NAMES and isinstance(name, str) and bool(_SECRET_KEY.search(name))
+        for key, name in pair.items()
+    )
+
+
+def _is_value_key(key: Any) -> bool:
+    return str(key).lower() == "value"
 
 
 MAX_DEPTH = 100  # levels of objects and arrays in an event's data; the hub's own inputs stop far sooner
@@ -396,24 +421,43 @@ def verify(events: Iterable[AuditEvent] | None = None) -> ChainReport:
 
 
 def _verify_rows(
-    rows: Iterator[dict[str, Any]], anchor: str, pruned_through: int | None = None, start: str = ""
+    rows: Iterator[dict[str, Any]],
+    anchor: str,
+    pruned_through: int | None = None,
+    start: str = "",
+    start_id: int | None = None,
 ) -> ChainReport:
+    """``start``, ``start_id``: walk on from a known event (its hash and id) instead of the anchor."""
     previous = start or anchor
     checked = 0
     head_id, head_hash = None, ""
+    before_id = start_id
     for values in rows:
         if checked == 0 and pruned_through is not None and values["id"] <= pruned_through:
             return ChainReport(0, values["id"], "it is older than the last pruned range", anchor)
         if values["prev_hash"] != previous:
-            return ChainReport(
-                checked, values["id"], "its prev_hash does not match the row before it", anchor
-            )
+            return ChainReport(checked, values["id"], _broken_link(values["id"], before_id, anchor), anchor)
         if event_hash(values["prev_hash"], export_row(values)) != values["hash"]:
             return ChainReport(checked, values["id"], "its contents do not match its hash", anchor)
         previous = head_hash = values["hash"]
-        head_id = values["id"]
+        head_id = before_id = values["id"]
         checked += 1
     return ChainReport(checked, anchor=anchor, head_id=head_id, head_hash=head_hash)
+
+
+def _broken_link(event_id: int, before_id: int | None, anchor: str) -> str:
+    """Why an event's prev_hash is not the hash it should link to, naming both ends of the break: with its
+    hash recomputed, a rewritten event verifies alone, so the break may be the fault of the event before."""
+    if before_id is None:
+        start = "the chain's start" if anchor == GENESIS else "the hash of the last pruned event"
+        return f"its prev_hash is not {start}: the events before it were removed, or it was rewritten"
+    text = f"its prev_hash is not the hash of event #{before_id} before it: "
+    if event_id == before_id + 1:
+        return text + f"#{before_id} or #{event_id} was rewritten, its hash recomputed"
+    return text + (
+        f"the events between #{before_id} and #{event_id} were removed, or #{before_id} or #{event_id} was "
+        "rewritten, its hash recomputed"
+    )
 
 
 def chain_head() -> dict[str, Any]:
@@ -453,7 +497,7 @@ def _verify_since(saved: Mapping[str, Any]) -> ChainReport | None:
     anchor, _ = chain_anchor()
     newer = AuditEvent.objects.filter(id__gt=head_id).order_by("id").values(*ROW_FIELDS)
     with closing(newer.iterator(chunk_size=5000)) as rows:
-        report = _verify_rows(rows, anchor, start=str(saved["head_hash"]))
+        report = _verify_rows(rows, anchor, start=str(saved["head_hash"]), start_id=head_id)
     if report.ok and report.head_id is None:  # nothing new since
         report = replace(report, head_id=head_id, head_hash=str(saved["head_hash"]))
     return replace(report, since_id=head_id)
@@ -537,7 +581,15 @@ def store_chain_state(report: ChainReport) -> dict[str, Any]:
             state.update(
                 ok=False, first_bad_id=found["id"], problem=found["problem"], found_by_full_walk=True
             )
-    cache.set(CHAIN_STATE_KEY, state, timeout=None)
+    try:
+        cache.set(CHAIN_STATE_KEY, state, timeout=None)
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        # Only the audit page's copy is lost (it says how old the last one it has is): the check itself,
+        # and its verdict for whoever ran it, need the database alone. The class only: a driver's message
+        # may quote the address.
+        logger.warning(
+            "the chain check's result was not kept for the audit page: Redis (%s)", type(exc).__name__
+        )
     return state
 
 

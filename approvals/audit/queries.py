@@ -17,7 +17,8 @@ from typing import Any
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
 from django.db.models import Aggregate, Count, DurationField, F, Q, QuerySet, Value
-from django.db.models.functions import Coalesce
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce, Left, NullIf
 from django.utils import timezone
 
 from approvals import schema_forms, urlsafety
@@ -68,6 +69,35 @@ def events_for(user: Any, filters: dict[str, Any]) -> QuerySet[AuditEvent]:
     return filter_events(visible_audit_events(user), filters)
 
 
+# What a row of the audit table shows of an event's data: the first of these that is set, at most
+# SUMMARY_MAX characters (one more is read, so the row can say the text goes on).
+SUMMARY_PATHS = ("data__message", "data__reason", "data__problem", "data__error__message")
+SUMMARY_MAX = 10_000
+
+
+def listed(qs: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+    """`qs` as the audit table reads it: without the events' data (``summarised`` reads what a row shows of
+    it). An event's data may be as large as a call's arguments (ELICIT_MAX_BODY each): read whole, a page of
+    50 such events fetched and decoded tens of megabytes to show a line of each."""
+    return qs.defer("search", "data")
+
+
+def summarised(events: list[AuditEvent]) -> list[AuditEvent]:
+    """`events` (a page), each with its ``summary`` read in SQL by id: in a query of its own, not with the
+    page, whose plan may sort the matches after its filter and would then work out the summary of every
+    event that matches, reading every large one whole for it."""
+    if events:
+        texts = [NullIf(KT(path), Value("")) for path in SUMMARY_PATHS]
+        summaries = dict(
+            AuditEvent.objects.filter(id__in=[event.id for event in events])
+            .annotate(summary=Left(Coalesce(*texts, Value("")), SUMMARY_MAX + 1))
+            .values_list("id", "summary")
+        )
+        for event in events:
+            event.summary = summaries.get(event.id, "")  # type: ignore[attr-defined]
+    return events
+
+
 def suggested_servers(user: Any) -> list[str]:
     """The server names the filter suggests: the reader's teams' servers (and those of no team, for staff, as
     they see unrouted events), never the names of other teams' servers; every server for a superuser."""
@@ -103,7 +133,7 @@ def page(
     some matches but not a page, the next window is sized from that density; with none, the GIN index
     searches the rest. Windows are disjoint and newest first, so the page is exactly the page without them.
     """
-    qs = qs.defer("search").order_by("-id")
+    qs = listed(qs).order_by("-id")
     if not (windowed and before):
         return _cut(list((qs.filter(id__lt=before) if before else qs)[: PAGE_SIZE + 1]))
     rows: list[AuditEvent] = []
@@ -126,7 +156,7 @@ def page(
 
 def _cut(rows: list[AuditEvent]) -> tuple[list[AuditEvent], int | None]:
     more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+    rows = summarised(rows[:PAGE_SIZE])
     return rows, (rows[-1].id if more else None)
 
 

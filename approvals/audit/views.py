@@ -27,7 +27,16 @@ from approvals import schema_forms, throttling
 from approvals.audit import core as audit
 from approvals.audit import export as audit_export
 from approvals.audit.forms import AuditFilterForm, CursorForm
-from approvals.audit.queries import analytics, events_for, is_text_search, page, suggested_servers, timeline
+from approvals.audit.queries import (
+    analytics,
+    events_for,
+    is_text_search,
+    listed,
+    page,
+    suggested_servers,
+    summarised,
+    timeline,
+)
 from approvals.forms import TZ_FIELD
 from approvals.models import AuditEvent
 from approvals.permissions import visible_teams
@@ -104,8 +113,8 @@ def newer(request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=400)
     after = cursor.cleaned_data["after"] or 0
     newest = _newest_id()
-    qs = events_for(request.user, form.cleaned_data).filter(id__gt=after, id__lte=newest).defer("search")
-    events = list(qs.order_by("id")[:NEWER_LIMIT])
+    qs = listed(events_for(request.user, form.cleaned_data).filter(id__gt=after, id__lte=newest))
+    events = summarised(list(qs.order_by("id")[:NEWER_LIMIT]))
     seen = events[-1].id if len(events) == NEWER_LIMIT else max(after, newest)
     response = render(request, "approvals/audit/_rows.html", {"events": events[::-1]})
     response["X-Audit-Newest"] = str(seen)

@@ -8,6 +8,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from approvals.audit import core as audit
 from approvals.management.commands._cli import HubCommand
+from approvals.models import AuditEvent
 
 
 class Command(HubCommand):
@@ -40,6 +41,11 @@ class Command(HubCommand):
                     "(a JSON object with head_id and head_hash)"
                 )
             if not audit.head_matches(saved):
+                if not AuditEvent.objects.filter(pk=saved["head_id"]).exists():
+                    raise CommandError(
+                        f"event #{saved['head_id']}, the saved head, is gone and no prune removed it: the "
+                        "events from it on were cut"
+                    )
                 raise CommandError(
                     f"event #{saved.get('head_id')} no longer has the saved hash: the chain was rewritten"
                 )
