@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kombu.exceptions
+import psycopg.errors
 import redis.exceptions
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
@@ -62,6 +63,11 @@ def engine_of(exc: object) -> str | None:
     if isinstance(exc, EngineUnavailable):
         return exc.engine
     if isinstance(exc, DATABASE_ERRORS):
+        # A limit of PostgreSQL's own (SQLSTATE class 54: a value too large for a search vector or an index
+        # row) is an OperationalError too, but no outage: the same request fails the same way every time, so
+        # a 503 telling the caller to retry would be a promise the hub cannot keep.
+        if isinstance(exc.__cause__, psycopg.errors.ProgramLimitExceeded):
+            return None
         return "postgresql"
     if isinstance(exc, (*REDIS_ERRORS, kombu.exceptions.OperationalError)):
         return "redis"
