@@ -25,7 +25,9 @@ The supervisor
 - gives exclusive use of the open client to one call at a time. A stdio connection is one session: an
   ``elicitation/create`` that arrives on it names no call, so the hub could not tell which of two
   concurrent calls asked. Calls to one stdio server are therefore serialised, and the session's
-  `Dispatcher` routes what arrives to the call running now.
+  `Dispatcher` routes what arrives to the call running now. A call that ends without its answer (its limit
+  passed, it was stopped) may leave its tool running, and what that tool asks later would reach the next call:
+  the process is restarted before the next call.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import pwd
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable
@@ -53,9 +57,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.message import SessionMessage
 
 from approvals import netguard
-from approvals.mcp_client.outcomes import REDACTED, TransientError
+from approvals.mcp_client.outcomes import REDACTED, McpError, TransientError
 from approvals.mcp_client.probe import probe_open
 from approvals.mcp_client.session import Dispatcher, Mode, list_tools_on, open_client
+from approvals.mcp_client.wire import scrub
 from approvals.models import McpServer
 from approvals.services import servers as servers_service
 from approvals.services import stdio as stdio_service
@@ -73,6 +78,12 @@ BACKOFF_MAX = 60.0
 # A process that ran this long before it ended was not crash-looping: the backoff starts again.
 STABLE_AFTER = 60.0
 LEASE_CHECK_EVERY = 5.0
+# Why a process is ended after a call that ended without its answer (not a crash: no backoff grows from it).
+LEFT_RUNNING = "a call ended without its answer; its tool may still run"
+# Between calls, a server's notifications/tools/list_changed are answered with at most one listing this often
+# (the notices that come meanwhile make one more listing, at the end of the interval): each listing is stored
+# and audited, and a server may send such notices without end.
+RELIST_EVERY = 5.0
 
 
 @dataclass(frozen=True)
@@ -166,16 +177,23 @@ def server_parameters(launch: stdio_service.Launch, cwd: Path, run_as: RunAs | N
     return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=str(cwd))
 
 
+# What separates the parts of a credential written as JSON, a query string, a connection string or a list.
+_SEPARATORS = re.compile(r"""[\s"'`,;:=@&?(){}\[\]<>]+""")
+
+
 def env_secrets(env: dict[str, str]) -> list[str]:
     """What the log must never repeat of a stdio server's configured environment: each value, and each long
     word of it (as for an HTTP server's header values), longest first. A value over several lines (a PEM key,
     a pretty-printed JSON credential) reaches the log line by line, never whole: without its words, none of
-    its lines would be recognised."""
+    its lines would be recognised. The parts between a credential's quotes and separators count as words too:
+    a server logs the secret of a JSON credential (``{"client_secret":"..."}``) or of a connection string
+    (``user:password@host``) without them."""
     found: set[str] = set()
     for value in env.values():
         if len(value) >= 4:
             found.add(value)
         found.update(part for part in value.split() if len(part) >= 8)
+        found.update(part for part in _SEPARATORS.split(value) if len(part) >= 8)
     return sorted(found, key=len, reverse=True)
 
 
@@ -367,6 +385,7 @@ class StdioSupervisor:
         self._wake = asyncio.Event()
         self._ended = asyncio.Event()  # set when the process's stdout closed: it has exited
         self._restart_asked = False
+        self._restart_why = ""
         self._broke = ""  # why the transport ended the session, if it did (a line over the limit)
         self._suspect = False  # the last call failed: check the session before the next one
         self._ready_once = False
@@ -374,6 +393,8 @@ class StdioSupervisor:
         self._calls = asyncio.Lock()
         self._starting = asyncio.Lock()
         self._relisting: asyncio.Task[None] | None = None
+        self._relist_due = False  # a tools/list_changed came that no listing has followed yet
+        self._relisted_at = -math.inf
         self._task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
@@ -404,6 +425,8 @@ class StdioSupervisor:
         """End the process and release the lease (if still held)."""
         self._stopping = True
         self._wake.set()
+        if self._relisting is not None:
+            self._relisting.cancel()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
@@ -423,9 +446,10 @@ class StdioSupervisor:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def restart(self) -> None:
+    def restart(self, why: str = "a restart was asked") -> None:
         """End the process now (a session the caller found broken); the supervisor starts a new one."""
         self._restart_asked = True
+        self._restart_why = why
         self._wake.set()
 
     # ---- one call at a time -----------------------------------------------------------------------------
@@ -443,9 +467,18 @@ class StdioSupervisor:
             client, dispatcher = await self._open_session(limit)
             try:
                 yield client, dispatcher
-            except BaseException:
+            except BaseException as exc:
                 # The call failed: the process may have died under it. The next call checks first.
                 self._suspect = True
+                if isinstance(exc, asyncio.CancelledError) or (
+                    isinstance(exc, McpError) and (exc.may_have_run or exc.code == "outcome_unknown")
+                ):
+                    # It ended without its answer (its limit passed, it was stopped): its tool may run on, and
+                    # a question it asks later names no call. On the same session it would reach the next
+                    # call's reviewers as that call's (and crowd out that call's own). The next call gets
+                    # a new process.
+                    self._ready.clear()
+                    self.restart(LEFT_RUNNING)
                 raise
 
     async def _open_session(self, limit: float) -> tuple[Client, Dispatcher]:
@@ -521,7 +554,7 @@ class StdioSupervisor:
                         )
             if self._stopping or self.lost:
                 break
-            if time.monotonic() - began >= STABLE_AFTER:
+            if time.monotonic() - began >= STABLE_AFTER or self.last_exit == LEFT_RUNNING:
                 backoff = BACKOFF_MIN
             logger.warning("%r: restarting in %.0f s (%s)", self, backoff, self.last_exit)
             await self._pause(backoff)
@@ -566,7 +599,7 @@ class StdioSupervisor:
                 errlog.close()  # the process has its copy
                 # Its era, identity and tools, read on this session (a stdio server is never started twice
                 # to be probed), before the first call: routing rules match on the tools' annotations.
-                await self._record_probe(client, began)
+                await self._record_probe(client, began, secrets)
                 self._ready_once = True
                 self._client, self._dispatcher = client, dispatcher
                 self._ready.set()
@@ -591,7 +624,10 @@ class StdioSupervisor:
         self._ended.set()
         self._wake.set()
 
-    async def _record_probe(self, client: Client, began: float) -> None:
+    async def _record_probe(self, client: Client, began: float, secrets: list[str]) -> None:
+        """Store what the new session says of the server. A failure's message quotes the server, which may
+        repeat its own credentials (`secrets`): the probe is shown to admins and audited, so they are
+        replaced, as in a call's error."""
         latency_ms = int((time.monotonic() - began) * 1000)
         try:
             with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
@@ -599,23 +635,35 @@ class StdioSupervisor:
         except TimeoutError:
             logger.warning("%r: tools/list timed out on the new session", self)
             return
+        stored = found.as_json()
+        error = stored.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            stored["error"] = {**error, "message": scrub(error["message"], secrets)}
         await sync_to_async(stdio_service.stdio_probed)(
-            server_id=self.server_id, found=found.as_json(), tools=found.tools if found.ok else None
+            server_id=self.server_id, found=stored, tools=found.tools if found.ok else None
         )
 
     def _tools_changed(self) -> None:
         """Between calls the server said its tools changed: list them on the session (as soon as no call
-        runs on it) and store them. Calls pass the notice to their own hooks instead."""
+        runs on it) and store them, at most once every `RELIST_EVERY` seconds. Calls pass the notice to their
+        own hooks instead."""
+        self._relist_due = True
         if self._relisting is None or self._relisting.done():
             self._relisting = asyncio.create_task(self._relist())
 
     async def _relist(self) -> None:
-        try:
-            async with self.session() as (client, _):
-                tools = await list_tools_on(client, timeout=float(settings.ELICIT_MCP_TIMEOUT))
-            await sync_to_async(servers_service.server_tools_changed)(self.server_id, tools=tools)
-        except Exception as exc:
-            logger.warning("%r: listing the changed tools failed: %s", self, type(exc).__name__)
+        while self._relist_due and not self._stopping:
+            wait = self._relisted_at + RELIST_EVERY - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._relist_due = False
+            self._relisted_at = time.monotonic()
+            try:
+                async with self.session() as (client, _):
+                    tools = await list_tools_on(client, timeout=float(settings.ELICIT_MCP_TIMEOUT))
+                await sync_to_async(servers_service.server_tools_changed)(self.server_id, tools=tools)
+            except Exception as exc:
+                logger.warning("%r: listing the changed tools failed: %s", self, type(exc).__name__)
 
     async def _until_ended(self) -> None:
         """Wait until the process exits, a restart or stop is asked, or the lease is lost."""
@@ -634,7 +682,7 @@ class StdioSupervisor:
                 self.last_exit = self._broke or "the process exited"
                 return
             if self._restart_asked:
-                self.last_exit = "a restart was asked"
+                self.last_exit = self._restart_why or "a restart was asked"
                 return
             try:
                 held = await self._lease_held()
@@ -669,6 +717,9 @@ class StdioSupervisor:
                 text = line.decode("utf-8", "replace").rstrip("\r")
                 for secret in secrets:
                     text = text.replace(secret, REDACTED)
+                if len(line) > MAX_STDERR_LINE:
+                    # Cut mid-line by `_stderr_lines`: its end may be the first part of a secret.
+                    text = _without_secret_start(text, secrets)
                 if len(line) > MAX_STDERR_LINE or len(text) > MAX_STDERR_LINE:
                     text = text[:MAX_STDERR_LINE] + " [cut]"
                 log.info("%s", text)
@@ -719,6 +770,21 @@ async def _stderr_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
             buffer, cut = b"", True
     if buffer and not cut:
         yield buffer
+
+
+def _without_secret_start(text: str, secrets: list[str]) -> str:
+    """`text` (a stderr line cut short) without the start of a secret it ends in: a line's rest is dropped, so
+    a secret the cut went through is never whole, and `str.replace` would leave its first part in the log."""
+    cut = len(text)
+    for secret in secrets:
+        tail = max(0, len(text) - len(secret) + 1)
+        at = text.find(secret[0], tail) if secret else -1
+        while 0 <= at < cut:
+            if len(text) - at >= 4 and secret.startswith(text[at:]):
+                cut = at
+                break
+            at = text.find(secret[0], at + 1)
+    return text if cut == len(text) else text[:cut] + REDACTED
 
 
 async def _check_alive(client: Client) -> None:

@@ -79,12 +79,27 @@ def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str
         return []
     transports = "" if stdio else "AND s.transport = 'http'"
     lease = "AND (s.transport = 'http' OR s.stdio_holder_id IS NULL OR s.stdio_holder_id = %s)"
+    # A stdio server runs one call at a time (`StdioSupervisor.session`): its queued calls are claimed one by
+    # one, the oldest once none of its calls is open here. Claimed all at once, they would wait for the one
+    # session as "running" calls that were never sent, and fill this holder's room while other servers'
+    # calls wait in the queue.
+    one_at_a_time = """AND (s.transport = 'http' OR (
+        NOT EXISTS (
+            SELECT 1 FROM approvals_toolcall o
+            WHERE o.server_id = s.id AND o.holder_id = %s AND NOT (o.status = ANY(%s))
+        )
+        AND c.id = (
+            SELECT q.id FROM approvals_toolcall q
+            WHERE q.server_id = s.id AND q.kind = 'call' AND q.status = 'queued' AND q.holder_id IS NULL
+            ORDER BY q.created_at, q.id LIMIT 1
+        )
+    ))"""
     # A materialized CTE: a subquery under IN may be re-run by the planner, claiming more than `limit` rows.
     sql = f"""
         WITH picked AS MATERIALIZED (
             SELECT c.id FROM approvals_toolcall c JOIN approvals_mcpserver s ON s.id = c.server_id
             WHERE c.kind = 'call' AND c.status = 'queued' AND c.holder_id IS NULL AND s.enabled
-              AND {_NEEDS_SESSION} {transports} {lease}
+              AND {_NEEDS_SESSION} {transports} {lease} {one_at_a_time}
             ORDER BY c.created_at LIMIT %s
             FOR UPDATE OF c SKIP LOCKED
         )
@@ -92,11 +107,12 @@ def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str
         FROM picked WHERE t.id = picked.id
         RETURNING t.id
     """  # noqa: S608  (no user input in the formatted parts)
+    finals = [str(status) for status in ToolCall.Status.finals()]
     with transaction.atomic():
         if not Holder.objects.filter(pk=holder_id).exists():
             return []
         with connection.cursor() as cursor:
-            cursor.execute(sql, [holder_id, limit, holder_id])
+            cursor.execute(sql, [holder_id, holder_id, finals, limit, holder_id])
             ids = [str(row[0]) for row in cursor.fetchall()]
         holder = Holder.objects.get(pk=holder_id)
         for call in ToolCall.objects.filter(pk__in=ids):
