@@ -60,7 +60,6 @@ from approvals import netguard
 from approvals.mcp_client.outcomes import REDACTED, McpError, TransientError
 from approvals.mcp_client.probe import probe_open
 from approvals.mcp_client.session import Dispatcher, Mode, list_tools_on, open_client
-from approvals.mcp_client.wire import scrub
 from approvals.models import McpServer
 from approvals.services import servers as servers_service
 from approvals.services import stdio as stdio_service
@@ -631,16 +630,12 @@ class StdioSupervisor:
         latency_ms = int((time.monotonic() - began) * 1000)
         try:
             with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
-                found = await probe_open(client, latency_ms=latency_ms)
+                found = await probe_open(client, latency_ms=latency_ms, secrets=secrets)
         except TimeoutError:
             logger.warning("%r: tools/list timed out on the new session", self)
             return
-        stored = found.as_json()
-        error = stored.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            stored["error"] = {**error, "message": scrub(error["message"], secrets)}
         await sync_to_async(stdio_service.stdio_probed)(
-            server_id=self.server_id, found=stored, tools=found.tools if found.ok else None
+            server_id=self.server_id, found=found.as_json(), tools=found.tools if found.ok else None
         )
 
     def _tools_changed(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -388,16 +388,19 @@ async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None
     return _success(found)
 
 
-async def probe_open(client: Client, *, latency_ms: int | None = None) -> ProbeResult:
+async def probe_open(
+    client: Client, *, latency_ms: int | None = None, secrets: Sequence[str] = ()
+) -> ProbeResult:
     """Describe the server behind an already open client (a stdio server's session, say): its era,
     version, identity and capabilities as negotiated, and the tools listed on it now (`toollist`). Never
-    raises an `McpError`: a failed listing gives ``ok`` false."""
+    raises an `McpError`: a failed listing gives ``ok`` false, its message without `secrets` (the server's
+    own credentials, which its errors may quote)."""
     version = client.protocol_version
     era = HANDSHAKE if version in HANDSHAKE_PROTOCOL_VERSIONS else MODERN
     discover = client.session.discover_result
     wire = Wire(None)
     try:
-        tools = await _list_open(client, wire)
+        tools = await _list_open(client, wire, secrets)
     except McpError as exc:
         return _failure(exc)
     found = _Found(
@@ -412,13 +415,13 @@ async def probe_open(client: Client, *, latency_ms: int | None = None) -> ProbeR
     return _success(found)
 
 
-async def _list_open(client: Client, wire: Wire) -> ToolList:
+async def _list_open(client: Client, wire: Wire, secrets: Sequence[str]) -> ToolList:
     """The tools listed on an open client (not wired through a `Wire`: the tools are read from the SDK's
     models)."""
     try:
         return await list_tools_on(client, timeout=OPEN_LIST_TIMEOUT)
     except Exception as exc:
-        raise _classify(exc, wire, "tools/list", []) from None
+        raise _classify(exc, wire, "tools/list", list(secrets)) from None
 
 
 __all__ = [
