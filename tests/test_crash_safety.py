@@ -30,16 +30,19 @@ def test_a_killed_worker_never_runs_the_tool_twice(phase: str, worker, demo_serv
     call_id = hub.agent.call("create_deployment", {"branch": "hotfix"})
     item = hub.reviewer.wait_for_request(call_id, "environment")
 
-    # Swap the shared worker for one we will kill at the chosen moment.
-    worker.kill()
-    crash_env = dict(WORKER_ENV)
+    # The worker we will kill at the chosen moment: one pausing after its claim (`before`), else the shared
+    # worker itself (the same settings, no fault injected; the `worker` fixture restarts it for later tests).
+    doomed = worker
     if phase == "before":
-        crash_env["ELICIT_TEST_PAUSE_BEFORE_SEND"] = "30"
+        worker.kill()
+        crash_env = {**WORKER_ENV, "ELICIT_TEST_PAUSE_BEFORE_SEND": "30"}
+        doomed = CeleryWorker(
+            child_env(**crash_env), name=f"doomed-{phase}", module="tests.fault_worker"
+        ).start()
     elif phase == "during":
         demo_support.hold(demo_server.url, "create_deployment", "before", 4)
     else:
         demo_support.hold(demo_server.url, "create_deployment", "after", 4)
-    doomed = CeleryWorker(child_env(**crash_env), name=f"doomed-{phase}", module="tests.fault_worker").start()
     try:
         assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
         rnd = Round.objects.get(call_id=call_id, number=1)
@@ -91,10 +94,9 @@ def test_a_killed_worker_leaves_an_unsafe_tool_outcome_unknown_never_run_twice(w
     call_id = hub.agent.call("create_deployment", {"branch": "hotfix"})
     item = hub.reviewer.wait_for_request(call_id, "environment")
 
-    worker.kill()
-    # The tool runs, then its answer is held: the worker dies before it learns the outcome.
+    # The tool runs, then its answer is held: the worker (the shared one) dies before it learns the outcome.
     demo_support.hold(demo_server.url, "create_deployment", "after", 4)
-    doomed = CeleryWorker(child_env(**WORKER_ENV), name="doomed-unsafe", module="tests.fault_worker").start()
+    doomed = worker
     try:
         assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
         wait_until(

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ from tests.live import ROOT, CeleryWorker, Daphne, wait_until
 pytestmark = pytest.mark.timeout(240)
 
 PASSWORD = "pw-fault-alice-1234"
+MIGRATE = """
+from django.core.management import call_command
+call_command("migrate", interactive=False, verbosity=0, skip_checks=False)
+"""
 SET_UP = """
 import json
 from django.contrib.auth import get_user_model
@@ -57,10 +62,38 @@ class World:
         self.web: Daphne | None = None
         self.worker: CeleryWorker | None = None
         self.demo: demo_support.DemoServer | None = None
+        self.tokens: dict[str, str] = {}
+        self.helper = ThreadPoolExecutor(1)
+        self.later: list[subprocess.Popen[str]] = []
         self.agent: httpx.Client
         self.reviewer: httpx.Client
 
     def start(self) -> None:
+        # Processes start side by side, each started from this thread or the helper thread, which lives until
+        # they have stopped: a process started from a thread ends with it (PR_SET_PDEATHSIG, tests.live).
+        # The demo server needs neither engine: it starts while they start and the database is migrated.
+        self.demo = demo_support.DemoServer()
+        demo_up = self.helper.submit(self.demo.start)
+        self._start_engines_and_set_up()
+        demo_up.result()
+        self.web = Daphne(self.env)
+        self.worker = CeleryWorker(self.env, name="fault-worker")
+        web_up = self.helper.submit(self.web.start)
+        self.worker.start()
+        web_up.result()
+        self.agent = httpx.Client(
+            base_url=self.web.url + "/api/v1",
+            headers={"Authorization": f"Bearer {self.tokens['agent']}"},
+            timeout=30,
+        )
+        self.reviewer = httpx.Client(
+            base_url=self.web.url + "/api/v1",
+            headers={"Authorization": f"Bearer {self.tokens['reviewer']}"},
+            timeout=30,
+        )
+
+    def _start_engines_and_set_up(self) -> None:
+        assert self.demo is not None
         self.pg.start()
         self.redis.start()
         self.env = {
@@ -72,27 +105,15 @@ class World:
             "DJANGO_SETTINGS_MODULE": "elicit_hub.settings",
             "PYTHONUNBUFFERED": "1",
             "ELICIT_REDIS_TIMEOUT": "1",
-            "ELICIT_DB_POOL_TIMEOUT": "2",
+            # While PostgreSQL is down each request waits this long for a connection before its 503.
+            "ELICIT_DB_POOL_TIMEOUT": "1",
             "ELICIT_OUTBOUND_ALLOW": "127.0.0.0/8,::1",  # the demo server listens on loopback
         }
-        self.manage("migrate", "--no-input", "-v", "0")
-        self.demo = demo_support.DemoServer().start()
-        out = self.manage("shell", "-c", SET_UP % (PASSWORD, self.demo.url))
+        # `migrate` (with its system checks) and the set-up in one process: one Django start-up, not two.
+        out = self.manage("shell", "-c", MIGRATE + SET_UP % (PASSWORD, self.demo.url))
         found = re.search(r"TOKENS=(\{.*\})", out)
         assert found, out
-        tokens = json.loads(found.group(1))
-        self.web = Daphne(self.env).start()
-        self.worker = CeleryWorker(self.env, name="fault-worker").start()
-        self.agent = httpx.Client(
-            base_url=self.web.url + "/api/v1",
-            headers={"Authorization": f"Bearer {tokens['agent']}"},
-            timeout=30,
-        )
-        self.reviewer = httpx.Client(
-            base_url=self.web.url + "/api/v1",
-            headers={"Authorization": f"Bearer {tokens['reviewer']}"},
-            timeout=30,
-        )
+        self.tokens = json.loads(found.group(1))
 
     def manage(self, *args: str) -> str:
         result = subprocess.run(
@@ -101,7 +122,33 @@ class World:
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout
 
+    def manage_later(self, code: str) -> Callable[[], str]:
+        """`manage.py shell -c code`, started now and run when the function returned is called (which returns
+        its output); a process not called by then is ended by ``stop``."""
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "shell", "-c", f"if input() == 'go':\n    {code}"],
+            cwd=ROOT,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.later.append(proc)
+
+        def run() -> str:
+            out, err = proc.communicate("go\n", timeout=60)
+            assert proc.returncode == 0, err[-3000:]
+            return out
+
+        return run
+
     def stop(self) -> None:
+        for proc in self.later:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.helper.submit(lambda: None).result()  # once a start still under way on the helper has ended
         for part in (self.worker, self.web):
             if part is not None:
                 part.stop()
@@ -109,6 +156,7 @@ class World:
             self.demo.stop()
         self.redis.stop()
         self.pg.stop()
+        self.helper.shutdown()
 
 
 @pytest.fixture
@@ -262,6 +310,8 @@ def test_outages_answer_503_store_nothing_and_recover(world: World) -> None:
 
     # PostgreSQL back: everything recovers.
     world.pg.start()
+    # The sweep below runs in a process of its own, which starts now (Django's start-up takes seconds).
+    sweep = world.manage_later("from approvals.tasks import recover_stuck; recover_stuck(grace_seconds=0)")
     wait_until(
         lambda: world.agent.get(f"/calls/{accepted['echo-1']}").status_code == 200,
         30,
@@ -277,7 +327,7 @@ def test_outages_answer_503_store_nothing_and_recover(world: World) -> None:
     # not yet recorded it as unacknowledged): the call stays queued until beat's sweep (`recover_stuck`, for
     # calls no worker is sending) queues it again. Run the sweep as beat would, without its 90 s of grace; a
     # call queued twice must still run once (checked below).
-    world.manage("shell", "-c", "from approvals.tasks import recover_stuck; recover_stuck(grace_seconds=0)")
+    sweep()
 
     # Every 2xx is durable and finishes; the refused answer left its request pending for the reviewer.
     for key, call_id in accepted.items():

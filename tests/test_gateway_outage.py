@@ -29,7 +29,10 @@ from tests.test_gateway import Gateway
 
 pytestmark = pytest.mark.timeout(180)
 
+# `migrate` (with its system checks) and the set-up in one process: one Django start-up, not two.
 SET_UP = """
+from django.core.management import call_command
+call_command("migrate", interactive=False, verbosity=0, skip_checks=False)
 from approvals.services import tokens
 _, token = tokens.agent_create(name="outage-agent", servers=[])
 print("TOKEN=" + token)
@@ -76,9 +79,9 @@ def world() -> Iterator[World]:
         env = child_env(
             DATABASE_URL=pg.url(),
             ELICIT_NAMESPACE=f"gateway-outage-{uuid.uuid4().hex[:6]}",
-            ELICIT_DB_POOL_TIMEOUT="2",
+            # While PostgreSQL is down each request waits this long for a connection before its 503.
+            ELICIT_DB_POOL_TIMEOUT="1",
         )
-        _manage(env, "migrate", "--no-input", "-v", "0")
         found = re.search(r"TOKEN=(\S+)", _manage(env, "shell", "-c", SET_UP))
         assert found
         gateway = Gateway(env).start()

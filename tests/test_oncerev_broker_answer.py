@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -59,9 +60,13 @@ def test_an_answer_committed_while_the_broker_is_down_is_resumed_once_redis_is_b
     assert ToolCall.objects.get(pk=call_id).status == ToolCall.Status.RESUMING
 
     broker.start()
-    resumer = CeleryWorker(env, name="oncerev-broker-answer").start()
+    # beat's sweep and a worker, both on the Redis that is back: the sweep's process starts while the worker
+    # does (the task it queues waits in Redis for the worker).
+    with ThreadPoolExecutor(1) as pool:
+        recovering = pool.submit(_manage, env, "shell", "-c", RECOVER)
+        resumer = CeleryWorker(env, name="oncerev-broker-answer").start()
     try:
-        recovered = _manage(env, "shell", "-c", RECOVER)
+        recovered = recovering.result()
         assert recovered.returncode == 0, recovered.stderr[-3000:]
         assert re.search(r"REQUEUED=1\b", recovered.stdout), recovered.stdout
         wait_until(lambda: ToolCall.objects.get(pk=call_id).is_final, 60, 0.2, what="the resumed call")

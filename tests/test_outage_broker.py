@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -118,9 +119,13 @@ def test_a_call_committed_while_the_broker_is_down_is_no_error_and_runs_once_red
     assert "enqueue_on_commit" in submitted.stderr  # logged, naming what was not queued
 
     own_redis.start()
-    worker = CeleryWorker(env, name="outage-broker-worker").start()
+    # beat's sweep and a worker, both on the Redis that is back: the sweep's process starts while the worker
+    # does (the task it queues waits in Redis for the worker).
+    with ThreadPoolExecutor(1) as pool:
+        recovering = pool.submit(_manage, env, "shell", "-c", RECOVER)
+        worker = CeleryWorker(env, name="outage-broker-worker").start()
     try:
-        recovered = _manage(env, "shell", "-c", RECOVER)
+        recovered = recovering.result()
         assert recovered.returncode == 0, recovered.stderr[-3000:]
         assert "REQUEUED=1" in recovered.stdout
         wait_until(
