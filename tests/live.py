@@ -137,7 +137,11 @@ def _ends_with(parent: int) -> Callable[[], None] | None:
     """In the child, before it runs: SIGTERM when the test run's process ends, however it ends. A run cut
     short (a time limit's SIGKILL, ^C twice) otherwise leaves its worker behind, still consuming the test
     queue and holding connections to the test database: the next run on the same engines loses tasks to it
-    and cannot drop its database."""
+    and cannot drop its database.
+
+    The signal follows the *thread* that started the child, not the process: a child started from a helper
+    thread gets SIGTERM when that thread ends. Start processes side by side only from threads that live as
+    long as the processes do."""
     if not sys.platform.startswith("linux"):
         return None
 
