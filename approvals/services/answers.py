@@ -406,6 +406,10 @@ def requester_respond(*, input_request_id: Any, agent: Any, action: str, content
     )
     if ir is None:
         raise NotFound("No such input request for this agent.")
+    if ir.status == InputRequest.Status.PENDING and past_deadline(ir):
+        # As for a reviewer: beat expires overdue rounds only every few seconds, and an answer in between
+        # comes too late all the same (the round's expiry, not this answer, decides what the server gets).
+        raise too_late(ir)
     try:
         content = validate_answer(ir, action, content)
     except (Invalid, AnswerInvalid):

@@ -17,7 +17,8 @@ the call's lock again (`_recorded`, for up to `RECORD_PATIENCE`). An answer lost
 the server accepted the call (malformed, too large) ends it ``outcome_unknown`` too, never re-sent. A
 failure before the request left the hub, or one the server refused it with (a 429), releases the claim
 (``queued`` / ``ready``) and is retried with backoff. Each
-``tools/call`` is bounded by `call_limit`; progress notifications are stored on the call (`call_progress`).
+``tools/call`` is bounded by `call_limit`, and a task sends again (a state-only round) only while another
+send still fits its time limit (`_Budget`); progress notifications are stored on the call (`call_progress`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import anyio.to_thread
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, connections, transaction
 from django.db.models import Exists, OuterRef
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from approvals import broadcast, mcp_client
@@ -312,8 +314,10 @@ def _hand_to_holders(call_id: Any) -> bool:
 def call_send(*, call_id: Any) -> float | None:
     """Send whatever the call needs next, looping while the server answers with state only.
 
-    Returns a countdown in seconds when a transient fault should be retried later, else None.
+    Returns a countdown in seconds when a transient fault should be retried later (0 when the next send is
+    due at once and this task has no time left for it: `_Budget`), else None.
     """
+    budget = _Budget(time.monotonic())
     if _hand_to_holders(call_id):
         return None  # no such call, or it runs on a holder's session, never from here
     for _ in range(RELOOKS + 1):
@@ -326,7 +330,7 @@ def call_send(*, call_id: Any) -> float | None:
                     # A live process is sending it, whose database session (and the lock with it) was lost:
                     # it writes the answer once it has the lock again. Look again once it is done or died.
                     return sent_elsewhere
-                countdown, ended = _send_claimed(call_id)
+                countdown, ended = _send_claimed(call_id, budget)
         if countdown is not None or ended or not _answered_meanwhile(call_id):
             return countdown
     return None
@@ -346,14 +350,37 @@ _READY_RETRY = PreparedRead(
 )
 
 
-def _send_claimed(call_id: Any) -> tuple[float | None, bool]:
+@dataclass
+class _Budget:
+    """The time one task has for its sends. A task's time limits (ELICIT_CALL_TASK_SOFT_TIME_LIMIT) leave room
+    for one send of the longest allowed call (ELICIT_MAX_CALL_TIMEOUT) and its overheads; a task cut by them
+    mid-send leaves the send claimed, and a tool not safe to repeat then ends ``outcome_unknown``. So a task
+    that has sent once sends again (a state-only round, a round answered meanwhile) only while another whole
+    send of this call still fits; else the next send is a new task's."""
+
+    started: float
+    sent: ToolCall | None = None  # the call as this task last sent it
+
+    def fits_another(self) -> bool:
+        if self.sent is None:
+            return True
+        spent = time.monotonic() - self.started
+        return spent <= settings.ELICIT_MAX_CALL_TIMEOUT - call_limit(self.sent)
+
+
+def _send_claimed(call_id: Any, budget: _Budget) -> tuple[float | None, bool]:
     """`call_send`'s work under the call's lock: claim, send, apply; again while the server answers with
-    state only. Returns a countdown when the send should be retried later, and whether the call ended here
-    (then no answer can have come for it meanwhile)."""
+    state only. Returns a countdown when the send should be retried later (0: at once, by a new task, when
+    this one has no time left for it), and whether the call ended here (then no answer can have come for it
+    meanwhile)."""
     while True:
+        if not budget.fits_another():
+            logger.info("call %s: its next send is left to a new task (this one's time is spent)", call_id)
+            return 0.0, False
         send = _claim(call_id)
         if send is None:
             return None, False
+        budget.sent = send.call
         # _claim only yields hub-driven calls, and the database refuses one of those without a server.
         assert send.call.server is not None
         if send.redelivered and not safe_to_resend(send.call):
@@ -660,9 +687,18 @@ class ProgressWriter:
             self._writing = False
 
 
+# A closed round's record keeps its size and the first keys (its audit event), not every key it declined.
+_DROP_DECLINED_KEYS = RawSQL("CASE WHEN raw ? 'declined_keys' THEN raw - 'declined_keys' ELSE raw END", ())
+
+
 def _close(rnd: Round) -> None:
+    """Close a round whose retry the server answered (or that ended with its call). What only its retry
+    needed goes with it: its ``requestState`` (only the latest round's is ever echoed) and the keys of a round
+    refused as a whole (`rounds.TOO_MANY_INPUTS`). A server that sends a large state, or thousands of keys,
+    a new one each round (rounds that need no person follow each other at once), would otherwise have every
+    round keep its own until the call ends."""
     Round.objects.filter(pk=rnd.pk).exclude(status=Round.Status.CLOSED).update(
-        status=Round.Status.CLOSED, closed_at=timezone.now()
+        status=Round.Status.CLOSED, closed_at=timezone.now(), request_state=None, raw=_DROP_DECLINED_KEYS
     )
 
 
