@@ -36,11 +36,14 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
 
     A request whose round's deadline has passed is not escalated, though beat (every 15 s, `expire_due`) may
     not have expired it yet: no answer is taken then, and the fallback team would be told "no answer yet"
-    and shown a request it cannot answer (a delay as long as the round's clock made that the rule)."""
+    and shown a request it cannot answer (a delay as long as the round's clock made that the rule). Nor is a
+    URL-mode request made for one person (its assignee): it is theirs alone, so the fallback team's reviewers
+    could not open it, and their notice would link to a page they are refused."""
     candidates = (
         InputRequest.objects.pending()
         .filter(
             for_requester=False,  # the agent's own person answers those: no team to escalate to
+            assignee__isnull=True,
             escalated_at__isnull=True,
             round__deadline__gt=now,
             policy__escalate_after__isnull=False,

@@ -38,7 +38,7 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
     if team is None:
         return
     kinds = []
-    if team.notify_emails.strip():
+    if _recipients(team):
         kinds.append(Notification.Kind.EMAIL)
     if team.chat_webhook_url:
         kinds.append(Notification.Kind.CHAT)
@@ -74,12 +74,19 @@ def _text(notice: Notification) -> tuple[str, str]:
     # One line: the tool's name is the agent's or the server's to choose, and a mail header holds no break.
     subject = " ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split())
     link = f"{settings.ELICIT_PUBLIC_URL.rstrip('/')}/requests/{ir.pk}/"
-    body = f"{subject}\n\n{ir.message[:500]}\n\nDeadline: {ir.round.deadline.isoformat()}\nReview: {link}\n"
+    rnd = ir.round
+    deadline = f"Deadline: {rnd.deadline.isoformat()}\n"
+    if rnd.server_deadline is not None and rnd.server_deadline < rnd.deadline:
+        # A server that asked on an open session stops waiting then (the request is gone), as the request's
+        # page says: the team told only of the later deadline would answer too late.
+        deadline += f"The server waits until: {rnd.server_deadline.isoformat()}\n"
+    body = f"{subject}\n\n{ir.message[:500]}\n\n{deadline}Review: {link}\n"
     return subject, body
 
 
-# An @ that starts a word: a mention in chats that read them in plain text (@channel, @here, @name).
-_MENTION = re.compile(r"(?<![\w.+-])@")
+# An @ that starts a word: a mention in chats that read them in plain text (@channel, @here, @name); and an
+# @ before `everyone` or `here` wherever it stands: Discord pings the whole channel for those inside a word.
+_MENTION = re.compile(r"(?<![\w.+-])@|@(?=everyone|here)", re.IGNORECASE)
 # A ] that Markdown would read as the end of a link's label: `[label](url)`, `![alt](url)`, `[label][ref]`,
 # or a reference's definition `[label]: url`.
 _LINK_LABEL_END = re.compile(r"\](?=[(\[:])")
@@ -88,10 +95,11 @@ _LINK_LABEL_END = re.compile(r"\](?=[(\[:])")
 def _chat_text(text: str) -> str:
     """`text` as a Slack-compatible chat shows it as written: ``&``, ``<`` and ``>`` escaped as Slack asks,
     so a server's message cannot mention ``<!channel>`` or label a link at will (``<url|Review>``); an
-    ``@`` that starts a word kept from mentioning anyone by a word joiner after it; and a word joiner after
-    a ``]`` that Markdown would end a link's label with, for the chats that take Slack's payload and read
-    its text as Markdown (Mattermost, Rocket.Chat, Microsoft Teams, Discord), where ``[Review](url)`` is a
-    link labelled at will and ``![x](url)`` an image every reader's client fetches."""
+    ``@`` that starts a word, or comes before ``everyone`` or ``here`` anywhere, kept from mentioning anyone
+    by a word joiner after it; and a word joiner after a ``]`` that Markdown would end a link's label with,
+    for the chats that take Slack's payload and read its text as Markdown (Mattermost, Rocket.Chat,
+    Microsoft Teams, Discord), where ``[Review](url)`` is a link labelled at will and ``![x](url)`` an image
+    every reader's client fetches."""
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _LINK_LABEL_END.sub("]\u2060", _MENTION.sub("@\u2060", text))
 
@@ -158,8 +166,13 @@ def _moot(ir: InputRequest) -> str:
     return ""
 
 
+# Between a team's addresses: commas, semicolons or white space (the admin's field is a text area, filled in
+# one address a line as often as not); an address holds none of them.
+_ADDRESS_BREAK = re.compile(r"[,;\s]+")
+
+
 def _recipients(team: Team) -> list[str]:
-    return [a.strip() for a in team.notify_emails.replace(";", ",").split(",") if a.strip()]
+    return [address for address in _ADDRESS_BREAK.split(team.notify_emails) if address]
 
 
 def _unaddressed(notice: Notification) -> str:

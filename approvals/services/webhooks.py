@@ -42,6 +42,7 @@ def retry_countdown(attempt: int, *, max_attempts: int) -> float | None:
 # A receiver answering 410 Gone wants no more deliveries (Standard Webhooks): it is not tried again.
 GONE = 410
 GONE_ERROR = "HTTP 410 Gone: the receiver wants no more deliveries; not tried again"
+DEACTIVATED_ERROR = "not sent: the agent is deactivated"
 
 
 def failure(exc: Exception) -> str:
@@ -53,18 +54,23 @@ def failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {detail or 'no answer'}"[:300]
 
 
+def _payload(call_id: Any, event_type: str) -> dict[str, Any]:
+    """The message: the event and the call's (or relay's) body as its GET answers it now."""
+    call = selectors.calls_with_rounds().get(pk=call_id)
+    data = selectors.relay_detail(call) if call.kind == ToolCall.Kind.RELAY else selectors.call_detail(call)
+    return {"type": event_type, "data": data}
+
+
 def webhook_queue(*, call: ToolCall, event_type: str) -> WebhookDelivery | None:
-    """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction."""
+    """Snapshot the call and queue its delivery after commit. Runs inside the caller's transaction, which may
+    change the call's rounds after this (a send's answer ends the call first, then closes its round): the
+    first try takes the snapshot again, from what was committed."""
     if not call.callback_url:
         return None
-    fresh = selectors.calls_with_rounds().get(pk=call.pk)
-    data = (
-        selectors.relay_detail(fresh) if fresh.kind == ToolCall.Kind.RELAY else selectors.call_detail(fresh)
-    )
     delivery, created = WebhookDelivery.objects.get_or_create(
         call=call,
         event_type=event_type,
-        defaults={"url": call.callback_url, "payload": {"type": event_type, "data": data}},
+        defaults={"url": call.callback_url, "payload": _payload(call.pk, event_type)},
     )
     if created:
         enqueue_on_commit(DELIVER_WEBHOOK, str(delivery.pk))
@@ -122,7 +128,20 @@ def _attempt(delivery_id: Any) -> float | None:
     number = WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1) and (
         delivery.attempts + 1
     )
-    body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+    agent = delivery.call.agent
+    if agent is not None and not agent.is_active:
+        # Deactivated (a leaked token, a retired bot): its callback is sent no more results, as the gateway
+        # withholds them from an agent deactivated while it waits.
+        WebhookAttempt.objects.create(delivery=delivery, number=number, error=DEACTIVATED_ERROR)
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
+        return None
+    payload = delivery.payload
+    if number == 1:
+        # The call as committed, as its GET answers: every later try sends these same bytes again.
+        payload = _payload(delivery.call_id, delivery.event_type)
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(payload=payload)
+    # Keys sorted: the stored payload comes back from PostgreSQL in jsonb's order, not the order written.
+    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
     timestamp = int(time.time())
     headers = {
         "content-type": "application/json",
@@ -130,7 +149,6 @@ def _attempt(delivery_id: Any) -> float | None:
         "webhook-timestamp": str(timestamp),
         "user-agent": "elicit-hub",
     }
-    agent = delivery.call.agent
     if agent and agent.webhook_secret:
         headers["webhook-signature"] = sign(agent.webhook_secret, str(delivery.pk), timestamp, body)
     started = time.monotonic()
