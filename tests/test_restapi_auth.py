@@ -116,7 +116,9 @@ def test_a_token_refused_for_its_kind_still_counts_on_its_limit(settings: Any) -
         assert statuses == [403, 403, 429]
         refused = as_agent.get("/api/v1/inbox")
         assert refused.json()["error"]["code"] == "rate_limited"
-        assert 1 <= int(refused["Retry-After"]) <= 60
+        # A sliding window: the next request fits once enough of this minute's count has slid out, which
+        # early in the minute is up to a minute and a half away.
+        assert 1 <= int(refused["Retry-After"]) <= 90
 
         as_reviewer = _wire(HTTP_AUTHORIZATION=f"Bearer {personal_token}")
         body = json.dumps({"server": "deploy", "tool": "t"})
