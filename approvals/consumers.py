@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth.models import AnonymousUser
@@ -125,6 +125,17 @@ def _language(scope: dict[str, Any]) -> str:
     return translation.get_language() or "en"
 
 
+# The close code of a socket opened on an address the hub does not serve.
+NOT_FOUND = 4404
+
+
+class NotFound(AsyncWebsocketConsumer):
+    """A socket on an address no route serves: refused before it is accepted, nothing read."""
+
+    async def connect(self) -> None:
+        await self.close(code=NOT_FOUND)
+
+
 class QueueConsumer(AsyncJsonWebsocketConsumer):
     groups_joined: list[str]
     seqs: dict[str, int]
@@ -132,8 +143,17 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated or not _same_origin(self.scope):
-            await self.close(code=4401)
+        if not _same_origin(self.scope):
+            await self.close(code=SIGNED_OUT)
+            return
+        if user is None or not user.is_authenticated:
+            # A close before the accept is a refused handshake (HTTP 403): the browser sees 1006, never the
+            # code, and a page whose session ended while its socket was down would retry for good, still
+            # showing what it showed. A page's browser (it sends its cookies) is told why, and goes to the
+            # sign-in page; a client without any cookie is refused at the handshake.
+            if _header(self.scope, b"cookie"):
+                await self.accept()
+            await self.close(code=SIGNED_OUT)
             return
         self.user = user
         self.language = _language(self.scope)
@@ -286,12 +306,12 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         scopes = broadcast.SCOPES
         left: list[str] = []
         try:
-            current = await broadcast.acurrent_seqs([*self._heard(), scopes], max_age=COUNTERS_MAX_AGE)
+            current = await self._counters([*self._heard(), scopes])
             if time.monotonic() - self._joined_at >= REJOIN_EVERY or current[scopes] != self._groups_version:
                 left = await self._join()
                 if self.signed_out:
                     return
-                current = await broadcast.acurrent_seqs(self._heard(), max_age=COUNTERS_MAX_AGE)
+                current = await self._counters(self._heard())
         except RedisError:
             logger.warning("a ping could not read the counters: Redis unavailable; the next ping tries again")
             return
@@ -309,6 +329,18 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "resync", "reason": reason, "groups": [*left, *behind]})
         else:
             await self.send_json({"type": "pong"})
+
+    async def _counters(self, groups: list[str]) -> dict[str, int]:
+        """The groups' counters, as read by this process at most COUNTERS_MAX_AGE ago; those that differ from
+        what this socket holds are read again first. A value read before the event the socket has just heard
+        is behind it, not a change: taken as one, it reloaded the page's queue and set the socket's number
+        back, so that the next event looked like a gap and reloaded it once more."""
+        current = await broadcast.acurrent_seqs(groups, max_age=COUNTERS_MAX_AGE)
+        held = {**self.seqs, broadcast.SCOPES: self._groups_version}
+        differ = [group for group in groups if current[group] != held.get(group)]
+        if differ:
+            current.update(await broadcast.acurrent_seqs(differ))
+        return current
 
     def _listening(self) -> list[str]:
         """The queue groups this socket hears: its teams', and its user's own."""

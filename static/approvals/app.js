@@ -78,6 +78,13 @@
 
   const live = { socket: null, retry: 0, lastMessage: 0, pingTimer: null, up: false };
   const SIGNED_OUT = 4401; // consumers.SIGNED_OUT
+  // The hub answers every ping (sent every PING_EVERY). A connection that died without closing (a laptop that
+  // slept, a network that went) can keep its socket open for many minutes: one whose ping went unanswered
+  // until the next is due, or that did not open within SILENT_FOR, is given up and made again, so the page
+  // never says "Live" over a dead line. (A hidden tab's timers may run once a minute: only an unanswered
+  // ping counts, never the time between pings.)
+  const PING_EVERY = 10000;
+  const SILENT_FOR = 25000;
   const status = $("#live-status");
   const banner = $("#live-banner");
 
@@ -100,8 +107,23 @@
     const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + path;
     const socket = new WebSocket(url);
     live.socket = socket;
+    const made = Date.now();
+    let heard = 0, asked = 0; // when it last said anything; when its ping still unanswered went out
+    window.clearInterval(live.pingTimer);
+    live.pingTimer = window.setInterval(() => {
+      const now = Date.now();
+      if (socket.readyState !== WebSocket.OPEN) {
+        if (now - made > SILENT_FOR) lost(socket);
+      } else if (asked && heard < asked) {
+        lost(socket);
+      } else {
+        asked = now;
+        send({ type: "ping" });
+      }
+    }, PING_EVERY);
     socket.addEventListener("message", (e) => {
-      live.lastMessage = Date.now();
+      if (live.socket !== socket) return;
+      heard = live.lastMessage = Date.now();
       let message;
       try { message = JSON.parse(e.data); } catch (err) { return; }
       handle(message);
@@ -110,12 +132,20 @@
       if (live.socket !== socket) return;
       // Signed out (elsewhere, expired, deactivated): what the page shows is no longer theirs to see. The
       // reload leads to the sign-in page; the hub closes with this code only once the session is gone.
-      if (e.code === SIGNED_OUT) { live.socket = null; location.reload(); return; }
-      setLive(false);
-      window.clearInterval(live.pingTimer);
-      const delay = Math.min(10000, 500 * 2 ** live.retry++);
-      window.setTimeout(connect, delay);
+      if (e.code === SIGNED_OUT) { live.socket = null; window.clearInterval(live.pingTimer); location.reload(); return; }
+      lost(socket);
     });
+  }
+
+  // The socket is no longer this page's (closed, or silent too long): say so, and try again, later each time.
+  function lost(socket) {
+    if (live.socket !== socket) return;
+    live.socket = null; // its close, whenever the browser gets to it, is no longer heard
+    window.clearInterval(live.pingTimer);
+    if (socket.readyState !== WebSocket.CLOSED) socket.close();
+    setLive(false);
+    const delay = Math.min(10000, 500 * 2 ** live.retry++);
+    window.setTimeout(connect, delay);
   }
 
   function send(message) {
@@ -127,7 +157,6 @@
       case "hello":
         live.retry = 0;
         setLive(true);
-        live.pingTimer = window.setInterval(() => send({ type: "ping" }), 10000);
         const callPage = $("[data-call-page]");
         if (callPage) send({ type: "watch_call", call: callPage.dataset.callPage });
         resync(); // whatever happened while the page had no socket
@@ -301,11 +330,20 @@
     pill.onclick = () => { pill.hidden = true; pill.dataset.count = 0; card.scrollIntoView({ behavior: "smooth" }); };
   }
 
+  // Whether taking the card away would move `el`: it is in the card, or in the list after it.
+  function movedBy(card, el) {
+    if (!el || el === document.body) return false;
+    const list = card.parentElement;
+    return card.contains(el) || !!(list?.contains(el) && card.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);
+  }
+
   function fold(card) {
-    // Decided elsewhere: stays greyed with who decided, then folds away.
-    window.setTimeout(() => {
-      if (Number(card.dataset.pending)) return;
-      if (card.contains(document.activeElement)) return; // never pull content from under the focus
+    // Decided elsewhere: stays greyed with who decided, then folds away; never from under the pointer or the
+    // keyboard focus (the rows below would move up under them): it waits until they are elsewhere.
+    window.setTimeout(function attempt() {
+      if (!card.isConnected || Number(card.dataset.pending)) return; // redrawn meanwhile: that card folds
+      const hovered = $$(":hover", card.parentElement).pop();
+      if (movedBy(card, document.activeElement) || movedBy(card, hovered)) { window.setTimeout(attempt, 1000); return; }
       card.classList.add("is-folding");
       window.setTimeout(() => {
         card.remove();
@@ -468,6 +506,16 @@
     if (!review || !review.hasAttribute("data-open-request")) return;
     document.body.addEventListener("htmx:configRequest", (event) => {
       if (event.detail.elt?.matches?.("[data-presence-beat]")) event.detail.parameters.tab = PRESENCE_TAB;
+    });
+    // The beat's answer is who else looks now: shown, it puts right within one beat a change whose notice the
+    // socket never heard (sent while it was down, or lost), instead of naming someone long gone for good.
+    document.body.addEventListener("htmx:afterRequest", (event) => {
+      const { elt, xhr } = event.detail;
+      if (!elt?.matches?.("[data-presence-beat]") || !xhr || xhr.status !== 200) return;
+      if (!review.hasAttribute("data-open-request")) return;
+      $$(`[data-presence-for="${CSS.escape(review.dataset.request)}"]`, review).forEach((el) => {
+        el.innerHTML = xhr.responseText;
+      });
     });
     window.addEventListener("pagehide", () => sendPresence(true));
   }

@@ -1,0 +1,192 @@
+"""The live connection as the page shows it, in a real browser (Chromium, Daphne, PostgreSQL, Redis): a
+connection that went silent without closing is not shown as "Live"; a decided card folds only once nothing
+the reviewer points at or has focused would move; presence whose notice was missed is put right; a page
+whose session ended while its socket was down goes to the sign-in page."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from playwright.sync_api import expect
+
+from approvals.models import Membership, ToolCall
+from approvals.services import answers, presence
+from tests import factories
+from tests.browser.conftest import wait_live
+from tests.live import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_a_connection_that_went_silent_without_closing_is_given_up_and_made_again(web: Any, new_page) -> None:
+    factories.user("alice")
+    page = new_page("alice")
+    line = {"silent": False, "opened": 0}
+
+    def route(ws: Any) -> None:
+        # The hub's side stays open and answers; what it says reaches the page only while the line is good.
+        server = ws.connect_to_server()
+        line["opened"] += 1
+        server.on_message(lambda message: None if line["silent"] else ws.send(message))
+
+    page.route_web_socket(re.compile(r"/ws/"), route)
+    page.clock.install()
+    page.reload()
+    wait_live(page)
+    region = page.locator("#live-status [role=status]")
+    expect(region).to_have_text("Live")
+
+    line["silent"] = True  # no close, no error: the pongs just stop coming
+    page.clock.run_for(40_000)
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "down")
+    expect(region).to_have_text(re.compile("Reconnecting"))
+    expect(page.locator("#live-status [data-live-ago]")).to_contain_text("Updated")
+    assert line["opened"] >= 2  # a new socket was made
+
+    line["silent"] = False  # the new socket opened on the dead line never said hello: it is given up too
+    page.clock.run_for(40_000)
+    wait_live(page)
+    expect(region).to_have_text("Live")
+
+
+def test_a_connection_whose_pings_are_answered_stays_live_when_its_timers_run_once_a_minute(
+    web: Any, new_page
+) -> None:
+    """A hidden tab's timers may run once a minute: the time between pings is no silence."""
+    factories.user("alice")
+    page = new_page("alice")
+    opened = []
+    page.route_web_socket(re.compile(r"/ws/"), lambda ws: (opened.append(ws), ws.connect_to_server()))
+    page.clock.install()
+    page.reload()
+    wait_live(page)
+    for _ in range(4):
+        page.clock.fast_forward(60_000)  # one tick: a ping goes out
+        page.wait_for_timeout(500)  # and its pong comes back
+        expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    assert len(opened) == 1  # never given up and made again
+
+
+@pytest.fixture
+def two_rounds(web: Any) -> list[Any]:
+    """alice and bob review for release; two running calls wait on them, the older first on the page."""
+    alice, bob = factories.user("alice"), factories.user("bob")
+    release = factories.team("release", (alice, Membership.Role.REVIEWER), (bob, Membership.Role.REVIEWER))
+    deploy = factories.server("deploy", name="Deploy bot", default_team=release)
+    requests = []
+    for tool in ("create_deployment", "restart_service"):
+        call = factories.call(deploy, tool=tool)
+        ToolCall.objects.filter(pk=call.pk).update(status=ToolCall.Status.RUNNING)
+        requests.append(factories.open_round(call, team_=release).input_requests.get())
+    return requests
+
+
+def test_a_card_decided_elsewhere_does_not_fold_from_under_the_pointer(two_rounds, new_page) -> None:
+    first, second = two_rounds
+    page = new_page("alice")
+    page.clock.install()
+    page.reload()
+    wait_live(page)
+    older, newer = page.locator(f"#round-{first.round_id}"), page.locator(f"#round-{second.round_id}")
+    expect(newer).to_be_visible()
+    newer.locator("[data-open]").hover()  # about to click the newer round's request
+    top = newer.bounding_box()["y"]
+
+    bob = first.team.memberships.get(user__username="bob").user
+    answers.input_respond(input_request_id=first.pk, user=bob, action="decline", reason="not now")
+    expect(older).to_have_class(re.compile(r"\bis-done\b"))  # greyed, with who decided
+    expect(older).to_contain_text("Declined by bob")
+    page.clock.run_for(10_000)
+    expect(older).to_have_count(1)  # still there: the row under the pointer has not moved
+    assert newer.bounding_box()["y"] == top
+
+    page.mouse.move(5, 5)  # the pointer goes elsewhere: the decided card folds away
+    page.clock.run_for(3_000)
+    expect(older).to_have_count(0)
+    expect(newer).to_be_visible()
+
+
+def test_a_card_decided_elsewhere_does_not_fold_from_above_the_keyboard_focus(two_rounds, new_page) -> None:
+    first, second = two_rounds
+    page = new_page("alice")
+    page.clock.install()
+    page.reload()
+    wait_live(page)
+    page.mouse.move(5, 5)
+    older, newer = page.locator(f"#round-{first.round_id}"), page.locator(f"#round-{second.round_id}")
+    newer.locator("[data-open]").focus()  # reached with the keyboard, below the card about to be decided
+    top = newer.bounding_box()["y"]
+
+    bob = first.team.memberships.get(user__username="bob").user
+    answers.input_respond(input_request_id=first.pk, user=bob, action="decline", reason="not now")
+    expect(older).to_have_class(re.compile(r"\bis-done\b"))
+    page.clock.run_for(10_000)
+    expect(older).to_have_count(1)  # the focused row below it has not moved
+    assert newer.bounding_box()["y"] == top
+
+    page.evaluate("() => document.activeElement.blur()")
+    page.clock.run_for(3_000)
+    expect(older).to_have_count(0)  # once the focus is elsewhere it folds, not left greyed for good
+
+
+def test_a_presence_change_whose_notice_the_page_never_heard_is_put_right_within_a_beat(
+    two_rounds, new_page
+) -> None:
+    first, _second = two_rounds
+    page = new_page("alice")
+    page.clock.install()
+    page.goto(f"/requests/{first.pk}/")
+    wait_live(page)
+    slot = page.locator(f"[data-presence-for='{first.pk}']")
+    expect(slot).to_have_text("")
+
+    key = presence._key(first.pk)
+    wait_until(lambda: "alice" in presence.viewers([first.pk]).get(str(first.pk), []), 15, what="her beat")
+
+    # bob opened the request while alice's socket was down: his notice never reached her page.
+    cache.set(key, {**cache.get(key), "bob": time.time() + presence.PRESENCE_TTL}, presence.PRESENCE_TTL)
+    page.clock.run_for(11_000)  # one beat (hers changes nothing: no notice goes out)
+    expect(slot).to_contain_text("Being looked at by bob")
+
+    # He left the same way (no word reached the page): gone again at the next beat.
+    cache.set(key, {k: v for k, v in cache.get(key).items() if k != "bob"}, presence.PRESENCE_TTL)
+    page.clock.run_for(11_000)
+    expect(slot).to_have_text("")
+
+
+def test_a_page_whose_session_ended_while_its_socket_was_down_goes_to_the_sign_in_page(
+    two_rounds, new_page
+) -> None:
+    first, _second = two_rounds
+    page = new_page("alice")
+    line = {"down": False, "open": []}
+
+    def route(ws: Any) -> None:
+        if line["down"]:
+            ws.close()
+            return
+        ws.connect_to_server()
+        line["open"].append(ws)
+
+    page.route_web_socket(re.compile(r"/ws/"), route)
+    page.reload()
+    wait_live(page)
+    line["down"] = True
+    for ws in line["open"]:
+        ws.close()
+    page.wait_for_selector("#live-status[data-state='down']")
+
+    elsewhere = Client()  # signed out elsewhere meanwhile: no socket of the page hears of it
+    elsewhere.cookies["sessionid"] = next(c for c in page.context.cookies() if c["name"] == "sessionid")[
+        "value"
+    ]
+    assert elsewhere.post("/accounts/logout/").status_code == 302
+    line["down"] = False
+
+    page.wait_for_url(re.compile(r"/accounts/login/"), timeout=30_000)  # not "Reconnecting..." for good
+    expect(page.locator(f"[data-request='{first.pk}']")).to_have_count(0)
