@@ -17,6 +17,13 @@ from tests import factories
 from tests.hub import WebhookReceiver
 
 
+@pytest.fixture(autouse=True)
+def attempts_made_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each attempt is made by the test itself: a delivery's task is not queued, so a Celery worker that
+    another test left running cannot make the attempt first."""
+    monkeypatch.setattr(webhooks, "enqueue_on_commit", lambda *args, **kwargs: None)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_webhook_carries_the_call_as_its_get_answers_once_the_call_ended() -> None:
     server = factories.server("deploy")
