@@ -1031,7 +1031,7 @@ class Notification(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
     input_request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="notifications")
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    event = models.CharField(max_length=20)  # routed | escalated | expiring
+    event = models.CharField(max_length=20)  # routed | escalated | expiring | expiring.N (after extension N)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)

@@ -120,6 +120,25 @@ def test_teams_are_warned_once_before_a_round_expires() -> None:
 
 
 @pytest.mark.django_db
+def test_a_round_extended_after_its_warning_is_warned_again_before_its_new_deadline() -> None:
+    release = factories.team("release")
+    Team.objects.filter(pk=release.pk).update(notify_emails="team@example.org")
+    soon = pending_request(release, deadline_in=timedelta(minutes=5))
+    now = timezone.now()
+    assert escalation.warn_expiring(now=now) == 1
+    # A reviewer extends the round by an hour: the next warning is due before the new deadline.
+    Round.objects.filter(pk=soon.round_id).update(deadline=now + timedelta(hours=1, minutes=5), extensions=1)
+    assert escalation.warn_expiring(now=now) == 0  # the new deadline is not near yet
+    later = now + timedelta(hours=1)
+    assert escalation.warn_expiring(now=later) == 1
+    assert escalation.warn_expiring(now=later + timedelta(seconds=30)) == 1  # still pending: no new notice
+    warnings = Notification.objects.filter(input_request=soon).order_by("created_at")
+    assert list(warnings.values_list("event", flat=True)) == ["expiring", "expiring.1"]
+    subject, _ = notifications._text(warnings.last())  # type: ignore[arg-type]
+    assert subject.endswith("expires soon, still unanswered")
+
+
+@pytest.mark.django_db
 def test_no_warning_past_the_deadline_or_without_a_team() -> None:
     team = factories.team("release")
     Team.objects.filter(pk=team.pk).update(notify_emails="team@example.org")

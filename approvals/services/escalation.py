@@ -87,7 +87,9 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
 
 
 def warn_expiring(*, now: datetime) -> int:
-    """Tell each team once when a round it holds will expire within ELICIT_EXPIRY_WARNING seconds."""
+    """Tell each team once per deadline when a round it holds will expire within ELICIT_EXPIRY_WARNING
+    seconds: once, and once more after each extension (a team warned before a reviewer extended the round
+    would otherwise hear nothing before the new deadline)."""
     soon = now + timedelta(seconds=settings.ELICIT_EXPIRY_WARNING)
     pending = (
         InputRequest.objects.pending()
@@ -98,13 +100,14 @@ def warn_expiring(*, now: datetime) -> int:
             team__isnull=False,
             for_requester=False,
         )
-        .select_related("team", "escalation_team")
+        .select_related("team", "escalation_team", "round")
     )
     warned = 0
     for ir in pending:
+        event = notifications.expiring_event(ir.round.extensions)
         with transaction.atomic():
             for team in {ir.team, ir.escalation_team} - {None}:
-                notifications.notify(ir=ir, team=team, event="expiring")
+                notifications.notify(ir=ir, team=team, event=event)
         warned += 1
     return warned
 

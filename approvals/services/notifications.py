@@ -33,6 +33,12 @@ HEADLINES = {
 }
 
 
+def expiring_event(extensions: int) -> str:
+    """The event of a round's expiry warning: one per deadline, so ``expiring``, then ``expiring.N`` after the
+    round's Nth extension (a notice is sent once per team, request, kind and event)."""
+    return "expiring" if not extensions else f"expiring.{extensions}"
+
+
 def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
     """Queue the team's notices for one request, once per kind and event, inside the caller's transaction."""
     if team is None:
@@ -70,7 +76,8 @@ def notifications_recover(*, now: datetime) -> int:
 def _text(notice: Notification) -> tuple[str, str]:
     ir = notice.input_request
     call = ir.round.call
-    headline = HEADLINES.get(notice.event, notice.event).format(team=notice.team.name)
+    event = notice.event.partition(".")[0]  # expiring.N: the warning before the deadline of extension N
+    headline = HEADLINES.get(event, notice.event).format(team=notice.team.name)
     # One line: the tool's name is the agent's or the server's to choose, and a mail header holds no break.
     subject = " ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split())
     link = f"{settings.ELICIT_PUBLIC_URL.rstrip('/')}/requests/{ir.pk}/"
