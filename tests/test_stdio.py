@@ -416,3 +416,32 @@ async def test_a_working_directory_the_user_cannot_reach_is_named_in_the_probe(_
             assert expected in stored.probe["error"]["message"]
     finally:
         shutil.rmtree(closed, ignore_errors=True)
+
+
+def test_a_working_directory_left_by_an_earlier_server_of_the_same_slug_is_emptied_for_the_next(
+    _stdio_dir: Path,
+) -> None:
+    """A server deleted and another registered under its slug: the new program must not inherit the old
+    one's HOME (what it cached there: tokens, credentials). The same server keeps its own across starts."""
+    from approvals.holder.stdio import working_dir
+
+    first = working_dir("tools", None, server_id=7)
+    (first / ".cache").mkdir()
+    (first / ".cache" / "token").write_text("old server's token")
+    assert working_dir("tools", None, server_id=7) == first
+    assert (first / ".cache" / "token").read_text() == "old server's token"  # its own, kept
+
+    again = working_dir("tools", None, server_id=8)
+    assert again == first and again.is_dir() and list(again.iterdir()) == []
+    # The mark is the hub's, beside the directory: the server, whose HOME it is, cannot write it.
+    assert (_stdio_dir / ".tools.server").read_text().strip() == "8"
+    assert not any(path.name.endswith(".server") for path in again.iterdir())
+
+
+def test_a_working_directory_from_before_the_mark_is_kept_for_its_server(_stdio_dir: Path) -> None:
+    from approvals.holder.stdio import working_dir
+
+    legacy = working_dir("tools", None)  # as made before directories were marked
+    (legacy / "settings.json").write_text("{}")
+    assert (working_dir("tools", None, server_id=3) / "settings.json").exists()
+    assert (_stdio_dir / ".tools.server").read_text().strip() == "3"

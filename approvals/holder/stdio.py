@@ -109,15 +109,30 @@ class RunAs:
         return cls(name=name, uid=entry.pw_uid, gid=entry.pw_gid)
 
 
-def working_dir(slug: str, run_as: RunAs | None) -> Path:
+def working_dir(slug: str, run_as: RunAs | None, server_id: int | None = None) -> Path:
     """``<ELICIT_STDIO_DIR>/<slug>``, made if missing: mode 0700, owned by the user the server runs as.
-    The parent is 0711 so that user can reach its own directory without listing the others."""
+    The parent is 0711 so that user can reach its own directory without listing the others.
+
+    With `server_id`, the directory belongs to that server: ``<ELICIT_STDIO_DIR>/.<slug>.server`` (the hub's,
+    beside it, out of the server's reach) names its owner. A directory left by another server of the same
+    slug (one deleted, then another registered under its name) is emptied first, so the new program never
+    inherits what the old one kept in its HOME (cached credentials, tokens). One found without the mark (made
+    before it existed) is taken as the server's own."""
     if not slug or "/" in slug or slug in {".", ".."}:
         raise ValueError(f"{slug!r} cannot name a working directory")
     root = Path(settings.ELICIT_STDIO_DIR)
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o711)  # noqa: S103 (traverse only: each server's own directory is 0700)
     path = root / slug
+    if server_id is not None:
+        owner = root / f".{slug}.server"
+        if owner.is_file() and owner.read_text().strip() != str(server_id) and path.is_dir():
+            if path.is_symlink():
+                path.unlink()
+            else:
+                shutil.rmtree(path)
+            logger.warning("%s: the working directory of an earlier server of this slug was emptied", slug)
+        owner.write_text(f"{server_id}\n")
     path.mkdir(mode=0o700, exist_ok=True)
     if path.is_symlink() or not path.is_dir():
         raise RuntimeError(f"the working directory of {slug} is not a plain directory")
@@ -576,7 +591,7 @@ class StdioSupervisor:
         launch = await sync_to_async(stdio_service.stdio_launch)(server_id=self.server_id)
         self.slug = launch.slug
         run_as = RunAs.configured()
-        cwd = working_dir(launch.slug, run_as)
+        cwd = working_dir(launch.slug, run_as, self.server_id)
         params = server_parameters(launch, cwd, run_as)
         mode: Mode = "legacy" if launch.era == McpServer.Era.HANDSHAKE else "auto"
         self._ended.clear()
