@@ -119,38 +119,12 @@ class AuditedAdmin(HubAdmin):
             config_audit.deleted(before[pk], actor=actor)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        actor = Actor.user(request.user)
-        with _holders_changing([obj], actor=actor), config_audit.deleting([obj], actor=actor):
+        with config_audit.deleting([obj], actor=Actor.user(request.user)):
             super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[models.Model]) -> None:
-        objs, actor = list(queryset), Actor.user(request.user)
-        with _holders_changing(objs, actor=actor), config_audit.deleting(objs, actor=actor):
+        with config_audit.deleting(list(queryset), actor=Actor.user(request.user)):
             super().delete_queryset(request, queryset)
-
-
-@contextmanager
-def _holders_changing(objs: Sequence[models.Model], *, actor: Actor) -> Iterator[None]:
-    """Record the changes the deletion of ``objs`` (done in the block) makes to audited rows whose
-    many-to-many fields hold them (an agent's servers, the teams it may act for): no row of theirs is
-    deleted or set to null, so ``config_audit.deleting`` does not see them."""
-    if not objs:
-        yield
-        return
-    model = type(objs[0])
-    before: dict[tuple[type[models.Model], Any], config_audit.State] = {}
-    with transaction.atomic():
-        for audited in sorted(config_audit.AUDITED, key=lambda m: m._meta.label):
-            for field in audited._meta.many_to_many:
-                through = field.remote_field.through
-                if field.remote_field.model is model and through and through._meta.auto_created:
-                    for row in audited._default_manager.filter(**{f"{field.name}__in": objs}).distinct():
-                        before[audited, row.pk] = config_audit.state(row)
-        yield
-        for (audited, pk), was in before.items():
-            found = audited._default_manager.filter(pk=pk).first()
-            if found is not None:
-                config_audit.saved(found, was, actor=actor)
 
 
 @contextmanager

@@ -315,8 +315,9 @@ def _short(text: str, limit: int) -> str:
 
 
 def _fallout(objs: Sequence[models.Model]) -> tuple[list[State], list[State]]:
-    """The audited rows deleting ``objs`` deletes too, and those it changes (on_delete=SET_NULL), as they
-    are now. Django's own collector finds them, as the deletion will; other models' rows are never read."""
+    """The audited rows deleting ``objs`` deletes too, and those it changes (on_delete=SET_NULL, or a
+    many-to-many field that holds them: an agent's servers, the teams it may act for), as they are now.
+    Django's own collector finds the first two, as the deletion will; other models' rows are never read."""
     collector = Collector(using=router.db_for_write(type(objs[0])))
     collector.collect(list(objs))
     origin = {(type(obj), obj.pk) for obj in objs}
@@ -330,7 +331,20 @@ def _fallout(objs: Sequence[models.Model]) -> tuple[list[State], list[State]]:
         for batch in batches
         for row in ([batch] if isinstance(batch, models.Model) else batch)
     ]
-    return taken, touched
+    return taken, touched + _holders(objs)
+
+
+def _holders(objs: Sequence[models.Model]) -> list[State]:
+    """The audited rows whose many-to-many fields (with no model of their own between) hold any of
+    ``objs``: the deletion takes those links away without deleting the row or setting anything to null."""
+    model = type(objs[0])
+    return [
+        state(row)
+        for audited in sorted(AUDITED, key=lambda m: m._meta.label)
+        for field in audited._meta.many_to_many
+        if field.remote_field.model is model and _through_is_automatic(field)
+        for row in audited._default_manager.filter(**{f"{field.name}__in": objs}).distinct()
+    ]
 
 
 def _audited_rows(batch: Any) -> list[models.Model]:
