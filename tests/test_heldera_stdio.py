@@ -8,17 +8,12 @@ can do what SDK servers never do), the supervisor that runs it, and PostgreSQL.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.utils import timezone
 
 from approvals.holder import stdio as stdio_holder
@@ -26,7 +21,7 @@ from approvals.holder.stdio import StdioSupervisor
 from approvals.mcp_client.outcomes import Completed, McpError
 from approvals.mcp_client.session import SessionHooks, call_on
 from approvals.models import AuditEvent, Holder, McpServer
-from elicit_hub import engines
+from tests.test_stdio import _stdio_dir, anyio_backend
 
 TOKEN = "tok-3f9c2a71d5e84b06"
 SERVER = r"""
@@ -91,17 +86,7 @@ for line in sys.stdin:
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("live_db")]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def _stdio_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = engines.VAR_DIR / "test-stdio" / uuid.uuid4().hex
-    monkeypatch.setattr(settings, "ELICIT_STDIO_DIR", root, raising=False)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+__all__ = ["_stdio_dir", "anyio_backend"]  # the fixtures of tests/test_stdio.py, used here too
 
 
 def _server(behaviour: str) -> McpServer:
