@@ -55,9 +55,9 @@ def start_script(
 class CountingServer:
     """A test MCP server script on a free loopback port that counts what it receives (``GET /_counts``)."""
 
-    def __init__(self, script: Path | str, what: str) -> None:
+    def __init__(self, script: Path | str, what: str, *args: str) -> None:
         self.port = free_port()
-        self.proc = start_script(script, [str(self.port)], self.counts, what)
+        self.proc = start_script(script, [str(self.port), *args], self.counts, what)
 
     @property
     def url(self) -> str:

@@ -6,7 +6,6 @@ Streamable HTTP with sessions by uvicorn in a subprocess on a free loopback port
 
 from __future__ import annotations
 
-import json
 import socket
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,7 +24,7 @@ from approvals.mcp_client.session import (
     http_transport,
     open_client,
 )
-from tests.live import start_script
+from tests.live import CountingServer
 from tests.test_mcp_client import LiveServer
 
 SCRIPT = Path(__file__).with_name("push_server.py")
@@ -38,30 +37,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class PushServer:
+class PushServer(CountingServer):
     def __init__(self, wait: float = WAIT) -> None:
-        self.port = _free_port()
-        self.proc = start_script(
-            SCRIPT, [str(self.port), "--wait", str(wait)], self.counts, "the push test server"
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def counts(self) -> dict[str, int]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_counts", timeout=2) as response:
-            return dict(json.load(response))
+        super().__init__(SCRIPT, "the push test server", "--wait", str(wait))
 
     def authorize(self) -> None:
         """The person has been to the -32042 URL: ``needs_auth`` works from now on."""
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/_authorize", method="POST")
         with urllib.request.urlopen(request, timeout=2):
             pass
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
