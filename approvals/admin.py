@@ -19,6 +19,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.constants import LOOKUP_SEP
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.text import capfirst
 
 from approvals import netguard, safejson, schema_forms, urlsafety
@@ -42,7 +43,7 @@ from approvals.models import (
     WebhookAttempt,
     WebhookDelivery,
 )
-from approvals.services import config_audit
+from approvals.services import config_audit, tokens
 from approvals.services import stdio as stdio_rules
 from approvals.services.sending import check_call_timeout, check_tool_timeouts
 from approvals.services.servers import (
@@ -556,17 +557,24 @@ class AgentClientAdmin(AuditedAdmin):
         "is_active",
         "token_prefix",
         "has_webhook_secret",
+        "previous_secret_signs_until",
         "last_used_at",
     ]
-    readonly_fields = ["token_prefix", "has_webhook_secret", "last_used_at"]
+    readonly_fields = ["token_prefix", "has_webhook_secret", "previous_secret_signs_until", "last_used_at"]
     filter_horizontal = ["servers", "acts_for_users", "acts_for_teams"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # tokens are shown once, by `manage.py create_agent`
+        return False  # tokens are shown once, by `manage.py create_agent` (and `rotate_agent`)
 
     @admin.display(boolean=True, description="webhook secret set")
     def has_webhook_secret(self, obj: AgentClient) -> bool:
         return bool(obj.webhook_secret)
+
+    @admin.display(description="replaced secret still signs until")
+    def previous_secret_signs_until(self, obj: AgentClient) -> Any:
+        # `manage.py rotate_agent --webhook-secret` keeps the replaced secret signing for an overlap.
+        held = tokens.signing_secrets(obj, timezone.now())
+        return obj.previous_webhook_secret_until if len(held) > 1 else "-"
 
 
 @admin.register(PersonalToken)

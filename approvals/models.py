@@ -397,6 +397,10 @@ class AgentClient(models.Model):
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     token_prefix = models.CharField(max_length=12, editable=False)
     webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
+    # The secret a rotation replaced, still signing beside the new one until `previous_webhook_secret_until`,
+    # so the receiver can switch to the new one without refusing a delivery meanwhile.
+    previous_webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
+    previous_webhook_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
     servers = models.ManyToManyField(McpServer, related_name="agents", blank=True)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agents"

@@ -74,7 +74,7 @@ AUDITED = frozenset(model for model, _ in CONFIG_VERBS)
 # Recorded only as "set", "changed" or "cleared".
 SECRET_FIELDS: dict[type[models.Model], frozenset[str]] = {
     McpServer: frozenset({"headers", "env"}),
-    AgentClient: frozenset({"token_hash", "webhook_secret"}),
+    AgentClient: frozenset({"token_hash", "webhook_secret", "previous_webhook_secret"}),
     PersonalToken: frozenset({"token_hash"}),
     Team: frozenset({"chat_webhook_url"}),
 }

@@ -80,6 +80,41 @@ def agent_token_rotate(*, agent: AgentClient, actor: Actor | None = None) -> str
     return token
 
 
+def webhook_secret_rotate(
+    *, agent: AgentClient, keep_previous_for: timedelta, actor: Actor | None = None
+) -> tuple[str, datetime | None]:
+    """A new webhook signing secret for ``agent``; returns it and until when the one it replaces still signs
+    beside it (None: the old one stops at once, or there was none). Audited ``agent.changed`` (the secrets
+    only as changed, set or cleared)."""
+    secret = new_webhook_secret()
+    with transaction.atomic():
+        agent = AgentClient.objects.select_for_update().get(pk=agent.pk)
+        before = config_audit.state(agent)
+        previous, until = "", None
+        if agent.webhook_secret and keep_previous_for > timedelta(0):
+            previous, until = agent.webhook_secret, timezone.now() + keep_previous_for
+        agent.webhook_secret = secret
+        agent.previous_webhook_secret = previous
+        agent.previous_webhook_secret_until = until
+        agent.save(
+            update_fields=["webhook_secret", "previous_webhook_secret", "previous_webhook_secret_until"]
+        )
+        config_audit.saved(agent, before, actor=actor or Actor.system())
+    return secret, until
+
+
+def signing_secrets(agent: AgentClient, now: datetime) -> list[str]:
+    """The secrets ``agent``'s webhooks are signed with now: its secret, and the one a rotation replaced
+    until its time is up (none when the agent has no secret)."""
+    if not agent.webhook_secret:
+        return []
+    held = [agent.webhook_secret]
+    until = agent.previous_webhook_secret_until
+    if agent.previous_webhook_secret and until is not None and now < until:
+        held.append(agent.previous_webhook_secret)
+    return held
+
+
 def token_matches(agent: AgentClient, token: str) -> bool:
     return bool(token) and agent.token_hash == hash_token(token)
 

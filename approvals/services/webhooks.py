@@ -19,6 +19,7 @@ from django.utils import timezone
 from approvals import netguard, selectors
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
+from approvals.services import tokens
 from approvals.services.locks import try_lock
 
 logger = logging.getLogger(__name__)
@@ -149,8 +150,11 @@ def _attempt(delivery_id: Any) -> float | None:
         "webhook-timestamp": str(timestamp),
         "user-agent": "elicit-hub",
     }
-    if agent and agent.webhook_secret:
-        headers["webhook-signature"] = sign(agent.webhook_secret, str(delivery.pk), timestamp, body)
+    held = tokens.signing_secrets(agent, timezone.now()) if agent is not None else []
+    if held:
+        # One signature per secret, space-separated (Standard Webhooks): during a rotation's overlap a
+        # receiver holding either secret verifies the delivery.
+        headers["webhook-signature"] = " ".join(sign(s, str(delivery.pk), timestamp, body) for s in held)
     started = time.monotonic()
     status_code: int | None = None
     error = ""
