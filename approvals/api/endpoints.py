@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -464,6 +465,12 @@ def _scope_moved(request: HttpRequest, groups: list[str]) -> bool:
         return _queue_groups(selectors.inbox_teams(request.user)) != groups
 
 
+def _page_moved(request: HttpRequest, size: int, cursor: str | None, unchanged: str) -> bool:
+    """While Redis is unreachable, a long-poll's look at its page: whether it differs from ``unchanged``."""
+    permissions.forget_teams(request.user)  # a membership may have gone meanwhile
+    return _inbox_read(request.user, size, cursor, unchanged).items is not None
+
+
 def _bad_cursor() -> Invalid:
     return Invalid(
         "This cursor is not one the inbox gave.", code="invalid_cursor", fields={"cursor": "invalid"}
@@ -487,7 +494,24 @@ def _inbox_read(user: Any, size: int, cursor: str | None, unchanged: str | None)
         except selectors.BadCursor:
             raise _bad_cursor() from None
         read.items = [selectors.inbox_item(ir) for ir in page]
+        if read.version is None:
+            # The queues' counters are in Redis, unreachable now: the version is the page's own, so a
+            # long-poll still waits (and reads the page again every second) instead of answering at once
+            # to a bot that asks again at once.
+            read.version = _page_version(read.items, read.next_cursor)
+            if read.version == unchanged:
+                read.items = None
         return read
+
+
+# The prefix of a version read from the page itself (a Redis one is hex digits only).
+PAGE_VERSION = "p"
+
+
+def _page_version(items: list[dict], next_cursor: str | None) -> str:
+    """A version of what one inbox page shows: its items and where the next page starts."""
+    page = json.dumps([items, next_cursor], sort_keys=True, separators=(",", ":")).encode()
+    return PAGE_VERSION + hashlib.blake2b(page, digest_size=12).hexdigest()
 
 
 @api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])
@@ -523,16 +547,20 @@ def inbox(
     if read.items is None:
         groups, unchanged = read.groups, read.version
         look_again = sync_to_async(_scope_moved)
+        page_moved = sync_to_async(_page_moved)
 
         async def changed() -> bool:
             nonlocal scopes
-            if await broadcast.aqueue_version(groups) != unchanged:
+            now = await broadcast.aqueue_version(groups)
+            if now is None and unchanged is not None and unchanged.startswith(PAGE_VERSION):
+                return await page_moved(request, size, cursor, unchanged)  # Redis still down: the page again
+            if now != unchanged:
                 return True
             try:
-                now = await broadcast.ascopes_version()
+                seen = await broadcast.ascopes_version()
             except Exception:  # Redis unreachable: the queues' version alone, as it is read
                 return False
-            moved, scopes = scopes is not None and now != scopes, now
+            moved, scopes = scopes is not None and seen != scopes, seen
             return moved and await look_again(request, groups)
 
         # Only the wait runs on the event loop (the request's thread waits for it, as it would for an async
