@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.live import CeleryWorker, Daphne, child_env, release_thread_connections
+from tests.live import CeleryWorker, Daphne, child_env, redis_unreachable, release_thread_connections
 
 
 def _flush_retrying_deadlocks() -> None:
@@ -249,6 +249,16 @@ def _threads() -> str:
         stack = traceback.format_stack(frame, limit=6) if frame else []
         out.append(f"{thread.name}:\n" + "".join(stack))
     return "\n".join(out)
+
+
+@pytest.fixture
+def redis_down() -> Iterator[None]:
+    """Redis unreachable (``tests.live.redis_unreachable``) for the test's own code and requests."""
+    from approvals import outage
+
+    with redis_unreachable():
+        assert not outage.redis_answers()
+        yield
 
 
 @pytest.fixture

@@ -15,14 +15,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 from urllib.parse import quote
 
 import httpx
 from asgiref.sync import SyncToAsync
+from django.conf import settings
 from django.db import connection, connections
+from django.test import override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "artifacts" / "logs"
@@ -32,6 +35,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def unreachable_redis_url() -> str:
+    """A Redis address with nothing behind it: a port just freed."""
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
+@contextmanager
+def redis_unreachable() -> Iterator[None]:
+    """The hub's Redis (its counters, rate limits and wakes, as the cache reaches them) at an address with
+    nothing behind it, as in an outage."""
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": unreachable_redis_url()}}
+    with override_settings(CACHES=caches):
+        yield
 
 
 def start_script(

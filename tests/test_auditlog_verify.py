@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
-from django.test import override_settings
 
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
@@ -97,16 +93,6 @@ def test_a_saved_head_cut_away_with_the_recorded_one_is_reported_as_gone(tmp_pat
         cursor.execute("ALTER TABLE approvals_audithead ENABLE TRIGGER USER")
     with pytest.raises(CommandError, match=f"event #{events[3].id}, the saved head, is gone"):
         call_command("verify_audit", head=saved)
-
-
-@pytest.fixture
-def redis_down() -> Iterator[None]:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]  # nothing listens here once it is closed
-    location = f"redis://127.0.0.1:{port}/0"
-    with override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": location}}):
-        yield
 
 
 def test_verify_audit_says_what_it_found_while_redis_is_down(redis_down: None, capsys) -> None:

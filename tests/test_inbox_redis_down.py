@@ -5,38 +5,17 @@ which made a bot that asks again at once read the inbox in a tight loop for as l
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client, override_settings
+from django.test import Client
 
-from approvals import outage
 from approvals.models import Membership
 from approvals.services import tokens
 from tests import factories
-
-
-@contextmanager
-def unreachable() -> Iterator[None]:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]  # nothing listens here once it is closed
-    location = f"redis://127.0.0.1:{port}/0"
-    with override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": location}}):
-        assert not outage.redis_answers()
-        yield
-
-
-@pytest.fixture
-def redis_down() -> Iterator[None]:
-    with unreachable():
-        yield
+from tests.live import redis_unreachable
 
 
 def reviewer() -> tuple[Any, Client]:
@@ -93,7 +72,7 @@ def test_with_redis_down_a_long_poll_ends_with_the_change_it_waited_for(redis_do
 def test_a_version_read_from_the_page_is_answered_at_once_once_redis_is_back() -> None:
     team, bot = reviewer()
     first = opened(team)
-    with unreachable():
+    with redis_unreachable():
         version = bot.get("/api/v1/inbox")["Inbox-Version"]
 
     started = time.monotonic()

@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import json
 import logging
-import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from django.test import override_settings
 from approvals import broadcast
 from approvals.models import InputRequest, ToolCall
 from tests import factories
+from tests.live import unreachable_redis_url
 
 
 def _move(call_id: object, status: str) -> None:
@@ -269,10 +269,7 @@ def test_a_lost_subscription_is_made_again_and_every_long_poll_reads_again() -> 
 def test_without_the_subscription_a_long_poll_reads_every_second(caplog: pytest.LogCaptureFixture) -> None:
     group = f"call.{uuid.uuid4()}"
     reads: list[float] = []
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]  # nothing listens here once it is closed
-    caches = {"default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": unreachable_redis_url()}}
 
     async def scenario() -> None:
         stop = asyncio.Event()

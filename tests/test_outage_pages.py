@@ -5,30 +5,16 @@ what the reviewer typed while saying the hub tries again); signing out still wor
 
 from __future__ import annotations
 
-import socket
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
 from django.contrib.sessions.models import Session
-from django.test import Client, override_settings
+from django.test import Client
 
 from approvals import outage
 from tests import factories
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def redis_down() -> Iterator[None]:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]  # nothing listens here once it is closed
-    location = f"redis://127.0.0.1:{port}/0"
-    with override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": location}}):
-        assert not outage.redis_answers()
-        yield
 
 
 def test_a_refused_answer_says_it_was_not_sent_and_does_not_reload_itself(redis_down: None) -> None:

@@ -7,7 +7,6 @@ says so, and a later outage is logged again.
 from __future__ import annotations
 
 import logging
-import socket
 import uuid
 from typing import Any
 
@@ -16,6 +15,7 @@ from django.test import RequestFactory
 
 from approvals.ratelimit import TokenRateThrottle
 from approvals.redis_cache import RedisCache
+from tests.live import unreachable_redis_url
 
 pytestmark = pytest.mark.django_db
 
@@ -30,11 +30,8 @@ def _request(credential: str) -> Any:
 
 
 def _unreachable_redis() -> RedisCache:
-    with socket.socket() as unused:
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]  # nothing listens here once it is closed
     options = {"socket_connect_timeout": 0.5, "socket_timeout": 0.5}
-    return RedisCache(f"redis://127.0.0.1:{port}/0", {"OPTIONS": options})
+    return RedisCache(unreachable_redis_url(), {"OPTIONS": options})
 
 
 def _messages(caplog: pytest.LogCaptureFixture, text: str) -> int:
