@@ -15,7 +15,7 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 
 from approvals.safejson import text_problem
 
-from ._common import MAX_VALUE_LENGTH, _, choices_of, kind_of, ngettext, show_number
+from ._common import MAX_VALUE_LENGTH, _, choices_of, kind_of, ngettext, show_limit
 
 # With the format-nongpl extra installed this checks uri and date-time too (without it they
 # would pass silently). jsonschema's own email check only looks for an "@", which lets "a@"
@@ -28,6 +28,23 @@ def _is_email(instance: object) -> bool:
     if isinstance(instance, str):
         validate_email(instance)
     return True
+
+
+def _whole_text_only(format_name: str) -> None:
+    """The date-time and uri checks match their patterns with `$`, which in Python also matches before a final
+    line break: "2026-12-02T10:30:00Z\n" passed and was sent on, to a server whose own check refuses it."""
+    check, raises = FORMAT_CHECKER.checkers[format_name]
+
+    def whole(instance: object) -> bool:
+        if isinstance(instance, str) and instance.endswith("\n"):
+            return False
+        return bool(check(instance))
+
+    FORMAT_CHECKER.checks(format_name, raises=raises)(whole)
+
+
+for _format_name in ("date-time", "uri"):
+    _whole_text_only(_format_name)
 
 
 def _type_messages() -> dict[str, str]:
@@ -111,9 +128,11 @@ def _message(error: SchemaValidationError, kind: str) -> str:
     if keyword in ("minItems", "maxItems"):
         return _items_message(keyword, int(error.validator_value))
     if keyword == "minimum":
-        return _("Must be at least %(limit)s") % {"limit": show_number(error.validator_value)}
+        limit = show_limit(error.validator_value, whole=kind == "integer", lowest=True)
+        return _("Must be at least %(limit)s") % {"limit": limit}
     if keyword == "maximum":
-        return _("Must be at most %(limit)s") % {"limit": show_number(error.validator_value)}
+        limit = show_limit(error.validator_value, whole=kind == "integer", lowest=False)
+        return _("Must be at most %(limit)s") % {"limit": limit}
     return _("Enter a valid value")
 
 

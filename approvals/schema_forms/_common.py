@@ -83,6 +83,19 @@ def show_number(value: int | float) -> str:
     return str(value)
 
 
+def line_breaks(text: str) -> str:
+    """Text with every line break as LF: what a form submission leaves of it (it sends each as CRLF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def show_limit(value: int | float, *, whole: bool, lowest: bool) -> str:
+    """A minimum or maximum as the field takes it: for a whole number field, the first whole number inside it,
+    written out (a minimum of 1e20 is "100000000000000000000", which the field accepts, not "1e+20")."""
+    if whole:
+        return str(math.ceil(value) if lowest else math.floor(value))
+    return show_number(value)
+
+
 def properties(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The properties of an already checked schema (a missing `properties` means none)."""
     return schema.get("properties") or {}

@@ -3,8 +3,9 @@
 Policy: refuse anything that could change what a valid answer is and that we do not enforce
 (pattern, $ref, composition, unknown keywords, unknown formats), because a form that silently
 drops a constraint lets reviewers send answers the server will reject, or worse, trust.
-Pure annotations (title, description, $comment, examples) are accepted and ignored, and so is
-a top-level `additionalProperties: false`, which only says what validate() enforces anyway.
+Pure annotations (title, description, $comment, examples) are accepted and ignored, and so are
+a top-level `additionalProperties: false` and a multi-select's `uniqueItems`, which only say what
+validate() enforces anyway. A null `default` is no default.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
+
+from approvals.safejson import text_problem
 
 from ._answers import answer_problem
 from ._common import (
@@ -32,6 +35,7 @@ from ._common import (
     STRING_FORMATS,
     _,
     is_number,
+    line_breaks,
     quote,
 )
 
@@ -42,7 +46,8 @@ _KEYS = {
     "oneOf": ANNOTATIONS | {"type", "default", "oneOf"},
     "number": ANNOTATIONS | {"type", "default", "minimum", "maximum"},
     "boolean": ANNOTATIONS | {"type", "default"},
-    "array": ANNOTATIONS | {"type", "default", "items", "minItems", "maxItems"},
+    # uniqueItems says what the hub enforces anyway (no option twice); pydantic writes it for a set.
+    "array": ANNOTATIONS | {"type", "default", "items", "minItems", "maxItems", "uniqueItems"},
     "items_enum": ANNOTATIONS | {"type", "enum"},
     "items_anyOf": ANNOTATIONS | {"type", "anyOf"},
     "option": {"const", "title"},
@@ -123,6 +128,9 @@ def _text_problem(text: str) -> str | None:
         }
     if "\x00" in text:
         return _("The form description contains a null character")
+    if text_problem(text):
+        # A lone surrogate: no answer holding it can be stored or sent, and no page can show it.
+        return _("The form description contains characters that are not valid text")
     return None
 
 
@@ -252,7 +260,32 @@ def _string_problems(prop: dict[str, Any]) -> list[str]:
         problems.append(_('"minLength" is larger than "maxLength".'))
     if "format" in prop and prop["format"] not in STRING_FORMATS:
         problems.append(_("only the formats email, uri, date and date-time are supported"))
+    elif "format" in prop and not problems:
+        problems += _format_length_problems(prop["format"], prop.get("minLength", 0), prop.get("maxLength"))
     return problems
+
+
+def _format_length_problems(format_name: str, low: int, high: int | None) -> list[str]:
+    """Length limits no value of the format can meet: a form nobody can fill in (it is refused whatever
+    is typed, and "accept with defaults" had only invalid answers to send)."""
+    top = math.inf if high is None else high
+    fits = {
+        "date": low <= 10 <= top,  # YYYY-MM-DD
+        "date-time": low <= 20 <= top or top >= max(low, 22),  # ...T10:30:00Z, then a fraction ".0" or more
+        "email": low <= 320 and top >= max(low, 6),  # a@b.co; longer addresses are not valid
+        "uri": top >= max(low, 2),  # a:
+    }
+    if fits[format_name]:
+        return []
+    message = {
+        "date": _('"minLength" and "maxLength" leave no valid date (a date has 10 characters).'),
+        "date-time": _(
+            '"minLength" and "maxLength" leave no valid date and time (one has at least 20 characters).'
+        ),
+        "email": _('"minLength" and "maxLength" leave no valid email address (one has 6 to 320 characters).'),
+        "uri": _('"maxLength" leaves no valid web address (one has at least 2 characters).'),
+    }
+    return [message[format_name]]
 
 
 def _choice_list_problems(values: object, keyword: str) -> list[str]:
@@ -268,6 +301,10 @@ def _choice_list_problems(values: object, keyword: str) -> list[str]:
         return [_("%(keyword)s contains an empty choice") % where]
     if len(set(values)) != len(values):
         return [_("%(keyword)s lists a choice twice") % where]
+    if len({line_breaks(value) for value in values}) != len(values):
+        # A browser posts every line break of a value as CRLF: whichever of the two the reviewer chose, the
+        # answer would be the one spelled with CRLF.
+        return [_("%(keyword)s lists two choices that differ only in their line breaks") % where]
     return []
 
 
@@ -345,6 +382,8 @@ def _item_count_problems(prop: dict[str, Any], choice_count: int) -> list[str]:
         for key in ("minItems", "maxItems")
         if key in prop and not _is_count(prop[key])
     ]
+    if "uniqueItems" in prop and not isinstance(prop["uniqueItems"], bool):
+        problems.append(_("%(keyword)s must be true or false") % {"keyword": quote("uniqueItems")})
     if problems:
         return problems
     low = prop.get("minItems", 0)
@@ -427,11 +466,12 @@ def _metaschema_error(canonical: _Canonical) -> str | None:
 
 
 def _default_problems(schema: dict[str, Any]) -> list[str]:
-    """A server's default must itself be a valid answer: we prefill it and may send it as is."""
+    """A server's default must itself be a valid answer: we prefill it and may send it as is. A null default
+    is no default (FastMCP writes one for a field declared `= None`): the field starts empty."""
     validator_cls = validator_for(schema)
     problems = []
     for name, prop in schema.get("properties", {}).items():
-        if "default" in prop:
+        if prop.get("default") is not None:
             problem = answer_problem(prop, prop["default"], validator_cls)
             if problem:
                 message = _("the default is not valid (%(problem)s)") % {"problem": problem}

@@ -12,7 +12,9 @@ Decisions:
   are "This field is required". An empty required multi-select is [] (minItems speaks for
   itself); an empty optional one is omitted, unless the server suggested options: then the
   reviewer unticked them, which is an answer, [] (when minItems allows it). Left out, a server
-  that fills missing fields from its defaults would read the very options taken back.
+  that fills missing fields from its defaults would read the very options taken back. Plain
+  text the server suggested and the reviewer emptied (posted empty) is "" for the same reason
+  (when minLength allows it; an empty date, number or address is no valid value, and is omitted).
 - Typed text is stripped and CRLF becomes LF (a textarea posts CRLF, which would count double
   against maxLength). Text left as the server's default had it (line breaks aside, which a browser
   sends as CRLF) is sent as the server wrote it: tidying it would change the server's own value.
@@ -20,6 +22,9 @@ Decisions:
   punycode (ops@bücher.example as ops@xn--bcher-kva.example).
 - A typed web address with letters beyond ASCII is sent as the URI it stands for (the domain in
   punycode, the rest percent-encoded), as a browser's address bar writes it: `uri` takes ASCII only.
+  A typed email address with an international domain is sent with the domain in punycode too, as
+  Chromium's email input sends it (not every browser does; `email` is RFC 5321's, ASCII).
+  Domains are encoded by UTS 46 without transitional mappings (straße.de is not strasse.de).
 - Date-times without an offset get `tz` (see timezones.py); we never assume UTC.
 - A chosen option is sent as the schema spells it: a browser posts each line break in a value as
   CRLF, so a posted option is matched to the schema's with line breaks aside.
@@ -31,11 +36,15 @@ import contextlib
 import re
 import unicodedata
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ._common import UnsupportedSchema, _, choices_of, kind_of, properties, required_names
+import idna
+
+from approvals.safejson import text_problem
+
+from ._common import UnsupportedSchema, _, choices_of, kind_of, line_breaks, properties, required_names
 from .checking import check_schema
 from .timezones import split_datetime, to_rfc3339
 from .validation import validate
@@ -45,6 +54,8 @@ _MISSING = object()
 # form shows an integer default, has 309.
 _INTEGER = re.compile(r"[+-]?\d{1,4300}")
 _DIGITS = re.compile(r"[+-]?\d+")
+# Digits in groups of three, as thousands are written in many places: 1,000 1.000 1 000 1'000.
+_GROUPED = re.compile(r"[+-]?\d{1,3}([,.'\u00a0\u202f ]\d{3})+")
 _DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,4})?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
@@ -77,8 +88,10 @@ def coerce(
             content[name] = prop["default"]
             continue
         value, error = _convert(kind_of(prop), values, name in required, tz)
-        if value is _MISSING and not error and _suggestion_taken_back(prop):
-            value = []
+        if value is _MISSING and not error:
+            value = _taken_back(prop, posted=bool(values))
+        if kind_of(prop) == "datetime" and isinstance(value, str):
+            value = _within(value, prop.get("maxLength"))
         if error:
             errors[name] = error
         elif value is not _MISSING:
@@ -131,7 +144,7 @@ def _left_as_suggested(prop: dict[str, Any], values: list[str], tz: str | None) 
         return False
     kind = kind_of(prop)
     if kind == "text":
-        return _line_breaks(values[0]) == _line_breaks(default)  # a browser sends line breaks as CRLF
+        return line_breaks(values[0]) == line_breaks(default)  # a browser sends line breaks as CRLF
     if kind == "email":
         # A browser's email input sends an international domain in ASCII (ops@bücher.example comes back as
         # ops@xn--bcher-kva.example, lower case): the address shown and left alone is the server's own.
@@ -151,17 +164,30 @@ def as_choices(choices: list[tuple[str, str]], values: list[str]) -> list[str]:
     spelled = {value for value, _label in choices}
     by_lines: dict[str, list[str]] = {}
     for value, _label in choices:
-        by_lines.setdefault(_line_breaks(value), []).append(value)
+        by_lines.setdefault(line_breaks(value), []).append(value)
     out = []
     for posted in values:
-        matches = by_lines.get(_line_breaks(posted), [])
+        matches = by_lines.get(line_breaks(posted), [])
         out.append(matches[0] if posted not in spelled and len(matches) == 1 else posted)
     return out
 
 
-def _suggestion_taken_back(prop: dict[str, Any]) -> bool:
-    """An optional multi-select left with nothing ticked, where the server suggested options."""
-    return kind_of(prop) == "multi_select" and bool(prop.get("default")) and not prop.get("minItems")
+def _taken_back(prop: dict[str, Any], *, posted: bool) -> Any:
+    """The answer of an optional field left empty where the server suggested a value: [] for a multi-select
+    (when minItems allows it; nothing ticked posts nothing), "" for plain text posted empty (when minLength
+    allows it; a text field missing from the post was not shown), else _MISSING (omitted)."""
+    default, kind = prop.get("default"), kind_of(prop)
+    if kind == "multi_select" and default and not prop.get("minItems"):
+        return []
+    if (
+        kind == "text"
+        and posted
+        and isinstance(default, str)
+        and default.strip()
+        and not prop.get("minLength")
+    ):
+        return ""
+    return _MISSING
 
 
 def _wall_time(text: str) -> datetime | None:
@@ -186,12 +212,8 @@ def _address_key(address: str) -> tuple[str, str]:
     return local, ".".join(labels)
 
 
-def _line_breaks(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
 def _normalise_text(value: str) -> str:
-    return value.replace("\r\n", "\n").replace("\r", "\n").strip()
+    return line_breaks(value).strip()
 
 
 def _text(text: str, tz: str | None) -> Converted:
@@ -210,9 +232,18 @@ def _boolean(values: list[str]) -> Converted:
 
 def _integer(text: str, tz: str | None) -> Converted:
     if not _INTEGER.fullmatch(text):
-        too_long = _DIGITS.fullmatch(text)  # digits past what a number can hold
-        return _MISSING, (_("Enter a smaller number") if too_long else _("Enter a whole number"))
+        if _DIGITS.fullmatch(text):  # digits past what a number can hold
+            return _MISSING, _("Enter a smaller number")
+        if _GROUPED.fullmatch(text):
+            return _MISSING, _("Enter the whole number without separators, like 1000")
+        return _MISSING, _("Enter a whole number")
     return int(text), None
+
+
+def _has_thousands(text: str) -> bool:
+    """Whole digits grouped in threes (1,000 or 1 000, 12.345.678), maybe then a decimal point (1,000.5)."""
+    whole, point, fraction = text.rpartition(".") if text.count(".") == 1 else (text, "", "")
+    return bool(_GROUPED.fullmatch(whole)) and (not point or fraction.isdecimal())
 
 
 def _number(text: str, tz: str | None) -> Converted:
@@ -220,12 +251,18 @@ def _number(text: str, tz: str | None) -> Converted:
         return int(text), None  # exact, even past 2**53
     # A strict grammar: float() alone would also take "nan", "inf" and "1_000".
     if not _DECIMAL.fullmatch(text):
+        if _has_thousands(text):
+            # "1,000" is a thousand to some and one to others: pointing at a decimal point invited "1.000".
+            return _MISSING, _("Enter the number without thousands separators: 1000, or 1.5 for decimals")
         if "," in text:
             return _MISSING, _("Enter a number, using a point for decimals (1.5)")
         return _MISSING, _("Enter a number")
     number = float(text)
     if number in (float("inf"), float("-inf")):
         return _MISSING, _("Enter a smaller number")
+    if number == 0 and any(char.isdecimal() and int(char) for char in text.lower().partition("e")[0]):
+        # 1e-400 is no float: it would be sent as 0, a value nobody typed.
+        return _MISSING, _("Enter a number further from zero, or 0")
     return number, None
 
 
@@ -233,7 +270,21 @@ def _url(text: str, tz: str | None) -> Converted:
     """A typed web address with letters beyond ASCII, written as the URI it stands for (as a browser's
     address bar does): the domain in punycode, the rest percent-encoded as UTF-8. The `uri` format takes
     ASCII only, and "https://bücher.example/straße" was refused as "Enter a full web address"."""
-    return (text if text.isascii() else _as_uri(text)), None
+    # Text that is not valid Unicode cannot be percent-encoded: validate() says what is wrong with it.
+    return (text if text.isascii() or text_problem(text) else _as_uri(text)), None
+
+
+def _email(text: str, tz: str | None) -> Converted:
+    """A typed address with an international domain, its domain written in ASCII as Chromium's email input
+    sends it: the `email` format is RFC 5321's, and a server checking it strictly refuses ops@bücher.example.
+    """
+    local, at, domain = text.rpartition("@")
+    if not at or domain.isascii() or text_problem(text):
+        return text, None
+    try:
+        return f"{local}@{_ascii_host(domain)}", None
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return text, None  # validate() says what is wrong with it
 
 
 def _as_uri(text: str) -> str:
@@ -247,11 +298,19 @@ def _as_uri(text: str) -> str:
         host, colon, port = host_port.partition(":")
     if host and not host.isascii():
         try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
+            host = _ascii_host(host)
+        except (idna.IDNAError, UnicodeError, ValueError):
             return text
         text = text.replace(netloc, f"{userinfo}{at}{host}{colon}{port}", 1)
     return _NON_ASCII.sub(lambda found: quote(found.group(), safe=""), text)
+
+
+def _ascii_host(host: str) -> str:
+    """A host name as a browser's address bar writes it: UTS 46 without the transitional mappings, as the URL
+    standard has it. Python's own "idna" codec is IDNA 2003, which maps straße.de to strasse.de and drops a
+    zero-width joiner: another domain than the one typed. ASCII labels are left as they are."""
+    mapped = idna.uts46_remap(host, std3_rules=False, transitional=False)
+    return ".".join(label if label.isascii() else idna.alabel(label).decode() for label in mapped.split("."))
 
 
 def _date(text: str, tz: str | None) -> Converted:
@@ -269,7 +328,21 @@ def _datetime(text: str, tz: str | None) -> Converted:
     return (_MISSING, error) if error else (value, None)
 
 
+def _within(value: str, high: int | None) -> str:
+    """A date-time written "…+01:00" (25 characters) past a tighter maxLength: the same instant in UTC written
+    "…Z" (20), which the server allows; otherwise the form could never send a valid answer."""
+    if high is None or len(value) <= high:
+        return value
+    try:
+        moment = datetime.fromisoformat(value).astimezone(UTC)
+    except (ValueError, OverflowError):
+        return value  # validate() says what is wrong with it
+    text = moment.replace(tzinfo=None).isoformat()
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "Z"  # a fraction without its zeros
+
+
 _CONVERTERS = {
+    "email": _email,
     "url": _url,
     "integer": _integer,
     "number": _number,

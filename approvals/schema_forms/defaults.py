@@ -29,7 +29,7 @@ def defaults(schema: object, *, now: datetime | None = None) -> dict[str, Any]:
     required = required_names(schema)
     content: dict[str, Any] = {}
     for name, prop in properties(schema).items():
-        if "default" in prop:
+        if prop.get("default") is not None:  # null: no default (see checking)
             content[name] = copy.deepcopy(prop["default"])
         elif name in required:
             content[name] = plausible_value(prop, moment)
@@ -50,11 +50,13 @@ def plausible_value(prop: dict[str, Any], moment: datetime) -> Any:
     if kind == "date":
         return moment.date().isoformat()
     if kind == "datetime":
-        return moment.replace(microsecond=0).isoformat()
+        whole = moment.replace(microsecond=0)
+        zulu = whole.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
+        return _fit(prop, [whole.isoformat(), zulu], _pad_fraction)
     if kind == "email":
         return _fit(prop, ["user@example.com", "a@example.com", "a@b.co"], _pad_email)
     if kind == "url":
-        return _fit(prop, ["https://example.com/", "https://a.co", "a:b"], _pad_end)
+        return _fit(prop, ["https://example.com/", "https://a.co", "a:b", "a:"], _pad_end)
     return _fit(prop, ["x", ""], _pad_end)
 
 
@@ -72,16 +74,24 @@ def _number(prop: dict[str, Any], whole: bool) -> int | float:
 
 
 def _fit(prop: dict[str, Any], candidates: list[str], pad: Callable[[str, int], str]) -> str:
-    """The first candidate within maxLength, padded up to minLength."""
-    high = prop.get("maxLength")
-    fitting = [candidate for candidate in candidates if high is None or len(candidate) <= high]
-    value = fitting[0] if fitting else candidates[-1]
-    missing = prop.get("minLength", 0) - len(value)
-    return pad(value, missing) if missing > 0 else value
+    """The first candidate that, padded up to minLength, is within maxLength."""
+    low, high = prop.get("minLength", 0), prop.get("maxLength")
+    padded = [
+        pad(candidate, low - len(candidate)) if low > len(candidate) else candidate
+        for candidate in candidates
+    ]
+    fitting = [value for value in padded if high is None or len(value) <= high]
+    return fitting[0] if fitting else padded[-1]
 
 
 def _pad_end(value: str, count: int) -> str:
     return value + "x" * count
+
+
+def _pad_fraction(value: str, count: int) -> str:
+    """A date-time made longer with a fraction of a second: "10:30:00" + ".000" (a fraction is 2 or more)."""
+    seconds_end = len("2026-12-02T10:30:00")
+    return f"{value[:seconds_end]}.{'0' * max(count - 1, 1)}{value[seconds_end:]}"
 
 
 def _pad_email(value: str, count: int) -> str:

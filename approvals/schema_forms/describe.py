@@ -18,6 +18,7 @@ from ._common import (
     ngettext,
     properties,
     required_names,
+    show_limit,
     show_number,
 )
 from .checking import check_schema
@@ -365,8 +366,10 @@ def _range(low: Any, high: Any) -> str:
 def _hint(kind: str, prop: dict[str, Any]) -> str:
     if kind in ("number", "integer"):
         low, high = prop.get("minimum"), prop.get("maximum")
+        whole = kind == "integer"
         limits = _range(
-            show_number(low) if low is not None else None, show_number(high) if high is not None else None
+            show_limit(low, whole=whole, lowest=True) if low is not None else None,
+            show_limit(high, whole=whole, lowest=False) if high is not None else None,
         )
         if kind == "number":
             return limits
