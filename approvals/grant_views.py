@@ -84,6 +84,8 @@ def grant_list(request: HttpRequest) -> HttpResponse:
         "tools": choices("tool"),
         "now": timezone.now(),
         "revocable": _revocable(request.user, found),
+        # The grants whose grantor could not make them now: they let nothing through.
+        "grantor_gone": {grant.pk for grant in found if not grant.grantor_stands},
     }
     return render(request, "approvals/grants.html", context)
 
@@ -96,6 +98,7 @@ def grant_revoke(request: HttpRequest, pk: UUID) -> HttpResponse:
     grant = _get_grant_for_user(request.user, pk)
     context: dict[str, Any] = {"grant": grant, "now": timezone.now(), "error": "", "notice": ""}
     context["may_revoke"] = permissions.can_revoke_grant(request.user, grant)
+    context["grantor_gone"] = grants.grantor_gone(grant)
     if request.method == "GET":
         return render(request, "approvals/grant_revoke.html", context)
     try:

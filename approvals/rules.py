@@ -47,16 +47,27 @@ def argument(arguments: dict[str, Any], path: str) -> Any:
     return value
 
 
+KEYS = ("argument", "op", "value")
+
+
 def check_condition(condition: Any) -> str:
-    """Why a condition is malformed, or ""."""
+    """Why a condition is malformed, or "". A key it does not know (``"val"``, ``"values"``) or a value
+    missing where its op compares one is malformed, not ``== null``: a rule written so would never match
+    what its author meant."""
     if not isinstance(condition, dict):
         return "a condition must be an object"
     if not isinstance(condition.get("argument"), str) or not condition["argument"]:
         return "a condition needs an argument name"
-    if condition.get("op", "==") not in OPS:
+    op = condition.get("op", "==")
+    if op not in OPS:
         return f"unknown op {condition.get('op')!r}; use one of {', '.join(OPS)}"
-    if condition.get("op") in ("in", "not in") and not isinstance(condition.get("value"), list):
-        return f"{condition['op']} needs a list value"
+    unknown = sorted(str(key) for key in condition if key not in KEYS)
+    if unknown:
+        return f"unknown keys {', '.join(unknown)}; a condition has {', '.join(KEYS)}"
+    if op != "exists" and "value" not in condition:
+        return f"{op} needs a value"
+    if op in ("in", "not in") and not isinstance(condition.get("value"), list):
+        return f"{op} needs a list value"
     return ""
 
 
@@ -166,11 +177,18 @@ def evaluate(rule: Any, subject: Subject) -> Verdict:
         if value != wanted:
             return Verdict(False, why)
         reasons.append(why)
+    gate = bool(getattr(rule, "gate", False))
     for condition in rule.conditions or []:
         problem = check_condition(condition)
+        if problem and gate:
+            # What a gate stops cannot be read: it stops the call (a person decides), never lets it go.
+            reasons.append(
+                f"malformed condition ({problem}): the gate stops the call until the rule is fixed"
+            )
+            continue
         if problem:
             return Verdict(False, f"malformed condition: {problem}")
-        verdict = holds(condition, subject.arguments, absent_differs=bool(getattr(rule, "gate", False)))
+        verdict = holds(condition, subject.arguments, absent_differs=gate)
         if not verdict.matched:
             return verdict
         reasons.append(verdict.why)

@@ -15,6 +15,7 @@ not protect.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -24,7 +25,7 @@ from typing import Any
 from django.core import signing
 from django.utils.translation import gettext as _
 
-from approvals import canonical
+from approvals import canonical, safejson
 from approvals.models import InputRequest, Policy, ToolCall
 
 FIELD = "reviewed"
@@ -118,14 +119,29 @@ def review(ir: InputRequest, call: ToolCall, user: Any, fields: list[Any], value
 
 @dataclass(frozen=True)
 class GateReview:
-    """A gate's second step: why, the arguments as they will be sent, the grant asked for (its duration,
-    or ""), and the decision's own fields to post again with the token."""
+    """A gate's second step: why, the arguments as they will be sent, the grant asked for (its duration, or
+    ""; which later calls it lets through: ``grant_arguments`` "exact", or "conditions" with
+    ``grant_conditions``), and the decision's own fields to post again with the token."""
 
     reasons: list[str]
     arguments: Any
     grant: str
     fields: list[tuple[str, str]]
     token: str
+    grant_arguments: str = ""
+    grant_conditions: list[Any] = dataclasses.field(default_factory=list)
+
+
+def _conditions(texts: list[str]) -> list[Any]:
+    """The grant's conditions as the form posted them (JSON text each), read for the review. The decision
+    checks them (``grants.parse_choice``) before the review is shown; one that is not JSON is shown as is."""
+    read = []
+    for text in texts:
+        try:
+            read.append(safejson.loads(text.encode(), max_depth=8))
+        except ValueError:
+            read.append(text)
+    return read
 
 
 def gate_review(
@@ -139,5 +155,14 @@ def gate_review(
         if name not in ("csrfmiddlewaretoken", FIELD)
         for value in given
     ]
-    grant = values["grant"][0] if values.get("grant") else ""
-    return GateReview(reasons(ir, call, tool), values["arguments"], grant, fields, token(ir, user, values))
+    duration, mode, conditions = values.get("grant") or ("", "", [])
+    mode = (mode or "exact") if duration else ""
+    return GateReview(
+        reasons(ir, call, tool),
+        values["arguments"],
+        duration,
+        fields,
+        token(ir, user, values),
+        grant_arguments=mode,
+        grant_conditions=_conditions(conditions) if mode == "conditions" else [],
+    )

@@ -666,6 +666,9 @@ def grant_item(grant: Grant, now: datetime | None = None) -> dict[str, Any]:
     return {
         "id": str(grant.pk),
         "state": grant.state(now),
+        # An active grant whose grantor could not make it now (left the team, deactivated) lets nothing
+        # through (``grants.grantor_stands``, annotated by ``grants.listing``).
+        "lets_calls_through": grant.state(now) == "active" and getattr(grant, "grantor_stands", True),
         "agent": grant.agent.name,
         "on_behalf_of": grant.on_behalf_of.get_username() if grant.on_behalf_of else None,
         "server": grant.server.slug,

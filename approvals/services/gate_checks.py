@@ -14,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
+from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from approvals import canonical, safejson
@@ -37,13 +38,7 @@ def validate_decision(ir: InputRequest, action: str, content: Any) -> dict[str, 
 
     Past the gate's deadline nothing is decided (a Conflict first, as for any answer that comes too late):
     "if nobody decides by then, the call is not sent" holds even before beat's sweep expires the gate."""
-    deadline = ir.round.deadline
-    if deadline <= timezone.now():
-        raise Conflict(
-            f"This gate expired at {moment(deadline)}: no one decided it before its deadline, so the call is "
-            "not sent.",
-            code="already_answered",
-        )
+    check_deadline(ir)
     if action == InputRequest.Action.DECLINE:
         if content not in (None, {}):
             raise Invalid(
@@ -77,13 +72,28 @@ def validate_decision(ir: InputRequest, action: str, content: Any) -> dict[str, 
     return content
 
 
+def check_deadline(ir: InputRequest) -> None:
+    """Raise Conflict when the gate's deadline has passed: nothing is decided after it."""
+    deadline = ir.round.deadline
+    if deadline <= timezone.now():
+        raise Conflict(
+            f"This gate expired at {moment(deadline)}: no one decided it before its deadline, so the call is "
+            "not sent.",
+            code="already_answered",
+        )
+
+
 def schema_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, str]:
     """jsonschema's verdict on edited arguments, one message per argument path ("" for the whole).
 
     A schema the hub cannot check against counts as broken, as one the metaschema refuses: a `$ref` it
     cannot resolve (the hub fetches no schema from the network, and a pointer may name nothing) or one that
     refers to itself without end. Only "an object" is checked then (the server checks its own arguments);
-    before, the reviewer's edit ended in a server error."""
+    before, the reviewer's edit ended in a server error.
+
+    An empty registry: a ``$ref`` resolves only within the schema. jsonschema's default one fetches any URL a
+    ``$ref`` names (a server's schema could make the hub request an address of the server's choosing, past
+    approvals.netguard, with no timeout)."""
     try:
         cls = validator_for(schema, default=Draft202012Validator)
         cls.check_schema(schema)
@@ -91,7 +101,7 @@ def schema_errors(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str
         return {}  # the server's schema itself is broken: only "an object" can be checked, and it is
     errors: dict[str, str] = {}
     try:
-        for error in cls(schema).iter_errors(arguments):
+        for error in cls(schema, registry=Registry()).iter_errors(arguments):
             path = ".".join(str(part) for part in error.absolute_path) or "arguments"
             errors.setdefault(path, error.message[:300])
     except (Unresolvable, RecursionError) as exc:

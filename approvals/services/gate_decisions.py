@@ -20,6 +20,7 @@ from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import answers, rounds
 from approvals.services.calls import call_finish
 from approvals.services.errors import Forbidden, Invalid, NotFound
+from approvals.services.gate_checks import check_deadline
 from approvals.services.gates import SYSTEM, _audit_data, _grants, arguments_diff, call_digest, is_gate
 
 
@@ -57,6 +58,12 @@ def gate_decide(
         )
     grants = _grants()
     choice = None
+    if grant is not None and permissions.can_answer(user, ir):
+        # What became of the gate (decided, cancelled, expired) is the news, not what the grant asked for with
+        # the decision would have been refused for. (One who may not answer is refused by input_respond.)
+        if ir.status != InputRequest.Status.PENDING:
+            raise answers.no_longer_pending(ir, user)
+        check_deadline(ir)
     if grant is not None:
         if grants is None:
             raise Invalid(

@@ -15,8 +15,9 @@ another team, or under another policy, than the rule that opened the gate (argum
 stricter rule's reach, or a rule added before it since): that rule's reviewers decide it.
 
 Remembered grants (``approvals.services.grants``, when installed) let a call through without a person. Before
-such a call's first send the grant is checked again: revoked, expired or deleted since, or the tool's
-definition changed, and a gate opens for the call (``gate.grant_lapsed``).
+such a call's first send the grant is checked again (the tool list listed again first when stale, as for an
+approval): revoked, expired or deleted since, its grantor no longer able to make it, or the tool's definition
+changed, and a gate opens for the call (``gate.grant_lapsed``).
 
 A call its agent cancels while its gate waits for a decision, or is approved and not sent, ends that gate
 ``cancelled`` (`gate_withdraw`); a decision that comes after is refused.
@@ -340,9 +341,10 @@ def gate_withdraw(*, call: ToolCall, now: datetime) -> int:
 
 
 def gate_refresh_tools(call_id: Any) -> None:
-    """Before a gated call's first send (outside any transaction): list the server's tools again when the
-    stored list is older than `SEND_FRESHNESS` seconds, so the send is checked against what the server
-    claims now."""
+    """Before the first send of a gated call, or of one a remembered grant let through (outside any
+    transaction): list the server's tools again when the stored list is older than `SEND_FRESHNESS` seconds,
+    so the send is checked against what the server claims now (`gate_at_send`), not against a list the
+    server changed since."""
     from approvals.services.servers import server_refresh_if_stale
 
     gate = (
@@ -350,9 +352,16 @@ def gate_refresh_tools(call_id: Any) -> None:
         .select_related("call__server")
         .first()
     )
-    if gate is None or gate.call.server is None:
+    call = (
+        gate.call
+        if gate is not None
+        else ToolCall.objects.filter(pk=call_id, grant__isnull=False, started_at__isnull=True)
+        .select_related("server")
+        .first()
+    )
+    if call is None or call.server is None:
         return
-    server_refresh_if_stale(gate.call.server, max_age=SEND_FRESHNESS)
+    server_refresh_if_stale(call.server, max_age=SEND_FRESHNESS)
 
 
 def _void_reason(call: ToolCall, gate: Gate) -> str:

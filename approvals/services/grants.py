@@ -16,7 +16,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, CharField, Count, F, Q, QuerySet, Value, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from approvals import canonical, permissions, rules, safejson
@@ -28,6 +41,7 @@ from approvals.models import (
     Grant,
     GrantQuerySet,
     InputRequest,
+    Membership,
     RoutingRule,
     Team,
     TeamSlug,
@@ -68,10 +82,18 @@ def _conditions_hold(conditions: list[dict[str, Any]], arguments: dict[str, Any]
     """Every condition is well formed and holds for the arguments (none: nothing is admitted)."""
     if not conditions:
         return False
-    for condition in conditions:
-        if rules.check_condition(condition) or not rules.holds(condition, arguments).matched:
-            return False
-    return True
+    return all(
+        not rules.check_condition(condition) and _admits(condition, arguments) for condition in conditions
+    )
+
+
+def _admits(condition: dict[str, Any], arguments: dict[str, Any]) -> bool:
+    """One condition holds for the arguments. An argument given as null meets no ``!=`` or ``not in``, as one
+    not given meets none (``rules.holds``): a server reads null as "my default", which the hub cannot see and
+    which may be the very value the condition excludes (``environment != "production"``)."""
+    if condition.get("op") in ("!=", "not in") and rules.argument(arguments, condition["argument"]) is None:
+        return False
+    return rules.holds(condition, arguments).matched
 
 
 def outranked_by(rule: RoutingRule) -> str | None:
@@ -83,9 +105,37 @@ def outranked_by(rule: RoutingRule) -> str | None:
     return None
 
 
+def grantor_stands() -> Q:
+    """The grants whose grantor could make them still: an active account, a reviewer (or admin) of the grant's
+    team or a superuser. A grant is that person's word for later calls, so it holds only while they could
+    give it: removed from the team, lowered to viewer, deactivated or deleted, and it lets nothing through
+    (as their standing approval of an N-of-M request no longer counts)."""
+    reviewer = Membership.objects.filter(
+        user=OuterRef("granted_by"), team=OuterRef("team"), role__in=permissions.ANSWERING_ROLES
+    )
+    return Q(granted_by__is_active=True) & (Q(granted_by__is_superuser=True) | Q(Exists(reviewer)))
+
+
+def grantor_gone(grant: Grant) -> str | None:
+    """Why the grant's grantor could not make it now (``grantor_stands``), or None."""
+    grantor = grant.granted_by
+    if grantor is None:
+        return "the reviewer who granted it was deleted"
+    who = grantor.get_username()
+    if not grantor.is_active:
+        return f"{who}, who granted it, was deactivated"
+    if grantor.is_superuser:
+        return None
+    reviewer = Membership.objects.filter(
+        user=grantor, team_id=grant.team_id, role__in=permissions.ANSWERING_ROLES
+    ).exists()
+    return None if reviewer else f"{who}, who granted it, is no longer a reviewer of team {grant.team.slug}"
+
+
 def find(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -> Grant | None:
     """An active grant covering this call: same agent, person, server and tool, the same tool definition, and
-    exactly these arguments or arguments meeting its conditions. Expired or revoked grants never match.
+    exactly these arguments or arguments meeting its conditions. Expired or revoked grants never match, nor
+    one whose grantor could not make it now (``grantor_stands``).
 
     ``rule``: the gate rule that stops the call. A grant stands in only for its own team's gate (another
     team's rule is not its team's to decide), and never for a gate needing several approvals.
@@ -97,6 +147,7 @@ def find(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -
     if rule is not None and outranked_by(rule):
         return None
     candidates = Grant.objects.active(timezone.now()).filter(
+        grantor_stands(),
         agent_id=call.agent_id,
         server_id=call.server_id,
         tool=call.tool,
@@ -115,9 +166,9 @@ def find(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -
 
 def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -> str | None:
     """Just before the first send of a call a grant let through (inside the claiming transaction): None while
-    that grant still covers it, else why not (revoked, expired or deleted since; the tool's definition, as the
-    hub holds it now, is not the one granted; ``rule``, the gate rule that stops the call now, is another
-    team's or needs several approvals).
+    that grant still covers it, else why not (revoked, expired or deleted since; its grantor could not make
+    it now; the tool's definition, as the hub holds it now, is not the one granted; ``rule``, the gate rule
+    that stops the call now, is another team's or needs several approvals).
 
     The grant is locked until the send is claimed, so a revoke racing the send waits for it: a call that went
     was sent before the grant was revoked, and one claimed after stops at a gate."""
@@ -125,7 +176,7 @@ def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None)
         return "no grant let it through"
     grant = (
         Grant.objects.select_for_update(of=("self",), no_key=True)
-        .select_related("revoked_by")
+        .select_related("revoked_by", "granted_by", "team")
         .filter(pk=call.grant_id)
         .first()
     )
@@ -133,6 +184,8 @@ def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None)
         return "the grant that let it through was deleted"
     if grant.state() != "active":
         return f"the grant that let it through was {describe_end(grant)}"
+    if why := grantor_gone(grant):
+        return why
     if grant.tool_digest != tool_digest:
         return "the tool's definition changed on the server since the grant let it through"
     if rule is not None and rule.team_id != grant.team_id:
@@ -147,13 +200,20 @@ def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None)
 def use(grant: Grant, call: ToolCall) -> None:
     """Record that ``grant`` let ``call`` through: its use count, the grant on the call, and ``gate.granted``.
 
-    Raises Conflict when the grant was revoked or expired since ``find`` (outside a transaction only)."""
+    Raises Conflict when the grant was revoked or expired since ``find``, or its grantor could no longer make
+    it (outside a transaction only)."""
     now = timezone.now()
     with transaction.atomic():
-        updated = Grant.objects.active(now).filter(pk=grant.pk).update(uses=F("uses") + 1, last_used_at=now)
+        updated = (
+            Grant.objects.active(now)
+            .filter(grantor_stands(), pk=grant.pk)
+            .update(uses=F("uses") + 1, last_used_at=now)
+        )
         if not updated:
             raise Conflict(
-                "This grant was revoked or expired; the call needs a person.", code="grant_inactive"
+                "This grant was revoked or expired, or its grantor can no longer approve for its team; the "
+                "call needs a person.",
+                code="grant_inactive",
             )
         # The call remembers its grant: the first send checks it again (`lapsed`).
         ToolCall.objects.filter(pk=call.pk).update(grant=grant)
@@ -246,16 +306,11 @@ def _clean_conditions(conditions: Any) -> list[dict[str, Any]]:
         problem = rules.check_condition(condition)
         if problem:
             raise bad(f"Condition {condition!r:.80}: {problem}.")
-        extra = set(condition) - {"argument", "op", "value"}
-        if extra:
-            raise bad(f"A condition has unknown keys: {', '.join(sorted(extra))}.")
         op = condition.get("op", "==")
         if len(condition["argument"]) > 200:
             raise bad("An argument name is longer than 200 characters.")
         item: dict[str, Any] = {"argument": condition["argument"], "op": op}
         if op != "exists":
-            if "value" not in condition:
-                raise bad(f"The condition on {condition['argument']} needs a value.")
             try:
                 size = len(canonical.canonical_json(condition["value"]))
             except canonical.CanonicalError as exc:
@@ -441,8 +496,11 @@ def listing(
         qs = qs.filter(agent__name=filters.agent)
     if filters.tool:
         qs = qs.filter(tool=filters.tool)
-    return qs.select_related("agent", "server", "team", "granted_by", "revoked_by", "on_behalf_of").order_by(
-        "-created_at", "-pk"
+    return (
+        qs.select_related("agent", "server", "team", "granted_by", "revoked_by", "on_behalf_of")
+        # Whether its grantor could make it now: an active grant whose grantor could not lets nothing through.
+        .annotate(grantor_stands=ExpressionWrapper(grantor_stands(), output_field=BooleanField()))
+        .order_by("-created_at", "-pk")
     )
 
 

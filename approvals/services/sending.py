@@ -282,7 +282,16 @@ _WHERE_SENT = PreparedRead(
     lambda pk: (
         ToolCall.objects.filter(pk=pk, kind=ToolCall.Kind.CALL, server__isnull=False)
         .annotate(gated=Exists(Gate.objects.filter(call_id=OuterRef("pk"), status=Gate.Status.APPROVED)))
-        .values_list("status", "holder_id", "server__transport", "server__era", "server__probe__era", "gated")
+        .values_list(
+            "status",
+            "holder_id",
+            "server__transport",
+            "server__era",
+            "server__probe__era",
+            "gated",
+            "grant_id",
+            "started_at",
+        )
     ),
     pk=ToolCall._meta.get_field("id"),
 )
@@ -290,8 +299,9 @@ _WHERE_SENT = PreparedRead(
 
 def _hand_to_holders(call_id: Any) -> bool:
     """True when nothing is sent from here: there is no such call to send, or it runs on a holder's session
-    (handshake era, stdio; the holders are woken if it still waits for one). Before a gated call's first
-    send, the server's tool list is refreshed when stale (`gate_refresh_tools`).
+    (handshake era, stdio; the holders are woken if it still waits for one). Before the first send of a gated
+    call, or of one a grant let through, the server's tool list is refreshed when stale
+    (`gate_refresh_tools`).
 
     A send a worker claimed (being sent, no holder) stays the workers' even if its server needs a session
     now (its era changed since): holders take only unclaimed calls, and `_claim` ends it as it must.
@@ -300,13 +310,13 @@ def _hand_to_holders(call_id: Any) -> bool:
     row = _WHERE_SENT.first(pk=call_id)
     if row is None:
         return True
-    status, holder_id, transport, era, probed_era, gated = row
+    status, holder_id, transport, era, probed_era, gated, grant_id, started_at = row
     claimed_here = holder_id is None and status in ToolCall.Status.sending()
     if McpServer.session_needed(transport, era, probed_era) and not claimed_here:
         if status not in ToolCall.Status.finals() and holder_id is None:
             notify_holders()
         return True
-    if gated:
+    if gated or (grant_id is not None and started_at is None):
         gate_refresh_tools(call_id)  # checked against the tool list as the server has it now
     return False
 
