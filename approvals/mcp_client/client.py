@@ -31,7 +31,6 @@ from jsonschema import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -40,7 +39,7 @@ from mcp_types import (
     METHOD_NOT_FOUND,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from referencing import Registry
 
@@ -55,12 +54,13 @@ from approvals.mcp_client.outcomes import (
     TransientError,
 )
 from approvals.mcp_client.toollist import ToolList
-from approvals.mcp_client.transport import InflatingTransport, TeeTransport, Wire
+from approvals.mcp_client.transport import InflatingTransport, TeeTransport, Wire, http_stream
 from approvals.mcp_client.wire import (
     PROTOCOL_VERSION,
     classify_rpc_error,
     invalid_header_reason,
     listed,
+    quoted,
     read_call_result,
     scrub,
     validation_summary,
@@ -112,6 +112,10 @@ def _secrets(server: ServerConfig, request_state: str | None = None) -> list[str
     return found
 
 
+# How the SDK refuses the protocol version a server answered ``initialize`` with (a RuntimeError).
+UNSUPPORTED_ANSWER = "Unsupported protocol version from the server:"
+
+
 def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
@@ -153,6 +157,14 @@ def _classify(exc: BaseException, wire: Wire, what: str, secret: list[str]) -> M
         )
     if isinstance(leaf, TimeoutError):
         return TransientError("timeout", f"no answer to {what} in time")
+    if isinstance(leaf, RuntimeError) and str(leaf).startswith(UNSUPPORTED_ANSWER):
+        # The SDK's own check of the version a server answered initialize with.
+        version = scrub(str(leaf)[len(UNSUPPORTED_ANSWER) :].strip(), secret)
+        return PermanentError(
+            "protocol_unsupported",
+            f"the server answered {what} with protocol version {quoted(version)}, which the hub does not "
+            f"speak (it speaks {PROTOCOL_VERSION} and {', '.join(HANDSHAKE_PROTOCOL_VERSIONS)})",
+        )
     return PermanentError(
         "unexpected_error", f"{type(leaf).__name__} during {what}: {scrub(str(leaf), secret)}"
     )
@@ -302,7 +314,7 @@ async def _operate(
             async with (
                 http,
                 Client(
-                    TeeTransport(streamable_http_client(server.url, http_client=http), wire),
+                    TeeTransport(http_stream(server.url, http), wire),
                     mode=PROTOCOL_VERSION,
                     prior_discover=prior,
                     client_info=CLIENT_INFO,
@@ -351,15 +363,17 @@ async def _send(client: Client, send: Callable[[], Awaitable[T]]) -> T:
         return await send()
 
 
-async def _list_all(client: Client, wire: Wire) -> tuple[ToolList, set[str]]:
+async def _list_all(client: Client, wire: Wire, *, watch: str | None = None) -> tuple[ToolList, bool]:
     """``tools/list``, page after page while the list is not full (`toollist`): (the valid tools as
-    received, at most what the hub keeps; the names of the tools with invalid headers).
+    received, at most what the hub keeps; whether the tool named `watch` was listed with invalid headers).
+    Only that one name is looked for: the names of the tools left out are not kept (pages of them, however
+    many, are not the hub's to hold).
 
     The SDK drops tools with invalid ``x-mcp-header`` annotations and remembers the valid ones'
     header maps and output schemas for the calls that follow.
     """
     tools = ToolList()
-    dropped: set[str] = set()
+    dropped = False
     cursor: str | None = None
     pages = 0
     while True:
@@ -377,8 +391,8 @@ async def _list_all(client: Client, wire: Wire) -> tuple[ToolList, set[str]]:
                 continue
             if tool.get("name") in kept and invalid_header_reason(tool.get("inputSchema")) is None:
                 tools.offer(tool)  # refused once the list is full; the page's invalid names still count
-            elif isinstance(tool.get("name"), str):
-                dropped.add(tool["name"])
+            elif watch is not None and tool.get("name") == watch:
+                dropped = True
         if not tools.more(page.next_cursor, pages):
             return tools, dropped
         cursor = page.next_cursor
@@ -554,14 +568,14 @@ async def call_tool(
     known = _stored_tool(tool, name)
 
     async def op(client: Client, wire: Wire) -> Outcome:
+        dropped = False
         if known is not None:
             _learn_tool(client, known)
-            dropped: set[str] = set()
         else:
             wire.method = "tools/list"
-            _, dropped = await _list_all(client, wire)
+            _, dropped = await _list_all(client, wire, watch=name)
             wire.method = None
-        if name in dropped:
+        if dropped:
             raise PermanentError(
                 "invalid_tool_headers",
                 f"tool {name!r} declares invalid x-mcp-header annotations, so it must not be called",

@@ -22,7 +22,6 @@ import anyio
 import httpx2
 import mcp_types
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from approvals import netguard, safejson
@@ -40,7 +39,7 @@ from approvals.mcp_client.client import (
 from approvals.mcp_client.outcomes import McpError, PermanentError, ServerConfig, TransientError
 from approvals.mcp_client.session import list_tools_on
 from approvals.mcp_client.toollist import ToolList, bounded
-from approvals.mcp_client.transport import TeeTransport, Wire
+from approvals.mcp_client.transport import TeeTransport, Wire, http_stream
 from approvals.mcp_client.wire import MAX_DEPTH, PROTOCOL_VERSION, handshake_hint
 
 T = TypeVar("T")
@@ -175,7 +174,7 @@ async def _connect(
             secret = _secrets(target)
             checked = await _check_url(target.url)
             http = _http_client(target, wire, checked)
-            transport = TeeTransport(streamable_http_client(target.url, http_client=http), wire)
+            transport = TeeTransport(http_stream(target.url, http), wire)
         else:
             transport = TeeTransport(target(), wire)
         with anyio.fail_after(timeout * 4):

@@ -33,7 +33,6 @@ import httpx2
 import mcp_types
 from mcp import Client
 from mcp.client.session import ClientRequestContext, IncomingMessage
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import URL_ELICITATION_REQUIRED
 
@@ -58,7 +57,7 @@ from approvals.mcp_client.outcomes import (
     TransientError,
 )
 from approvals.mcp_client.toollist import ToolList
-from approvals.mcp_client.transport import Wire
+from approvals.mcp_client.transport import Wire, http_stream
 from approvals.mcp_client.wire import read_call_result, scrub
 
 logger = logging.getLogger(__name__)
@@ -124,6 +123,12 @@ class Dispatcher:
         self.over_http = False
         # What the check of the last result against its output schema found (`_keep_results`).
         self.output_problem: str | None = None
+        # The call `call_on` is running ("tools/call 'deploy'") until it has its outcome. Over HTTP, where a
+        # session serves one call, a failure that ends the whole client meanwhile (its transport broke
+        # mid-answer) reaches `open_client`, not `call_on`: it names this call, and says whether the tool may
+        # have run. (A stdio session outlives its calls, and runs in a task of its own: a call on it learns
+        # of the end itself, its request failed as the connection closed.)
+        self.calling: str | None = None
         self._limit: anyio.CancelScope | None = None
         self._remaining: float | None = None
 
@@ -212,7 +217,7 @@ def http_transport(
         dispatcher.secrets.extend(_secrets(server))
         dispatcher.over_http = True
     http = _guarded_http(server, wire, httpx2.Timeout(server.timeout, read=read_timeout), checked)
-    return streamable_http_client(server.url, http_client=http), http
+    return http_stream(server.url, http), http
 
 
 async def check_url(url: str) -> netguard.Checked:
@@ -254,9 +259,17 @@ async def open_client(
         if all(isinstance(leaf, cancelled) for leaf in leaves) or not isinstance(exc, Exception):
             raise
         mcp_errors = [leaf for leaf in leaves if isinstance(leaf, McpError)]
-        if mcp_errors:
-            raise mcp_errors[0] from None
-        raise _classify(exc, dispatcher.wire, "initialize", dispatcher.secrets) from None
+        calling = dispatcher.calling if dispatcher.over_http else None
+        error = (
+            mcp_errors[0]
+            if mcp_errors
+            else _classify(exc, dispatcher.wire, calling or "initialize", dispatcher.secrets)
+        )
+        if calling is not None:
+            # The client ended under a call in flight: once it left the hub, only the server's answer says
+            # whether the tool ran.
+            error = after_send(error, dispatcher.wire)
+        raise error from None
 
 
 def _keep_results(client: Client, dispatcher: Dispatcher) -> None:
@@ -338,6 +351,7 @@ async def call_on(
     dispatcher.wire.call_http = None
     result: mcp_types.CallToolResult | None = None
     failure: BaseException | None = None
+    dispatcher.calling = what  # left set if the client ends under the call (`open_client` reports it)
     with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
         dispatcher._limit = scope
         try:
@@ -353,6 +367,7 @@ async def call_on(
             dispatcher._limit = None
             dispatcher._remaining = None
             dispatcher.hooks = None
+    dispatcher.calling = None
     if scope.cancelled_caught:
         raise PermanentError(
             "outcome_unknown",

@@ -6,7 +6,8 @@
   Retry-After of the POST that carried the request (never of the SDK's own GET or DELETE), and the
   ``Idempotency-Key`` header on ``tools/call``.
 - `TeeTransport`: an SDK `Transport` wrapping ``streamable_http_client`` with a `Wire`.
-- a log filter that keeps the SDK transport from logging whole messages (arguments, requestState).
+- log filters that keep the SDK transport from logging whole messages (arguments, requestState), and every
+  line the SDK logs short.
 """
 
 from __future__ import annotations
@@ -20,13 +21,23 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types import (
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
 
 from approvals import netguard
 from approvals.mcp_client.wire import HttpFacts, parse_retry_after
 
 _JS_SAFE_INT = 2**53 - 1
+# The error an answer naming another request's id becomes (`Wire.inbound`): a malformed answer (`wire`).
+ANOTHER_ID = "Failed to parse the answer: it names another request's id"
 MAX_SAID = 1000  # characters of a server's error message kept for classifying it (it is scrubbed when shown)
 
 
@@ -47,9 +58,32 @@ class QuietSdkTransportLog(logging.Filter):
         return True
 
 
+MAX_LOGGED = 1000  # characters of one line the SDK logs
+
+
+class BoundedSdkLog(logging.Filter):
+    """Keep each line the SDK logs short: many quote a server's answer (the name of a tool it drops, of an SSE
+    event, of a method), which the server chooses, and which may be megabytes long."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # the record's own problem: logged as it would be
+            return True
+        if len(text) > MAX_LOGGED:
+            record.msg = text[:MAX_LOGGED] + "... (shortened)"
+            record.args = None
+        return True
+
+
 SDK_TRANSPORT_LOGGER = logging.getLogger("mcp.client.streamable_http")
 if not any(isinstance(f, QuietSdkTransportLog) for f in SDK_TRANSPORT_LOGGER.filters):
     SDK_TRANSPORT_LOGGER.addFilter(QuietSdkTransportLog())
+# The SDK's loggers: its client session logs as "client".
+for _name in ("mcp.client.streamable_http", "client", "mcp.shared.jsonrpc_dispatcher"):
+    _sdk_logger = logging.getLogger(_name)
+    if not any(isinstance(f, BoundedSdkLog) for f in _sdk_logger.filters):
+        _sdk_logger.addFilter(BoundedSdkLog())
 
 
 class Wire:
@@ -60,6 +94,9 @@ class Wire:
       back to the session's ids.
     - Each result is kept verbatim (`last_result`); a result without ``resultType`` reaches the SDK
       as ``complete`` (the spec's default, which mcp 2.3.0 would reject).
+    - With one request in flight, an answer naming none of ours answers it: a JSON-RPC error with a null id
+      (JSON-RPC's answer when the server could not read the request's id) as that error; any other as a
+      malformed answer. The SDK would drop it, and the request wait out its time limit.
     - The HTTP status, content type and Retry-After of the answer to the last POST that carried a request
       (`http`), which the SDK folds into generic JSON-RPC errors; and of the last ``tools/call`` POST
       (`call_http`, None until its answer's head arrived). Only such POSTs count: the GET the SDK sends to
@@ -110,6 +147,19 @@ class Wire:
         if not isinstance(item, SessionMessage):
             return item
         msg = item.message
+        if isinstance(msg, JSONRPCResponse | JSONRPCError) and msg.id not in self._to_session:
+            if len(self._to_session) != 1:
+                return item
+            # With one request in flight, an answer naming no request of ours is that request's: the SDK
+            # would drop it, and the request wait out its time limit. A null id is JSON-RPC's answer to a
+            # request whose id the server could not read; another id is an answer the hub cannot trust.
+            pending = next(iter(self._to_session))
+            if isinstance(msg, JSONRPCError) and msg.id is None:
+                msg = JSONRPCError(jsonrpc="2.0", id=pending, error=msg.error)
+            else:
+                msg = JSONRPCError(
+                    jsonrpc="2.0", id=pending, error=ErrorData(code=PARSE_ERROR, message=ANOTHER_ID)
+                )
         if not isinstance(msg, JSONRPCResponse | JSONRPCError) or msg.id not in self._to_session:
             return item
         session_id = self._to_session.pop(msg.id)
@@ -320,6 +370,14 @@ class _Inflated(httpx2.AsyncByteStream):
 
 def _zlib_header(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+def http_stream(url: str, http: httpx2.AsyncClient) -> Any:
+    """The SDK's Streamable HTTP transport to `url` on the hub's client `http`. It reads an event of an SSE
+    answer up to the size the hub reads of any answer (``ELICIT_MAX_MCP_RESPONSE``), not the SDK's 1 MiB: a
+    result is as large in an event stream as in a JSON answer, and one cut short is lost after the tool
+    ran."""
+    return streamable_http_client(url, http_client=http, max_sse_event_size=netguard.max_response())
 
 
 class TeeTransport:

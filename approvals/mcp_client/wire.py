@@ -244,6 +244,8 @@ SESSION_REFUSALS = (
     "invalid or missing session id",
 )
 VERSION_REFUSALS = ("unsupported protocol version", "unsupported mcp-protocol-version")
+# How the SDK's transport says an event of an SSE answer went past its bound (httpx2's SSEError).
+SSE_EVENT_TOO_LARGE = "Server-sent event exceeded the"
 
 
 _UNKNOWN_TOOL = re.compile(
@@ -373,6 +375,17 @@ def classify_rpc_error(
     if status is not None and status >= 500:
         return TransientError(
             "http_5xx", f"the server failed on {what} (HTTP {status})", retry_after=http.retry_after
+        )
+    if (
+        code == CONNECTION_CLOSED
+        and SSE_EVENT_TOO_LARGE in (message or "")
+        and (status is None or status < 400)
+    ):
+        # One event of the answer's stream went past the bound (`transport.http_stream`): it would again.
+        return PermanentError(
+            "response_too_large",
+            f"an event of the server's answer to {what} is larger than {netguard.max_response()} bytes, the "
+            "most the hub reads (ELICIT_MAX_MCP_RESPONSE); it was not read",
         )
     if code == CONNECTION_CLOSED and (status is None or status < 400):
         return TransientError("network_error", f"the connection closed before {what} was answered ({text})")

@@ -75,6 +75,8 @@ def _size_problem(params: dict[str, Any]) -> str:
     """Why one elicitation is too big to show or keep (its message, its requestedSchema, its url or the rest
     of its params), or ""."""
     message = params.get("message")
+    if message is not None and not isinstance(message, str):
+        return "its message is not text"
     if isinstance(message, str) and len(message) > settings.ELICIT_MAX_MESSAGE:
         return (
             f"its message is {len(message)} characters long; the hub shows at most "
@@ -84,6 +86,8 @@ def _size_problem(params: dict[str, Any]) -> str:
     if schema is not None and (size := safejson.size(schema)) > settings.ELICIT_MAX_SCHEMA:
         return f"its requestedSchema is {size} bytes; the hub accepts at most {settings.ELICIT_MAX_SCHEMA}"
     url = params.get("url")
+    if url is not None and not isinstance(url, str):
+        return "its url is not text"
     if isinstance(url, str) and len(url) > MAX_URL:
         return f"its url is {len(url)} characters long; the hub accepts at most {MAX_URL}"
     rest = {name: value for name, value in params.items() if name not in _BOUNDED_PARAMS}
@@ -115,11 +119,13 @@ def _describe(key: str, request: dict[str, Any], refused: str = "") -> InputRequ
     if not isinstance(params, dict):
         params = {}
     mode = params.get("mode") or "form"
+    message = params.get("message")
     ir = InputRequest(
         key=key,
         method=str(request.get("method", ""))[:100],
         mode=mode if mode in InputRequest.Mode.values else InputRequest.Mode.FORM,
-        message=str(params.get("message", "")),
+        # Not text (a list, an object: `_size_problem`): none kept, whatever its size.
+        message=message if isinstance(message, str) else "",
         params=params,
     )
     oversized = refused or _size_problem(params) or _storage_problem(request)
