@@ -362,7 +362,13 @@ class HolderProcess:
                     logger.warning("call %s: %s; retrying in %.1f s", call_id, exc.code, backoff)
                     await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
                     continue
-                await recorded(holding.held_finish, call_id=call_id, error=exc, sent=run.sent)
+                await recorded(
+                    holding.held_finish,
+                    call_id=call_id,
+                    error=exc,
+                    sent=run.sent,
+                    holder_id=self.holder_id,
+                )
                 return
             except asyncio.CancelledError:
                 if call_id in self.ending:  # cancelled by `_stop_if_ended`: the call is over
@@ -379,7 +385,9 @@ class HolderProcess:
                     )
                 raise
             if outcome is not None:
-                await recorded(holding.held_finish, call_id=call_id, outcome=outcome, sent=True)
+                await recorded(
+                    holding.held_finish, call_id=call_id, outcome=outcome, sent=True, holder_id=self.holder_id
+                )
             return
 
     async def _session(self, run: _Run) -> Completed | ToolError | None:
@@ -476,7 +484,9 @@ class HolderProcess:
             f"({said}). The tool is not marked safe to repeat, so the hub does not send it again: send the "
             "call again once the URL step is done.",
         )
-        await recorded(holding.held_finish, call_id=held.call_id, error=error, sent=False)
+        await recorded(
+            holding.held_finish, call_id=held.call_id, error=error, sent=False, holder_id=self.holder_id
+        )
         return False
 
     async def _elicit(self, run: _Run, params: dict[str, Any]) -> dict[str, Any]:
@@ -574,7 +584,7 @@ class HolderProcess:
         run.tools_changed = False
         try:
             tools = await list_tools_on(client, timeout=run.held.config.timeout)
-            await db(servers.server_tools_changed)(run.held.server_id, tools=tools)
+            await db(servers.server_tools_changed)(run.held.server_id, tools=tools, url=run.held.config.url)
         except Exception as exc:
             logger.warning(
                 "call %s: listing the changed tools failed: %s", run.held.call_id, type(exc).__name__

@@ -8,7 +8,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Value
+from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
 from django.utils import timezone
 
 from approvals import broadcast
@@ -38,7 +38,8 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
     not have expired it yet: no answer is taken then, and the fallback team would be told "no answer yet"
     and shown a request it cannot answer (a delay as long as the round's clock made that the rule). Nor is a
     URL-mode request made for one person (its assignee): it is theirs alone, so the fallback team's reviewers
-    could not open it, and their notice would link to a page they are refused."""
+    could not open it, and their notice would link to a page they are refused. Nor is one whose policy's
+    fallback is the team it waits in already."""
     candidates = (
         InputRequest.objects.pending()
         .filter(
@@ -49,6 +50,9 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
             policy__escalate_after__isnull=False,
             policy__escalation_team__isnull=False,
         )
+        # A policy whose fallback is the request's own team (set on the policy after its rules were made)
+        # would ask no one new: the team would only be told again, as if the request had come to it anew.
+        .exclude(team=F("policy__escalation_team"))
         .alias(escalates_at=_ESCALATES_AT)
         .filter(escalates_at__lte=now)
         .select_related("policy__escalation_team", "round__call__server", "team")
@@ -97,9 +101,11 @@ def warn_expiring(*, now: datetime) -> int:
             round__status=Round.Status.OPEN,
             round__deadline__lte=soon,
             round__deadline__gt=now,
-            team__isnull=False,
             for_requester=False,
         )
+        # Its team, or the team it was escalated to: a request whose team was deleted while it waited is
+        # still answered by its fallback team, which must hear of the deadline.
+        .filter(Q(team__isnull=False) | Q(escalation_team__isnull=False))
         .select_related("team", "escalation_team", "round")
     )
     warned = 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -64,11 +64,18 @@ def holder_start(*, name: str) -> int:
     return holder.pk
 
 
+# A holder's heartbeat once a sweep has declared it lost (`holders_sweep`), until its row is deleted: its
+# calls are being ended, and neither its heartbeat nor its claims may bring it back meanwhile.
+LOST = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _live(holder_id: int) -> Any:
+    return Holder.objects.filter(pk=holder_id).exclude(heartbeat_at=LOST)
+
+
 def holder_beat(*, holder_id: int, sessions: int) -> bool:
     """Record that the holder is alive. False when it was declared lost meanwhile: it must stop."""
-    return bool(
-        Holder.objects.filter(pk=holder_id).update(heartbeat_at=timezone.now(), sessions=max(0, sessions))
-    )
+    return bool(_live(holder_id).update(heartbeat_at=timezone.now(), sessions=max(0, sessions)))
 
 
 def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str]:
@@ -109,7 +116,8 @@ def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str
     """  # noqa: S608  (no user input in the formatted parts)
     finals = [str(status) for status in ToolCall.Status.finals()]
     with transaction.atomic():
-        if not Holder.objects.filter(pk=holder_id).exists():
+        # Locked: a sweep declaring this holder lost waits for the claim, whose calls it then ends too.
+        if _live(holder_id).select_for_update(no_key=True).values_list("pk", flat=True).first() is None:
             return []
         with connection.cursor() as cursor:
             cursor.execute(sql, [holder_id, holder_id, finals, limit, holder_id])
@@ -236,11 +244,23 @@ def _locked_open_call(call_id: Any) -> ToolCall | None:
 
 
 def held_finish(
-    *, call_id: Any, outcome: Completed | ToolError | None = None, error: McpError | None = None, sent: bool
+    *,
+    call_id: Any,
+    outcome: Completed | ToolError | None = None,
+    error: McpError | None = None,
+    sent: bool,
+    holder_id: int | None = None,
 ) -> bool:
-    """Record how a held call ended: its result, or the error (with whether the tool may have run)."""
+    """Record how a held call ended: its result, or the error (with whether the tool may have run).
+
+    `holder_id`: the holder whose session ended so. A call no longer that holder's is left alone: its holder
+    was declared lost meanwhile and the call, never sent there, went back to the queue; another holder may
+    be running it now, and this session's failure says nothing of that run."""
     with transaction.atomic():
         call = _locked_open_call(call_id)
+        if call is not None and holder_id is not None and call.holder_id != holder_id:
+            logger.warning("call %s: its end on a holder it is no longer held by was dropped", call_id)
+            return False
         if call is None:
             final = ToolCall.objects.filter(pk=call_id).first()
             if final is not None:
@@ -468,9 +488,14 @@ def _gone(rnd: Round, why: str) -> None:
 
 
 def _close_open_rounds(call: ToolCall, *, why: str) -> None:
+    """Close the call's rounds not closed yet. A push round answered but whose answer the holder had not
+    given the server yet is GONE as well (as in `push_gone` with `undelivered`): the session that would have
+    carried it has ended, and the answer, recorded, must not read as one the server had."""
     for rnd in call.rounds.exclude(status=Round.Status.CLOSED):
         if rnd.status == Round.Status.OPEN:
             _gone(rnd, why)
+        elif rnd.status == Round.Status.READY and rnd.kind == Round.Kind.PUSH:
+            _gone(rnd, f"{why}; the answer was not delivered")
         else:
             Round.objects.filter(pk=rnd.pk).update(status=Round.Status.CLOSED, closed_at=timezone.now())
 
@@ -535,14 +560,19 @@ def holders_sweep(*, now: datetime | None = None) -> int:
     ended = 0
     for holder in Holder.objects.filter(heartbeat_at__lt=stale):
         with transaction.atomic():
-            # Claimed first, so two sweeps never declare the same holder lost twice.
-            if not Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale).update(sessions=0):
-                continue
-            audit.record(
-                actor=SYSTEM,
-                verb="holder.lost",
-                data={"holder": holder.name, "heartbeat_at": holder.heartbeat_at.isoformat()},
-            )
+            # Marked first, so two sweeps never declare the same holder lost twice, and so a holder that was
+            # only slow does not come back by a heartbeat (or claim calls) while its calls are ended. One
+            # marked by a sweep that did not finish is ended here (ending a call twice ends it once).
+            if (
+                Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale)
+                .exclude(heartbeat_at=LOST)
+                .update(sessions=0, heartbeat_at=LOST)
+            ):
+                audit.record(
+                    actor=SYSTEM,
+                    verb="holder.lost",
+                    data={"holder": holder.name, "heartbeat_at": holder.heartbeat_at.isoformat()},
+                )
         ended += _lose(holder, f"its holder process {holder.name} stopped answering")
-        Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale).delete()
+        Holder.objects.filter(pk=holder.pk, heartbeat_at=LOST).delete()
     return ended

@@ -87,18 +87,33 @@ def server_config(server: McpServer) -> mcp_client.ServerConfig:
     )
 
 
+def _at_its_address(server: McpServer) -> Any:
+    """The server's row while it is still registered at the address `server` was read with. What was
+    learned there (a probe, a tool list: slow reads of a server that may hang) is stored only on that row:
+    an admin may have moved the server meanwhile (`server_moved`), and the old address's era and tools would
+    pass for the new one's until the next probe."""
+    return McpServer.objects.filter(pk=server.pk, url=server.url, transport=server.transport)
+
+
+def _moved_meanwhile(server: McpServer, what: str) -> None:
+    logger.info("server %s moved while its %s was read; the old address's is not stored", server.slug, what)
+
+
 def _store_tools(server: McpServer, tools: list[dict[str, Any]], *, why: str | None = None) -> list[dict]:
     """Store a tool list read from the server and audit it (``server.tools_refreshed``).
 
     The list goes under the one rule every listing follows (`toollist`: a bounded number of storable tools,
     marked when the server listed more); one listed under it already is stored as it is. The audit event
     names a bounded number of them, so neither the JSONB write nor the event grows with what a server sends.
+    Nothing is stored when the server moved while the list was read (`_at_its_address`).
     """
     kept = toollist.bounded(tools)
     if kept.truncated:
         logger.warning("server %s lists more tools than the hub keeps: kept %d", server.slug, len(kept))
     now = timezone.now()
-    McpServer.objects.filter(pk=server.pk).update(tools=kept, tools_fetched_at=now)
+    if not _at_its_address(server).update(tools=kept, tools_fetched_at=now):
+        _moved_meanwhile(server, "tool list")
+        return kept
     transaction.on_commit(broadcast.tools_changed)  # the gateway's clients may see other tools
     server.tools = kept
     server.tools_fetched_at = now
@@ -154,8 +169,11 @@ def server_probe(
     if result.tools is not None:
         update["tools"] = result.tools
         update["tools_fetched_at"] = now
+    if not _at_its_address(server).update(**update):
+        _moved_meanwhile(server, "probe")
+        return found
+    if result.tools is not None:
         transaction.on_commit(broadcast.tools_changed)
-    McpServer.objects.filter(pk=server.pk).update(**update)
     for name, value in update.items():
         setattr(server, name, value)
     audit.record(
@@ -199,16 +217,22 @@ def server_refresh_tools(*, server: McpServer) -> list[dict]:
     return _store_tools(server, mcp_client.run(mcp_client.list_tools(server_config(server))))
 
 
-def server_tools_changed(server_id: Any, *, tools: list[dict[str, Any]] | None = None) -> list[dict] | None:
+def server_tools_changed(
+    server_id: Any, *, tools: list[dict[str, Any]] | None = None, url: str | None = None
+) -> list[dict] | None:
     """The server said its tool list changed (``notifications/tools/list_changed``): store the new list.
 
     A process holding a session with the server may pass the `tools` it listed on that session (a stdio
-    server must not be started twice to list them, so only its holder can); otherwise the hub lists them
-    again itself. Returns the stored list, or None when the server is gone, could not be reached or listed,
-    or is a stdio server and no list was passed (the old list is kept).
+    server must not be started twice to list them, so only its holder can), and the `url` the session is
+    at; otherwise the hub lists them again itself. Returns the stored list, or None when the server is gone,
+    was moved from `url` since the session opened (the list is the old address's), could not be reached or
+    listed, or is a stdio server and no list was passed (the old list is kept).
     """
     server = McpServer.objects.filter(pk=server_id).first()
     if server is None:
+        return None
+    if url is not None and server.url != url:
+        _moved_meanwhile(server, "tool list")
         return None
     if tools is not None:
         return _store_tools(server, tools, why="list_changed")
