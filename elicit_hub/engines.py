@@ -15,6 +15,7 @@ import importlib.util
 import os
 import pwd
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -116,7 +117,33 @@ class Postgres:
         )
         return result.returncode == 0
 
+    def _server_up(self) -> bool:
+        """Whether a server of this cluster answers, or refuses connections as it starts or stops, on its
+        socket or where an earlier layout put the socket (var/pg itself). Only such a server is told to stop:
+        pg_ctl signals the number in postmaster.pid, which after a crash or a reboot may be another's."""
+        for where in (self.socket_dir, self.root):
+            result = subprocess.run(
+                [self.bin / "pg_isready", "-h", str(where), "-t", "5", "-q"], check=False, capture_output=True
+            )
+            if result.returncode in (0, 1):  # accepting, or rejecting (starting up, shutting down)
+                return True
+        return False
+
+    def _drop_stale_lock(self) -> None:
+        """Remove postmaster.pid when no server answers and the process it names is not PostgreSQL (its number
+        reused since a crash or a reboot): PostgreSQL would refuse to start, taking that process for a
+        server still running."""
+        lock = self.data / "postmaster.pid"
+        try:
+            pid = int(lock.read_text().split("\n", 1)[0])
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except (OSError, ValueError):  # no lock, a process that is gone (PostgreSQL sees to that), no /proc
+            return
+        if name not in ("postgres", "postmaster"):
+            lock.unlink(missing_ok=True)
+
     def start(self) -> None:
+        _check_socket_path(self.socket_dir / ".s.PGSQL.5432")
         run_as = _service_user()
         self._prepare_directories(run_as)
         if not self.is_running():
@@ -138,31 +165,70 @@ class Postgres:
                 )
             # A server of an earlier layout may still run with its socket elsewhere: stop it first, and
             # drop the socket files it can no longer remove from a directory that is not its own now.
-            _run([self.bin / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"], run_as, check=False)
+            if self._server_up():
+                _run([self.bin / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"], run_as, check=False)
+            else:
+                self._drop_stale_lock()
             for stale in self.root.glob(".s.PGSQL.*"):
                 stale.unlink()
             options = f"-k {self.socket_dir} -c listen_addresses='' -c fsync=on -c max_connections=200"
-            _run(
-                [
-                    self.bin / "pg_ctl",
-                    "-D",
-                    self.data,
-                    "-l",
-                    self.log,
-                    "-o",
-                    options,
-                    "-w",
-                    "-t",
-                    "60",
-                    "start",
-                ],
-                run_as,
-            )
+            self._check_version()
+            logged = self.log.stat().st_size if self.log.exists() else 0
+            try:
+                _run(
+                    [
+                        self.bin / "pg_ctl",
+                        "-D",
+                        self.data,
+                        "-l",
+                        self.log,
+                        "-o",
+                        options,
+                        "-w",
+                        "-t",
+                        "60",
+                        "start",
+                    ],
+                    run_as,
+                )
+            except RuntimeError as exc:
+                # pg_ctl says only "Examine the log output": the server's own reason, and where the log is.
+                reason = self._log_reason(logged) or " ".join(str(exc).split())
+                raise RuntimeError(f"PostgreSQL did not start: {reason} (see {self.log})") from None
         if not self._provisioned():
             self._provision(run_as)
         with self.connect(autocommit=True) as conn:
             if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [HUB_DATABASE]).fetchone():
                 conn.execute(f'CREATE DATABASE "{HUB_DATABASE}"')
+
+    def _check_version(self) -> None:
+        """A data directory made by another major version of PostgreSQL (a ./var kept across an upgrade of the
+        wheel) cannot be started by this one: said so, with what to do, instead of pg_ctl's "could not
+        start server"."""
+        made_by = (self.data / "PG_VERSION").read_text().strip()
+        result = subprocess.run(
+            [str(self.bin / "postgres"), "--version"], capture_output=True, text=True, check=False
+        )
+        ours = result.stdout.split()[-1].split(".")[0] if result.returncode == 0 and result.stdout else ""
+        if ours and made_by != ours:
+            raise RuntimeError(
+                f"{self.data} was made by PostgreSQL {made_by}, and the embedded server is PostgreSQL "
+                f"{ours}, which cannot open it. Keep its data with PostgreSQL {made_by}'s pg_dumpall, or "
+                f"move {self.root} elsewhere to start with an empty database"
+            )
+
+    def _log_reason(self, offset: int) -> str:
+        """The server's FATAL and PANIC lines (with their DETAIL and HINT) logged after `offset`, as one line;
+        "" when there are none."""
+        try:
+            with self.log.open(errors="replace") as log:
+                log.seek(offset)
+                lines = log.read(64 * 1024).splitlines()
+        except OSError:
+            return ""
+        kinds = ("FATAL:", "PANIC:", "DETAIL:", "HINT:")
+        reasons = [line.split(":  ", 1)[-1].strip() for line in lines if any(k in line for k in kinds)]
+        return " ".join(reason if reason.endswith(".") else f"{reason}." for reason in reasons[-4:])
 
     def _prepare_directories(self, run_as: pwd.struct_passwd | None) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -244,7 +310,7 @@ class Postgres:
             conn.execute("SELECT pg_reload_conf()")
 
     def stop(self) -> None:
-        if not (self.data / "postmaster.pid").exists():
+        if not (self.data / "postmaster.pid").exists() or not self._server_up():
             return
         _run([self.bin / "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"], _service_user(), check=False)
 
@@ -307,20 +373,27 @@ class Redis:
         return f"unix://{self.socket}?db={db}"
 
     def is_running(self) -> bool:
+        return self._ask(b"PING").startswith(b"+PONG")
+
+    def _ask(self, command: bytes) -> bytes:
+        """The first bytes of the server's answer to `command` on the socket; b"" when nothing answers there
+        (a command that ends the server, SHUTDOWN, answers b"" too)."""
         if not self.socket.exists():
-            return False
+            return b""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(1.0)
             try:
                 sock.connect(str(self.socket))
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                sock.sendall(command + b"\r\n")
+                return sock.recv(256)
             except OSError:
-                return False
+                return b""
 
     def start(self) -> None:
-        if self.is_running():
+        if self._ask(b"PING"):  # up, or still reading its data back: a second server must not start on it
+            _wait_for(self.is_running, "Redis", self.root / "redis.log")
             return
+        _check_socket_path(self.socket)
         self.root.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             [
@@ -349,15 +422,51 @@ class Redis:
         _wait_for(self.is_running, "Redis", self.root / "redis.log")
 
     def stop(self) -> None:
-        if not self.pidfile.exists():
-            return
+        """Stop the server on this socket with SHUTDOWN, never by the pid file's number alone: a file left by
+        a server that died (killed, a reboot) names a process that may now be another program's."""
+        if self._ask(b"PING"):  # answering, be it PONG or "-LOADING" while it reads its data back
+            refused = self._ask(b"SHUTDOWN")
+            if refused.startswith(b"-"):
+                problem = refused.decode(errors="replace").strip().lstrip("-")
+                raise RuntimeError(f"Redis refused to shut down ({problem}); see {self.root / 'redis.log'}")
+            _wait_for(lambda: not self._ask(b"PING"), "Redis shutdown", self.root / "redis.log")
+        elif (pid := self._unreachable_server()) is not None:
+            os.kill(pid, signal.SIGTERM)  # its socket was removed: it is still this checkout's Redis
+            _wait_for(lambda: not _alive(pid), "Redis shutdown", self.root / "redis.log")
+        self.pidfile.unlink(missing_ok=True)
+
+    def _unreachable_server(self) -> int | None:
+        """The pid file's number when it is still this wheel's redis-server, serving this directory (its
+        socket removed meanwhile); None otherwise, a number reused by another program included."""
         try:
             pid = int(self.pidfile.read_text().strip())
-            os.kill(pid, 15)
-        except (ValueError, ProcessLookupError):
-            self.pidfile.unlink(missing_ok=True)
-            return
-        _wait_for(lambda: not self.is_running(), "Redis shutdown", self.root / "redis.log")
+            running = Path(f"/proc/{pid}/exe").resolve(strict=True)
+            cwd = Path(f"/proc/{pid}/cwd").resolve(strict=True)
+        except (OSError, ValueError):
+            return None
+        return pid if running == self.server.resolve() and cwd == self.root.resolve() else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (an exited one a container's init has not reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+SOCKET_PATH_MAX = 107  # bytes of a unix socket's path (sun_path, less its terminating NUL)
+
+
+def _check_socket_path(path: Path) -> None:
+    """A socket path the kernel cannot bind is refused before the server starts: PostgreSQL would stop with
+    "could not create any Unix-domain sockets", Redis in the background, leaving a 30 s wait."""
+    length = len(os.fsencode(path))
+    if length > SOCKET_PATH_MAX:
+        raise RuntimeError(
+            f"the socket {path} would be {length} bytes long, and a unix socket's path may have at most "
+            f"{SOCKET_PATH_MAX}: set ELICIT_VAR_DIR to a shorter directory (or move the checkout)"
+        )
 
 
 def _service_user() -> pwd.struct_passwd | None:

@@ -168,6 +168,17 @@ def demo_step(*args: str) -> bool:
     return True
 
 
+def stop_engines(embedded: bool) -> None:
+    """Stop the embedded engines (when the hub uses them) unless ELICIT_KEEP_ENGINES=1; a failure is reported,
+    not raised."""
+    if not embedded or os.environ.get("ELICIT_KEEP_ENGINES") == "1":
+        return
+    try:
+        engines.stop()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        print(f"\n  warning: the embedded engines did not stop: {exc}\n", file=sys.stderr)
+
+
 def prepare(embedded: bool) -> str | None:
     """Start the embedded engines (when `embedded`) and migrate: None, or why the hub cannot start (once,
     in a sentence, rather than a traceback after the migration's own error)."""
@@ -213,6 +224,12 @@ def wait_for(url: str, timeout: float = 60.0, alive: Callable[[], bool] = lambda
     return False
 
 
+def first_silent(urls: list[str], alive: Callable[[], bool], timeout: float = 60.0) -> str | None:
+    """The first of `urls` that does not answer within `timeout` seconds (each waited for in turn), or None
+    when all answer."""
+    return next((url for url in urls if not wait_for(url, timeout, alive)), None)
+
+
 def _count(value: str) -> int:
     try:
         return int(value)
@@ -243,6 +260,11 @@ def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) ->
     option("--worker-concurrency", "ELICIT_WORKER_CONCURRENCY", 4, "Celery pool size of each worker")
     option("--port", "PORT", 8000, "the first web process's port")
     parser.add_argument("--procfile", action="store_true", help="print the processes as a Procfile and exit")
+    parser.add_argument(
+        "--no-demo",
+        action="store_true",
+        help="no demo MCP server, demo set-up or demo calls (e.g. a --procfile for a deployment)",
+    )
     args = parser.parse_args(argv)
     gateway_port = environ.get("ELICIT_GATEWAY_PORT")
     api_port = environ.get("ELICIT_API_PORT")
@@ -258,7 +280,7 @@ def parse_layout(argv: list[str], environ: os._Environ[str] | dict[str, str]) ->
             port=args.port,
             gateway_port=_count(gateway_port) if gateway_port else None,
             api_port=_count(api_port) if api_port else None,
-            demo_port=urlsplit(demo_url).port or 8765,
+            demo_port=None if args.no_demo else urlsplit(demo_url).port or 8765,
         )
     except (ValueError, argparse.ArgumentTypeError) as exc:
         parser.error(str(exc))
@@ -282,13 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_DEBUG", "true")
     # The demo MCP server runs on loopback, which the outbound guard refuses unless listed.
     os.environ.setdefault("ELICIT_OUTBOUND_ALLOW", "127.0.0.0/8,::1")
+    # As manage.py, which starts both unless both are set.
     embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
-    problem = prepare(embedded)
+    try:
+        problem = prepare(embedded)
+    except KeyboardInterrupt:  # Ctrl-C while the engines start or the migrations run
+        problem = "interrupted"
     if problem:
         print(f"\n  The hub did not start: {problem}\n", file=sys.stderr)
-        if embedded and os.environ.get("ELICIT_KEEP_ENGINES") != "1":
-            engines.stop()
-        return 1
+        stop_engines(embedded)
+        return 130 if problem == "interrupted" else 1
     demo_url = os.environ.get("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
     generated = engines.VAR_DIR / "Procfile"
     generated.parent.mkdir(parents=True, exist_ok=True)
@@ -305,14 +330,24 @@ def main(argv: list[str] | None = None) -> int:
         gateways = [f"http://127.0.0.1:{port}" for port in layout.gateway_ports]
         # The demo's health route, not /mcp: a GET there opens a stream that never ends.
         urls = [f"{hub}/accounts/login/" for hub in [*hubs, *apis]]
-        urls += [f"{gateway}/healthz" for gateway in gateways] + [demo_url.rsplit("/", 1)[0] + "/healthz"]
-        up = all(wait_for(url, alive=running) for url in urls)
+        urls += [f"{gateway}/healthz" for gateway in gateways]
+        if layout.demo_port is not None:
+            urls.append(demo_url.rsplit("/", 1)[0] + "/healthz")
+        silent = first_silent(urls, running)
         if not running():
             print("\n  The hub's processes stopped before it answered: the first error above says why.\n")
             return procs.wait()
+        up = silent is None
+        if not up:
+            print(
+                f"\n  warning: {silent} did not answer within a minute; the hub's processes still run (their "
+                "output is above). Ctrl-C stops them.\n",
+                flush=True,
+            )
         # The demo server is registered once it answers, so its probe stores its era and tools (the gateway
         # lists stored tools) instead of "unreachable"; and the demo login shows just above the banner.
-        demo_step("bootstrap_demo")
+        if layout.demo_port is not None:
+            demo_step("bootstrap_demo")
         if up:
             mcp = ", ".join(f"{gateway}/mcp" for gateway in gateways)
             web = ", ".join(f"{hub}/" for hub in hubs)
@@ -321,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"\n  Elicit Hub is up: {web}  (API docs: {hubs[0]}/api/v1/docs{api}; MCP: {mcp})\n",
                 flush=True,
             )
-            if os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
+            if layout.demo_port is not None and os.environ.get("ELICIT_DEMO_AGENT", "1") == "1":
                 demo_step("demo_agent", "--hub", hubs[0])
         return procs.wait()
     except KeyboardInterrupt:
@@ -330,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         if procs.poll() is None:
             procs.terminate()
             procs.wait(20)
-        if embedded and os.environ.get("ELICIT_KEEP_ENGINES") != "1":
-            engines.stop()
+        stop_engines(embedded)
 
 
 if __name__ == "__main__":

@@ -105,10 +105,13 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m elicit_hub.serve_api", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8002)
-    args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "elicit_hub.settings")
+    from approvals.management.commands._cli import port
+
+    parser.add_argument("--host", default="127.0.0.1")
+    # Checked: uvloop would listen on whatever 70000 wraps to, and say it listens on 70000.
+    parser.add_argument("--port", type=port, default=8002)
+    args = parser.parse_args(argv)
     server = uvicorn.Server(config(args.host, args.port))
     heap.settle(routes=True)  # the application is loaded: its code leaves the collector's way
     server.run()

@@ -20,6 +20,7 @@ from channels_redis.core import RedisChannelLayer
 from csp import constants as csp
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
+from redis.connection import parse_url as parse_redis_url
 from redis.retry import Retry
 
 from elicit_hub import engines
@@ -212,9 +213,39 @@ if ELICIT_DB_PREPARE_THRESHOLD:
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["DATABASE_TEST_NAME"]}
 
+
+def _check_redis_url(url: str) -> None:
+    """Refuse a Redis URL the clients could not use, at start-up: redis-py would raise on every request
+    (a port that is not a number), or quietly use database 0 for a database that is not a number. The
+    messages never repeat the URL, which may hold a password."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"redis", "rediss", "unix"}:
+        raise ImproperlyConfigured("REDIS_URL must be redis://, rediss:// or unix://.")
+    try:
+        parts.port  # noqa: B018  (raises for a port that is not a number, or out of range)
+    except ValueError:
+        # Not redis-py's message: it quotes the "port", which is part of a password holding an unencoded "/".
+        raise ImproperlyConfigured(
+            "REDIS_URL: the port is not a number from 0 to 65535 (a password holding /, @ or : must be "
+            "percent-encoded)."
+        ) from None
+    try:
+        options = parse_redis_url(url)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"REDIS_URL is not a valid Redis URL: {exc}") from None
+    if parts.scheme == "unix" and not options.get("path"):
+        raise ImproperlyConfigured(
+            "REDIS_URL: a unix:// URL names the socket's path (unix:///run/redis.sock)."
+        )
+    database = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if database and not database.isdigit():
+        raise ImproperlyConfigured(
+            "REDIS_URL: the database after the host must be a number (redis://host:6379/0)."
+        )
+
+
 REDIS_URL = os.environ.get("REDIS_URL") or engines.redis_url()
-if urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
-    raise ImproperlyConfigured("REDIS_URL must be redis://, rediss:// or unix://.")
+_check_redis_url(REDIS_URL)
 
 
 def _celery_broker_from(redis_url: str) -> str:
@@ -475,6 +506,17 @@ ELICIT_GRANT_SUGGEST_APPROVALS = env_int("ELICIT_GRANT_SUGGEST_APPROVALS", 20, m
 ELICIT_GRANT_SUGGEST_DAYS = env_int("ELICIT_GRANT_SUGGEST_DAYS", 14, minimum=1)
 # Where reviewers reach the dashboard; links in notices point here.
 ELICIT_PUBLIC_URL = env_str("ELICIT_PUBLIC_URL", "http://127.0.0.1:8000")
+try:
+    _public = urlsplit(ELICIT_PUBLIC_URL)
+    _public_ok = _public.scheme in {"http", "https"} and bool(_public.hostname) and _public.port != 0
+except ValueError:  # a port that is not a number
+    _public_ok = False
+if not _public_ok or _public.query or _public.fragment:
+    # Every link in an email or chat notice would be broken (hub.example.com/requests/5/ is no address).
+    raise ImproperlyConfigured(
+        "ELICIT_PUBLIC_URL must be the address reviewers open the dashboard at, such as "
+        "https://hub.example.com (no query or fragment); links in notices start with it."
+    )
 # Notices go out this long before a round's deadline.
 ELICIT_EXPIRY_WARNING = env_int("ELICIT_EXPIRY_WARNING", 600, minimum=0)
 
@@ -523,8 +565,8 @@ ELICIT_MAX_INPUT_REQUESTS = env_int("ELICIT_MAX_INPUT_REQUESTS", 50, minimum=1)
 ELICIT_MAX_MESSAGE = env_int("ELICIT_MAX_MESSAGE", 10_000, minimum=100)
 ELICIT_MAX_SCHEMA = env_int("ELICIT_MAX_SCHEMA", 64 * 1024, minimum=1024)
 ELICIT_MAX_RESULT = env_int("ELICIT_MAX_RESULT", 1024 * 1024, minimum=1024)
-# The most of one MCP server's JSON answer the hub reads (SSE answers: at most 1 MiB per event, the SDK's
-# limit); past it the read stops and the call fails "response_too_large". Above ELICIT_MAX_RESULT, whose
+# The most of one MCP server's JSON answer the hub reads (SSE answers: each of their events, raised from the
+# SDK's 1 MiB); past it the read stops and the call fails "response_too_large". Above ELICIT_MAX_RESULT, whose
 # results are kept truncated.
 ELICIT_MAX_MCP_RESPONSE = env_int("ELICIT_MAX_MCP_RESPONSE", 16 * 1024 * 1024, minimum=64 * 1024)
 # GET /api/v1/inbox answers at most this many items at once (``limit`` may ask for fewer).
@@ -534,12 +576,19 @@ ELICIT_QUEUE_MAX = env_int("ELICIT_QUEUE_MAX", 100, minimum=1)
 ELICIT_DEMO_STATE_KEY = env_str("ELICIT_DEMO_STATE_KEY", "elicit-hub-demo-state-key-for-development-only")
 ELICIT_DEMO_MCP_URL = env_str("ELICIT_DEMO_MCP_URL", "http://127.0.0.1:8765/mcp")
 
+# The hub's log level (the root logger's): one of Python's level names, in any case.
+ELICIT_LOG_LEVEL = env_str("ELICIT_LOG_LEVEL", "INFO").strip().upper()
+if ELICIT_LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    raise ImproperlyConfigured(
+        f"ELICIT_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {ELICIT_LOG_LEVEL[:40]!r}."
+    )
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("ELICIT_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": ELICIT_LOG_LEVEL},
     "loggers": {
         # httpx logs every request line at INFO; the hub logs its own hops.
         "httpx": {"level": "WARNING"},
