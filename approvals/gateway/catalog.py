@@ -15,6 +15,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from approvals import safejson
 from approvals.gateway.names import MAX_NAME, gateway_name, may_be_hashed, name_prefix, plain_tool, shown
 from approvals.models import AgentClient, Decision, InputRequest, McpServer, Round, ToolCall
 from approvals.selectors import gate_summary
@@ -32,7 +33,15 @@ class ExposedTool:
     spec: dict[str, Any]  # the stored tools/list entry, renamed
 
 
+def _storable(*texts: str | None) -> bool:
+    """Whether PostgreSQL can compare the client's ``texts`` (a NUL or a lone surrogate, which a path or a
+    tool name may hold, makes the query itself fail: no server nor tool has such a name)."""
+    return all(text is None or safejson.text_problem(text) is None for text in texts)
+
+
 def may_use(agent_id: int, slug: str) -> bool:
+    if not _storable(slug):
+        return False
     return McpServer.objects.filter(agents__pk=agent_id, enabled=True, slug=slug).exists()
 
 
@@ -212,6 +221,8 @@ def find_tool(agent_id: int, name: str, slug: str | None = None) -> ExposedTool 
     tools share, read without loading tool lists (each can be megabytes). On `/mcp` only the servers whose
     slug can begin the name are looked at, only their tools' names, and only for a name that may be cut or
     mended, all of them; then the one tool's definition."""
+    if not _storable(name, slug):
+        return None
     servers = McpServer.objects.filter(agents__pk=agent_id, enabled=True)
     if slug is not None:
         server_id = servers.filter(slug=slug).values_list("pk", flat=True).first()

@@ -197,7 +197,10 @@ async def elicit_on_session(
                     )
                     response = result.model_dump(by_alias=True, mode="json", exclude_none=True)
                 except MCPError as exc:
-                    logger.info("gateway: the agent's client refused the elicitation %s: %s", ask.id, exc)
+                    # Quoted and cut: the client's own words (a newline in them would forge a log line).
+                    logger.info(
+                        "gateway: the agent's client refused the elicitation %s: %r", ask.id, shown(str(exc))
+                    )
                     response = {"action": "cancel"}
             try:
                 await db(_answer, ask.id, agent, response)

@@ -42,7 +42,11 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
-from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http import (
+    MCP_PROTOCOL_VERSION_HEADER,
+    MCP_SESSION_ID_HEADER,
+    check_accept_headers,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -181,6 +185,8 @@ class Guard:
             refusal = await self._refusal(scope)
         except outage.ENGINE_ERRORS as exc:
             refusal = _unavailable(exc)
+        if refusal is None and scope.get("method") != "POST":
+            refusal = _not_modern(scope)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -197,7 +203,8 @@ class Guard:
                 return
             message = _parsed(body)
             malformed = (
-                _malformed(message)
+                _unacceptable(scope, message)
+                or _malformed(message)
                 or _unsupported_version(scope, message)
                 or self._over_sessions(scope, message)
             )
@@ -282,7 +289,7 @@ class Guard:
         slug = scope.get("path_params", {}).get("slug")
         if slug is not None and not await _db(catalog.may_use, agent.pk, slug):
             # The same answer whether the server does not exist or the agent may not use it.
-            return _error(404, "unknown_server", f"This agent has no MCP server {slug!r}.")
+            return _error(404, "unknown_server", f"This agent has no MCP server {shown(slug)!r}.")
         if (
             request.method == "POST"
             and not await sync_to_async(outage.redis_answers, thread_sensitive=False)()
@@ -302,9 +309,13 @@ class Guard:
         return None
 
 
-def _rpc_error(code: int, message: str, request_id: Any = None) -> Response:
+def _rpc_error(
+    code: int, message: str, request_id: Any = None, status: int = 400, headers: dict[str, str] | None = None
+) -> Response:
     return JSONResponse(
-        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}, status_code=400
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}},
+        status_code=status,
+        headers=headers,
     )
 
 
@@ -323,9 +334,52 @@ def _parsed(body: bytes) -> Any:
         return _UNREADABLE
 
 
+def _unacceptable(scope: Scope, message: Any) -> Response | None:
+    """The JSON-RPC error for a POST whose headers the transport refuses, in every era alike: a body not sent
+    as `application/json` (400), or a client that does not accept both `application/json` and
+    `text/event-stream`, either of which the answer may be (406). The transport's own answers are a line of
+    plain text or an empty body, which a client cannot read as JSON-RPC. None for a request it takes."""
+    request = Request(scope)
+    request_id = message.get("id") if isinstance(message, dict) and _valid_id(message.get("id")) else None
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        return _rpc_error(
+            types.INVALID_REQUEST,
+            "The body must be JSON, sent as Content-Type: application/json.",
+            request_id,
+        )
+    has_json, has_sse = check_accept_headers(request)
+    if not (has_json and has_sse):
+        return _rpc_error(
+            types.INVALID_REQUEST,
+            "The client must accept both application/json and text/event-stream "
+            "(Accept: application/json, text/event-stream).",
+            request_id,
+            status=406,
+        )
+    return None
+
+
+def _not_modern(scope: Scope) -> Response | None:
+    """405 (`Allow: POST`) as a JSON-RPC error for a GET or DELETE sent as a 2026-07-28 request, which has
+    no session and no stream of its own to open (the transport answers it with an empty body); None for
+    any other (a handshake-era GET stream or DELETE of its session)."""
+    version = Request(scope).headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    return _rpc_error(
+        types.INVALID_REQUEST,
+        f"MCP-Protocol-Version {shown(version)}: send each request as a POST (MCP 2026-07-28 has no "
+        "sessions and no GET stream).",
+        status=405,
+        headers={"Allow": "POST"},
+    )
+
+
 def _malformed(message: Any) -> Response | None:
     """The JSON-RPC error for a body that is not one well-formed MCP message, in every era alike: a batch
-    (no revision the gateway speaks allows one) or a message that is not JSON-RPC 2.0 is -32600, a request
+    (no revision the gateway speaks allows one), a message that is not JSON-RPC 2.0, or a response whose
+    result is not an object or whose error lacks an integer code and a message is -32600, a request
     whose params are not an object -32602, each with a short message of its own. Without this the
     handshake era's transport answers all of them -32602 with a dump of its parser's errors (its internals,
     and pieces of the body). None for a body to pass on (one that is not JSON at all gets the SDK's
@@ -345,6 +399,20 @@ def _malformed(message: Any) -> Response | None:
             return _rpc_error(
                 types.INVALID_REQUEST, "A response needs a string or integer id, and a result or an error."
             )
+        if "result" in message and not isinstance(message["result"], dict):
+            return _rpc_error(types.INVALID_REQUEST, "A response's result must be an object.")
+        error = message.get("error")
+        sound = (
+            isinstance(error, dict)
+            and isinstance(error.get("code"), int)
+            and not isinstance(error.get("code"), bool)
+            and isinstance(error.get("message"), str)
+        )
+        if "error" in message and not sound:
+            return _rpc_error(
+                types.INVALID_REQUEST,
+                "A response's error must be an object with an integer code and a message.",
+            )
         return None
     if not isinstance(message["method"], str):
         return _rpc_error(types.INVALID_REQUEST, "The method must be a string.")
@@ -352,6 +420,34 @@ def _malformed(message: Any) -> Response | None:
         return _rpc_error(types.INVALID_REQUEST, "A request's id must be a string or an integer.")
     if message.get("params") is not None and not isinstance(message["params"], dict):
         return _rpc_error(types.INVALID_PARAMS, "params must be an object.", message.get("id"))
+    problem = _params_problem(message["method"], message.get("params") or {})
+    if problem is not None:
+        return _rpc_error(types.INVALID_PARAMS, problem, message.get("id"))
+    return None
+
+
+# The params of the gateway's own methods a client most often gets wrong: (method, key, JSON type, required).
+# The SDK's answer to any of them is "Invalid request parameters", without saying which.
+_PARAM_TYPES: tuple[tuple[str, str, type[str] | type[dict[str, Any]], bool], ...] = (
+    ("tools/call", "name", str, True),
+    ("tools/call", "arguments", dict, False),
+    ("tools/call", "inputResponses", dict, False),
+    ("tools/call", "requestState", str, False),
+    ("tools/list", "cursor", str, False),
+)
+_TYPE_NAMES: dict[type, str] = {str: "a string", dict: "an object"}
+
+
+def _params_problem(method: str, params: dict[str, Any]) -> str | None:
+    """What is wrong with a tools/call's or tools/list's params, in words, or None."""
+    for named, key, kind, required in _PARAM_TYPES:
+        if named != method:
+            continue
+        value = params.get(key)
+        if value is None and not required:
+            continue
+        if not isinstance(value, kind):
+            return f"{method} needs params.{key} to be {_TYPE_NAMES[kind]}."
     return None
 
 
@@ -959,11 +1055,20 @@ def build_app() -> Starlette:
         async with manager.run():
             yield
 
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(404, "not_found", "The hub's MCP endpoints are /mcp and /mcp/<server-slug>.")
+
+    # With a trailing slash too, as a client is often configured: Starlette would otherwise redirect it to
+    # the URL without, built from the Host header and this process's scheme (plain http behind a TLS proxy,
+    # where a client following it drops the bearer token or sends it in the clear).
     return Starlette(
         routes=[
             Route("/mcp", endpoint=guarded),
+            Route("/mcp/", endpoint=guarded),
             Route("/mcp/{slug}", endpoint=guarded),
+            Route("/mcp/{slug}/", endpoint=guarded),
             Route("/healthz", endpoint=healthz),
         ],
+        exception_handlers={404: not_found},
         lifespan=lifespan,
     )
