@@ -36,11 +36,21 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import permissions, safejson, schema_forms, second_look, selectors, throttling, urlsafety
+from approvals import (
+    netguard,
+    permissions,
+    safejson,
+    schema_forms,
+    second_look,
+    selectors,
+    throttling,
+    urlsafety,
+)
 from approvals.forms import PREFIX, TZ_FIELD, AnswerForm, answer_form
 from approvals.models import Gate, InputRequest, ToolCall
 from approvals.services import answers, extensions, gate_decisions, gates, grants, presence
 from approvals.services.errors import AnswerInvalid, Conflict, ServiceError, moment
+from approvals.templatetags.approvals_ui import reveal
 
 DECLINE_REASONS = [
     gettext_lazy("I did not start this"),
@@ -183,6 +193,7 @@ def _request_page(
         "url": urlsafety.analyse(ir.url, server_url=call.server.url if call.server else "")
         if ir.mode == InputRequest.Mode.URL
         else None,
+        "opened_url": _opened_url(ir.url) if ir.mode == InputRequest.Mode.URL else "",
         "viewers": presence.viewers([ir.pk]).get(str(ir.pk), []),
         "notice": notice,
         "error": error,
@@ -193,6 +204,10 @@ def _request_page(
         "value_count": len(form.fields) if form else 0,
         "second_look": bool(second_look.reasons(ir, call)),
         "review": review,
+        # One approval of several (a url-mode request made for one person needs only theirs).
+        "approvals": selectors.approvals_summary(ir)
+        if pending and ir.approvals_required > 1 and ir.assignee_id is None
+        else None,
         "extension": extensions.offer(ir, request.user) if pending and may_answer else None,
         "deadline_close": pending and extensions.deadline_close(ir),
     }
@@ -497,6 +512,13 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     return redirect("approvals:queue")
 
 
+def _opened_url(url: str) -> str:
+    """The address a browser opens for a server's `url`, and the one the hub judged: spaces around it and the
+    line breaks and tabs in it dropped (as Location, a space before it would make it a path on the hub, and
+    one after it would end up in a sign-in link's token)."""
+    return netguard.browser_url(url)
+
+
 @login_required
 @never_cache
 @decided_by_post
@@ -516,7 +538,7 @@ def open_url(request: HttpRequest, pk: UUID) -> HttpResponse:
         return _request_page(request, ir, notice=exc.message, status=409)
     except ServiceError as exc:
         return _request_page(request, ir, error=exc.message, status=exc.status)
-    response = HttpResponseRedirect(analysis.url, status=303)
+    response = HttpResponseRedirect(_opened_url(analysis.url), status=303)
     response["Referrer-Policy"] = "no-referrer"
     return response
 
@@ -607,14 +629,17 @@ def _kept(ir: InputRequest, request: HttpRequest) -> AnswerForm | None:
 
 def _with_call_link(message: str, ir: InputRequest) -> str:
     """The queue's confirmation of a decision, with the way to the call: what the server does with the
-    answer (its progress, its result) shows there. Server-named text in `message` is escaped here."""
+    answer (its progress, its result) shows there. Server-named text in `message` is escaped here, its
+    invisible and direction-changing characters shown as codes, as on every page."""
     url = reverse("approvals:call", args=[ir.round.call_id])
-    return format_html('{} <a href="{}" data-follow-call>{}</a>', message, url, _("Follow the call"))
+    return format_html('{} <a href="{}" data-follow-call>{}</a>', reveal(message), url, _("Follow the call"))
 
 
 def _sent_message(ir: InputRequest) -> str:
     call = ir.round.call
     values = {"server": call.server_name, "tool": call.tool, "key": ir.key}
+    if ir.status == InputRequest.Status.PENDING:  # one approval of several: recorded, nothing sent yet
+        return _("Your approval of “%(key)s” is recorded; another reviewer must confirm it.") % values
     if ir.action == InputRequest.Action.ACCEPT:
         return _("Approved “%(key)s”: sent to %(server)s, which continues %(tool)s.") % values
     if ir.action == InputRequest.Action.DECLINE:

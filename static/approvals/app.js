@@ -159,6 +159,8 @@
         setLive(true);
         const callPage = $("[data-call-page]");
         if (callPage) send({ type: "watch_call", call: callPage.dataset.callPage });
+        const watched = $("[data-review][data-watch-request]");
+        if (watched) send({ type: "watch_call", call: watched.dataset.call });
         resync(); // whatever happened while the page had no socket
         break;
       case "resync": resync(); break;
@@ -167,11 +169,18 @@
         $$(`[data-presence-for="${message.input_request}"]`).forEach((el) => { el.innerHTML = message.html; });
         break;
       case "call": onCall(message); break;
+      case "watching":
+        // The hub now tells this page of the call's changes: the page says so (data-watching).
+        $$(`[data-call-page="${CSS.escape(String(message.call))}"], [data-review][data-call="${CSS.escape(String(message.call))}"]`)
+          .forEach((el) => el.setAttribute("data-watching", ""));
+        break;
       case "refused": {
         // The call page's call is no longer this user's to see (removed from its team): the page's own
         // answer (not found) replaces what it showed.
         const callPage = $("[data-call-page]");
         if (callPage && callPage.dataset.callPage === message.call) location.reload();
+        const watched = $("[data-review][data-watch-request]");
+        if (watched && watched.dataset.call === message.call) location.reload();
         break;
       }
       default: break;
@@ -210,6 +219,7 @@
         if (html.trim()) lockReview(html);
       }).catch(goneUnlessFound);
     }
+    if (review && review.hasAttribute("data-watch-request")) readWatchedState(review);
     const callPage = $("[data-call-page]");
     if (callPage) {
       fetchHtml(callPage.dataset.bodyUrl)
@@ -414,6 +424,24 @@
       callPage.innerHTML = message.html;
       localiseTimes(callPage);
     }
+    const watched = $("[data-review][data-watch-request]");
+    if (watched && watched.dataset.call === message.call) readWatchedState(watched);
+  }
+
+  // A request shown pending to someone who may see it but not answer it (a viewer): their socket hears no
+  // queue of its team, so the page follows its call (watch_call) and reads the request's state when the call
+  // changes, instead of saying "Pending" for good once it was answered or expired.
+  function readWatchedState(review) {
+    fetchHtml(review.dataset.stateUrl).then((html) => {
+      if (!html.trim() || !review.hasAttribute("data-watch-request")) return;
+      review.removeAttribute("data-watch-request");
+      const slot = $("[data-decided-slot]", review);
+      slot.innerHTML = html;
+      localiseTimes(slot);
+      $$(".status-line", review).forEach((el) => { el.hidden = true; });
+      $$("[data-presence-for]", review).forEach((el) => { el.innerHTML = ""; });
+      announce(slot.textContent.trim());
+    }).catch(goneUnlessFound);
   }
 
   // --- the request page --------------------------------------------------------------------------
@@ -755,12 +783,7 @@
       }
       case "d": {
         if (review) {
-          const decline = $("[data-decline]");
-          if (decline && !$("[data-decline-toggle]").closest("fieldset:disabled")) {
-            event.preventDefault();
-            decline.open = true;
-            $("#decline-reason")?.focus();
-          }
+          if (openDecline()) event.preventDefault();
         } else if (queue) {
           const row = $(".request-row.is-selected");
           if (row) { event.preventDefault(); location.href = $("[data-open]", row).href + "#decline"; }
@@ -772,13 +795,31 @@
     }
   });
 
+  // "Decline…" opened, its reason focused: only on a request still open to this reviewer (one answered, or
+  // not theirs to answer, keeps its decline closed: nothing could be sent from it).
+  function openDecline() {
+    const decline = $("[data-review][data-open-request] [data-decline]");
+    if (!decline || decline.inert) return false;
+    decline.open = true;
+    $("#decline-reason")?.focus();
+    return true;
+  }
+
   $$("[data-show-help]").forEach((b) => b.addEventListener("click", () => $("#shortcuts-help")?.showModal()));
 
-  // --- filters: apply on change --------------------------------------------------------------------
+  // --- filters: a pointer's choice applies at once ---------------------------------------------------
 
+  // A choice made with the pointer applies at once. From the keyboard it waits for the Filter button: arrow
+  // keys step a closed select through its choices, each step a "change", and a reload at the first would
+  // take the page, and the focus, from under the reviewer's keys.
   const filters = $("[data-filters]");
   if (filters) {
-    $$("select", filters).forEach((s) => s.addEventListener("change", () => filters.requestSubmit()));
+    let byPointer = false;
+    $$("select", filters).forEach((s) => {
+      s.addEventListener("pointerdown", () => { byPointer = true; });
+      s.addEventListener("keydown", () => { byPointer = false; });
+      s.addEventListener("change", () => { if (byPointer) filters.requestSubmit(); });
+    });
   }
 
   // --- start -------------------------------------------------------------------------------------------
@@ -787,10 +828,7 @@
   tick();
   window.setInterval(tick, 1000);
   setUpReview();
-  if (location.hash === "#decline") {
-    const decline = $("[data-decline]");
-    if (decline) { decline.open = true; $("#decline-reason")?.focus(); }
-  }
+  if (location.hash === "#decline") openDecline();
   const summary = $(".error-summary[data-autofocus]");
   if (summary) summary.focus();
   if (document.body.dataset.liveUrl) connect();
