@@ -276,7 +276,8 @@ def _gate_page(
         "notice": notice,
         "error": error,
         "decline_reasons": DECLINE_REASONS,
-        "grant_fields": gates.grants_installed(),
+        # Only to whoever may make a grant: a reviewer the gate was escalated to approves without one.
+        "grant_fields": gates.grants_installed() and gate_decisions.may_grant(request.user, ir),
         "approvals": selectors.approvals_summary(ir) if ir.approvals_required > 1 else None,
         "second_look": bool(second_look.reasons(ir, call, (gate.tool if gate else {}) or {})),
         "review": review,
@@ -454,7 +455,14 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     if decision == "edit" and editor == "form":
         # Against the form as drawn, prefilled with the asked arguments: a value left as asked is sent as is.
         shown = _with_defaults(schema, asked) if isinstance(asked, dict) else schema
-        content, errors = schema_forms.clean(shown, request.POST, tz=tz, prefix=PREFIX)
+        try:
+            content, errors = schema_forms.clean(shown, request.POST, tz=tz, prefix=PREFIX)
+        except schema_forms.UnsupportedSchema:
+            # The asked arguments do not fit the tool's own schema, so the page drew the JSON editor: a form
+            # edit can only come from a stale or forged page.
+            asked_text = json.dumps(asked, indent=2, ensure_ascii=False)
+            error = _("These arguments can only be edited as JSON.")
+            return _gate_page(request, ir, json_text=asked_text, error=error, status=422)
         if errors:
             form = answer_form(schema, tz=tz, data=request.POST, errors=errors)
             return _gate_page(request, ir, form=form, status=422)

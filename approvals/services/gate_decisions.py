@@ -76,7 +76,7 @@ def gate_decide(
             raise Invalid(
                 "A decline grants nothing.", code="invalid_body", fields={"grant": "only on approve"}
             )
-        if choice is not None and not _may_grant(user, ir) and permissions.can_answer(user, ir):
+        if choice is not None and not may_grant(user, ir) and permissions.can_answer(user, ir):
             # A grant is the team's (its reviewers list and revoke it): one escalated to, or a request's
             # assignee, decides this gate but makes no standing rule for a team they are not a reviewer of.
             # (One who may not answer at all is refused, and audited, by input_respond.)
@@ -123,7 +123,7 @@ def gate_decide(
     return ir
 
 
-def _may_grant(user: Any, ir: InputRequest) -> bool:
+def may_grant(user: Any, ir: InputRequest) -> bool:
     """A reviewer (or admin) of the gate's own team, or a superuser: who may revoke the grant it makes."""
     if user.is_superuser:
         return True

@@ -7,9 +7,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
-from approvals.models import Membership, ToolCall
+from approvals.models import InputRequest, McpServer, Membership, Round, RoutingRule, ToolCall
+from approvals.services import calls, gate_decisions
 from approvals.services.answers import input_respond
 from tests import factories
 from tests.browser.conftest import wait_live
@@ -61,3 +63,34 @@ def test_d_on_an_answered_request_leaves_its_decline_shut(web: Any, new_page: An
     page.locator("body").press("?")  # a key handled after "d": by then "d" has done whatever it does
     expect(page.locator("#shortcuts-help")).to_be_visible()
     assert decline.get_attribute("open") is None
+
+
+def test_a_viewers_open_gate_page_shows_the_decision_given_meanwhile(
+    web: Any, new_page: Any, team: Any
+) -> None:
+    McpServer.objects.filter(pk=team.server.pk).update(
+        tools=[
+            {"name": "wipe", "inputSchema": {"type": "object", "properties": {"bucket": {"type": "string"}}}}
+        ],
+        tools_fetched_at=timezone.now(),
+    )
+    RoutingRule.objects.create(
+        position=1, name="wipes", server=team.server, tool_pattern="wipe", gate=True, team=team.release
+    )
+    call, _ = calls.call_submit(
+        agent=team.agent, server_slug="deploy", tool="wipe", arguments={"bucket": "logs"}
+    )
+    ir = InputRequest.objects.get(round__call=call, round__kind=Round.Kind.GATE)
+    page = new_page("vera")
+    page.goto(f"/requests/{ir.pk}/")
+    review = page.locator("[data-review][data-gate]")
+    expect(review).to_have_attribute("data-watch-request", "")
+    wait_live(page)
+    expect(review).to_have_attribute("data-watching", "")
+
+    gate_decisions.gate_decide(
+        input_request_id=ir.pk, user=team.alice, decision="decline", reason="not today"
+    )
+
+    expect(page.locator("[data-decided]")).to_contain_text("not today")
+    expect(page.locator(".status-line")).to_be_hidden()
