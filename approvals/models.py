@@ -399,7 +399,8 @@ class AgentClient(models.Model):
     webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
     # The secret a rotation replaced, still signing beside the new one until `previous_webhook_secret_until`,
     # so the receiver can switch to the new one without refusing a delivery meanwhile.
-    previous_webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
+    # A database default too: a process of the release before this column inserts agents without it.
+    previous_webhook_secret = models.CharField(max_length=100, blank=True, editable=False, db_default="")
     previous_webhook_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
     servers = models.ManyToManyField(McpServer, related_name="agents", blank=True)
     owner = models.ForeignKey(

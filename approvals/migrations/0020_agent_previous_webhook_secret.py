@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="agentclient",
             name="previous_webhook_secret",
-            field=models.CharField(blank=True, editable=False, max_length=100),
+            field=models.CharField(blank=True, db_default="", editable=False, max_length=100),
         ),
         migrations.AddField(
             model_name="agentclient",
