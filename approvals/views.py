@@ -194,6 +194,8 @@ def _request_page(
         if ir.mode == InputRequest.Mode.URL
         else None,
         "opened_url": _opened_url(ir.url) if ir.mode == InputRequest.Mode.URL else "",
+        # A link made for one person shows in full only to them: never to the team once they were deleted.
+        "url_shown": may_answer and (ir.assignee_id is not None or not ir.routing.get("assignee")),
         "viewers": presence.viewers([ir.pk]).get(str(ir.pk), []),
         "notice": notice,
         "error": error,

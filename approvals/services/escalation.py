@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -122,6 +123,53 @@ def expire_due(*, now: datetime, limit: int = 500) -> int:
     """Expire the rounds whose deadline has passed (at most ``limit`` per run). Returns how many."""
     ids = list(Round.objects.stale(now).values_list("pk", flat=True)[:limit])
     return sum(1 for round_id in ids if round_expire(round_id=round_id, now=now))
+
+
+ASSIGNEE_DELETED = "the person it was made for was deleted"
+
+
+def assignee_deleted(*, user_id: Any, now: datetime | None = None) -> int:
+    """A user is being deleted (inside the deletion's transaction, before their rows go): the pending url-mode
+    requests made for them (their assignee) are theirs alone, since the link is meant for that person; once
+    the user is gone the request would fall to the whole team. They end now as an expiry ends a request
+    (``cancel``, audited ``input.expired`` with why), and a round with nothing else pending goes on.
+    Returns how many ended."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        return _end_assigned(user_id, now)
+
+
+def _end_assigned(user_id: Any, now: datetime) -> int:
+    round_ids = set(
+        InputRequest.objects.pending().filter(assignee_id=user_id).values_list("round_id", flat=True)
+    )
+    ended = 0
+    rounds = (
+        Round.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("call__server")
+        .filter(pk__in=round_ids, status=Round.Status.OPEN)
+        .order_by("pk")
+    )
+    for rnd in rounds:
+        call = rnd.call
+        theirs = list(rnd.input_requests.pending().filter(assignee_id=user_id))
+        InputRequest.objects.filter(
+            pk__in=[ir.pk for ir in theirs], status=InputRequest.Status.PENDING
+        ).update(status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now)
+        for ir in theirs:
+            audit.record(
+                actor=Actor.system(),
+                verb="input.expired",
+                call=call,
+                input_request=ir,
+                data={"key": ir.key, "reason": ASSIGNEE_DELETED},
+            )
+        transaction.on_commit(partial(broadcast.queue_changed, "round.closed", call.pk, theirs))
+        if not rnd.input_requests.pending().exists():
+            answered = rnd.input_requests.filter(status=InputRequest.Status.ANSWERED).exists()
+            round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED if answered else Round.Outcome.EXPIRED)
+        ended += len(theirs)
+    return ended
 
 
 def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
