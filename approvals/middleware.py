@@ -79,27 +79,29 @@ class ErrorShapeMiddleware:
         response = self.get_response(request)
         if response.status_code not in (404, 405) or response.streaming:
             return response
+        allowed = [method.strip() for method in response.get("Allow", "").split(",") if method.strip()]
         if request.path.startswith("/api/"):
             if response.get("Content-Type", "").startswith("application/json"):
                 return response  # the API's own error
-            shaped: HttpResponse = JsonResponse(api_error(request, response), status=response.status_code)
+            if "GET" in allowed and "HEAD" not in allowed:
+                allowed.append("HEAD")  # ApiHeadMiddleware answers it
+            error = api_error(request, response.status_code, allowed)
+            shaped: HttpResponse = JsonResponse(error, status=response.status_code)
         elif response.status_code == 405:
             shaped = render(request, "405.html", {"method": request.method}, status=405)
         else:
             return response  # Django's 404 is the 404.html page already
         if response.has_header("Allow"):
-            allowed = [method.strip() for method in response["Allow"].split(",") if method.strip()]
-            if request.path.startswith("/api/") and "GET" in allowed and "HEAD" not in allowed:
-                allowed.append("HEAD")  # ApiHeadMiddleware answers it
             shaped["Allow"] = ", ".join(allowed)
         return shaped
 
 
-def api_error(request: HttpRequest, response: HttpResponse) -> dict[str, dict[str, str]]:
-    if response.status_code == 404:
+def api_error(request: HttpRequest, status: int, allowed: list[str]) -> dict[str, dict[str, str]]:
+    """The API's 404 or 405 body; a 405's message names the methods its ``Allow`` header lists."""
+    if status == 404:
         return {"error": {"code": "not_found", "message": "Not found."}}
-    allowed = response.get("Allow", "")
-    message = f"{request.method} is not allowed here" + (f"; allowed: {allowed}." if allowed else ".")
+    listed = ", ".join(allowed)
+    message = f"{request.method} is not allowed here" + (f"; allowed: {listed}." if listed else ".")
     return {"error": {"code": "method_not_allowed", "message": message}}
 
 

@@ -167,8 +167,13 @@ class OutageMiddleware:
 
 @requires_csrf_token
 def server_error(request: HttpRequest) -> HttpResponse:
-    """handler500: a fault outside a view (e.g. in a middleware) that is an engine outage is still a 503."""
+    """handler500: a fault outside a view (e.g. in a middleware) that is an engine outage is still a 503; any
+    other is the API's JSON 500 under /api/, the 500 page elsewhere."""
     engine = engine_of(sys.exc_info()[1])
     if engine is not None:
         return OutageMiddleware._respond(request, engine)
+    if request.path.startswith(API_PREFIX):
+        # The API's error shape, whatever failed: a client reads JSON, never the page.
+        message = "The hub failed to handle this request; the fault is logged."
+        return JsonResponse({"error": {"code": "internal_error", "message": message}}, status=500)
     return HttpResponse(render_to_string("500.html"), status=500)

@@ -663,12 +663,13 @@ def call_page(call: ToolCall) -> dict[str, Any]:
 
 def grant_item(grant: Grant, now: datetime | None = None) -> dict[str, Any]:
     """One grant in GET /api/v1/grants (and POST .../revoke): what it covers, who made it, its uses."""
+    state = grant.state(now)  # once: two reads of the clock could tell an active grant that lets nothing by
     return {
         "id": str(grant.pk),
-        "state": grant.state(now),
+        "state": state,
         # An active grant whose grantor could not make it now (left the team, deactivated) lets nothing
         # through (``grants.grantor_stands``, annotated by ``grants.listing``).
-        "lets_calls_through": grant.state(now) == "active" and getattr(grant, "grantor_stands", True),
+        "lets_calls_through": state == "active" and getattr(grant, "grantor_stands", True),
         "agent": grant.agent.name,
         "on_behalf_of": grant.on_behalf_of.get_username() if grant.on_behalf_of else None,
         "server": grant.server.slug,

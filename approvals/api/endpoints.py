@@ -28,7 +28,21 @@ from ninja.parser import Parser
 
 from approvals import broadcast, outage, permissions, ratelimit, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth, still_holds
-from approvals.api.schemas import MAX_IDEMPOTENCY_KEY, CallIn, Created, DecideIn, ErrorOut, RelayIn, RespondIn
+from approvals.api.schemas import (
+    MAX_IDEMPOTENCY_KEY,
+    AnsweredOut,
+    CallIn,
+    CallOut,
+    Created,
+    DecideIn,
+    ErrorOut,
+    ExtendedOut,
+    GrantOut,
+    InboxItemOut,
+    RelayIn,
+    RelayOut,
+    RespondIn,
+)
 from approvals.models import AgentClient, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.services import answers, calls, extensions, gate_decisions, grants
@@ -127,6 +141,7 @@ ERRORS: dict[int | str, Any] = {
     401: ErrorOut,
     403: ErrorOut,
     404: ErrorOut,
+    405: ErrorOut,  # answered by approvals.middleware.ErrorShapeMiddleware (with Allow); listed for OpenAPI
     409: ErrorOut,
     413: ErrorOut,
     429: ErrorOut,
@@ -231,6 +246,13 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         return error(request, 400, "invalid_body", "The request body is not valid JSON (UTF-8).")
     code = {400: "invalid_body", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
     return error(request, exc.status_code, code.get(exc.status_code, "error"), str(exc))
+
+
+def as_built(request: HttpRequest, response: HttpResponse, body: Any) -> HttpResponse:
+    """``body`` (built by approvals.selectors, as webhooks send it) as it is, with the headers set on
+    ``response``: the operation's response schema describes it in the OpenAPI document, and is not applied to
+    it (which would drop the fields a schema does not list, and turn a field left out into a null)."""
+    return api.create_response(request, body, temporal_response=response)
 
 
 # An agent's own call, read for every answer about it (the whole call; while a long-poll waits, its status):
@@ -373,18 +395,22 @@ def _long_poll(request: AgentRequest, call_id: UUID, kind: str, wait: int) -> To
     return _own_call_released(agent, call_id, kind)
 
 
-@api.get("/calls/{call_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-def call_get(request: AgentRequest, call_id: UUID, wait: int = 0) -> dict:
+WAIT = Query(0, description="Seconds (at most 60) to wait for a final status; 0 or less: answer at once.")
+
+
+@api.get("/calls/{call_id}", auth=agent_auth, response={200: CallOut, **ERRORS}, tags=["agents"])
+def call_get(request: AgentRequest, response: HttpResponse, call_id: UUID, wait: int = WAIT) -> HttpResponse:
     """The call. With ``wait`` (seconds, at most 60) it answers once the call is final, or after ``wait``."""
     call = _long_poll(request, call_id, ToolCall.Kind.CALL, wait)
-    return selectors.call_detail(call)
+    return as_built(request, response, selectors.call_detail(call))
 
 
-@api.post("/calls/{call_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-def call_cancel(request: AgentRequest, call_id: UUID) -> dict:
+@api.post("/calls/{call_id}/cancel", auth=agent_auth, response={200: CallOut, **ERRORS}, tags=["agents"])
+def call_cancel(request: AgentRequest, response: HttpResponse, call_id: UUID) -> HttpResponse:
     """Give up: pending input requests are cancelled and the call ends ``cancelled``."""
     calls.call_cancel(agent=request.auth, call_id=call_id, kind=ToolCall.Kind.CALL)
-    return selectors.call_detail(_own_call(request.auth, call_id, ToolCall.Kind.CALL))
+    call = _own_call(request.auth, call_id, ToolCall.Kind.CALL)
+    return as_built(request, response, selectors.call_detail(call))
 
 
 @api.post("/relays", auth=agent_auth, response={200: Created, 201: Created, **ERRORS}, tags=["agents"])
@@ -419,17 +445,21 @@ def relay_create(
     return Status(201 if created else 200, _located(response, _created(call, "relays"), created))
 
 
-@api.get("/relays/{relay_id}", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-def relay_get(request: AgentRequest, relay_id: UUID, wait: int = 0) -> dict:
+@api.get("/relays/{relay_id}", auth=agent_auth, response={200: RelayOut, **ERRORS}, tags=["agents"])
+def relay_get(
+    request: AgentRequest, response: HttpResponse, relay_id: UUID, wait: int = WAIT
+) -> HttpResponse:
     """The relay; ``input_responses`` is null until every request is answered (or the relay expired)."""
     call = _long_poll(request, relay_id, ToolCall.Kind.RELAY, wait)
-    return selectors.relay_detail(call)
+    return as_built(request, response, selectors.relay_detail(call))
 
 
-@api.post("/relays/{relay_id}/cancel", auth=agent_auth, response={200: dict, **ERRORS}, tags=["agents"])
-def relay_cancel(request: AgentRequest, relay_id: UUID) -> dict:
+@api.post("/relays/{relay_id}/cancel", auth=agent_auth, response={200: RelayOut, **ERRORS}, tags=["agents"])
+def relay_cancel(request: AgentRequest, response: HttpResponse, relay_id: UUID) -> HttpResponse:
+    """Give up: pending input requests are cancelled and the relay ends ``cancelled``."""
     calls.call_cancel(agent=request.auth, call_id=relay_id, kind=ToolCall.Kind.RELAY)
-    return selectors.relay_detail(_own_call(request.auth, relay_id, ToolCall.Kind.RELAY))
+    call = _own_call(request.auth, relay_id, ToolCall.Kind.RELAY)
+    return as_built(request, response, selectors.relay_detail(call))
 
 
 # --- reviewers ------------------------------------------------------------------------------------------
@@ -514,7 +544,7 @@ def _page_version(items: list[dict], next_cursor: str | None) -> str:
     return PAGE_VERSION + hashlib.blake2b(page, digest_size=12).hexdigest()
 
 
-@api.get("/inbox", auth=reviewer_auth, response={200: list[dict], **ERRORS}, tags=["reviewers"])
+@api.get("/inbox", auth=reviewer_auth, response={200: list[InboxItemOut], **ERRORS}, tags=["reviewers"])
 def inbox(
     request: HttpRequest,
     response: HttpResponse,
@@ -522,7 +552,7 @@ def inbox(
     cursor: str | None = Query(None, max_length=2000, description="From the previous page's Next-Cursor."),
     wait: int = Query(0, ge=0, description="With `version`: seconds to wait for a change (at most 60)."),
     version: str | None = Query(None, max_length=64, description="The Inbox-Version of an earlier answer."),
-) -> list[dict]:
+) -> HttpResponse:
     """Pending input requests this user may answer, oldest first, a page at a time.
 
     A page holds at most ``limit`` items (and never more than the hub's cap, ELICIT_INBOX_MAX). When more
@@ -578,16 +608,18 @@ def inbox(
         response["Link"] = (
             f'</api/v1/inbox?{urlencode({"limit": size, "cursor": read.next_cursor})}>; rel="next"'
         )
-    return read.items or []
+    return as_built(request, response, read.items or [])
 
 
 @api.post(
     "/input-requests/{request_id}/respond",
     auth=reviewer_auth,
-    response={200: dict, 422: ErrorOut, **ERRORS},
+    response={200: AnsweredOut, 422: ErrorOut, **ERRORS},
     tags=["reviewers"],
 )
-def respond(request: HttpRequest, request_id: UUID, payload: RespondIn) -> dict:
+def respond(
+    request: HttpRequest, response: HttpResponse, request_id: UUID, payload: RespondIn
+) -> HttpResponse:
     """Answer one input request: accept with content, decline with an optional reason, or cancel."""
     ir = answers.input_respond(
         input_request_id=request_id,
@@ -596,16 +628,16 @@ def respond(request: HttpRequest, request_id: UUID, payload: RespondIn) -> dict:
         content=payload.content,
         reason=payload.reason,
     )
-    return _answered(ir)
+    return as_built(request, response, _answered(ir))
 
 
 @api.post(
     "/input-requests/{request_id}/decide",
     auth=reviewer_auth,
-    response={200: dict, 422: ErrorOut, **ERRORS},
+    response={200: AnsweredOut, 422: ErrorOut, **ERRORS},
     tags=["reviewers"],
 )
-def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
+def decide(request: HttpRequest, response: HttpResponse, request_id: UUID, payload: DecideIn) -> HttpResponse:
     """Decide a gate (an inbox item with ``gate``): ``approve`` the call as asked, ``edit`` it (approve the
     given ``arguments`` instead; checked against the tool's inputSchema), or ``decline`` it with a
     ``reason`` the agent reads. Team, N-of-M and self-approval rules apply as for any input request."""
@@ -617,20 +649,20 @@ def decide(request: HttpRequest, request_id: UUID, payload: DecideIn) -> dict:
         reason=payload.reason,
         grant=payload.grant,
     )
-    return _answered(ir)
+    return as_built(request, response, _answered(ir))
 
 
 @api.post(
     "/input-requests/{request_id}/extend",
     auth=reviewer_auth,
-    response={200: dict, **ERRORS},
+    response={200: ExtendedOut, **ERRORS},
     tags=["reviewers"],
 )
-def extend(request: HttpRequest, request_id: UUID) -> dict:
+def extend(request: HttpRequest, response: HttpResponse, request_id: UUID) -> HttpResponse:
     """Extend the deadline of the round holding a pending input request, where its policy allows it
     (``extend_by``, at most ``max_extensions`` times; never past the server's own deadline)."""
     rnd = extensions.round_extend(input_request_id=request_id, user=request.user)
-    return {"id": str(request_id), "deadline": rnd.deadline.isoformat()}
+    return as_built(request, response, {"id": str(request_id), "deadline": rnd.deadline.isoformat()})
 
 
 # --- grants (agents see their own; reviewers their teams') ------------------------------------------------
@@ -638,18 +670,19 @@ def extend(request: HttpRequest, request_id: UUID) -> dict:
 GRANTS_MAX = 500
 
 
-@api.get("/grants", auth=agent_or_reviewer_auth, response={200: list[dict], **ERRORS}, tags=["grants"])
+@api.get("/grants", auth=agent_or_reviewer_auth, response={200: list[GrantOut], **ERRORS}, tags=["grants"])
 def grant_list(
     request: HttpRequest,
     response: HttpResponse,
-    state: str = Query("", max_length=20, description="active, expired or revoked; empty: all."),
+    # Any other state, however long, is the documented 400 invalid_query (checked below).
+    state: str = Query("", description="active, expired or revoked; empty: all."),
     team: str = Query("", max_length=50, description="A team's slug."),
     agent: str = Query("", max_length=120, description="An agent's name (reviewers only)."),
     tool: str = Query("", max_length=200, description="A tool name."),
     limit: int = Query(
         100, ge=1, le=GRANTS_MAX, description=f"At most this many, newest first (<= {GRANTS_MAX})."
     ),
-) -> list[dict]:
+) -> HttpResponse:
     """Remembered grants, newest first: an agent sees its own, a person the grants of their teams.
     ``Grants-More: true`` says that more exist than ``limit``."""
     if state and state not in grants.STATES:
@@ -671,17 +704,20 @@ def grant_list(
         found = grants.listing(user=request.user, filters=filters)
     page = list(found[: limit + 1])
     response["Grants-More"] = "true" if len(page) > limit else "false"
-    return [selectors.grant_item(grant) for grant in page[:limit]]
+    return as_built(request, response, [selectors.grant_item(grant) for grant in page[:limit]])
 
 
 @api.post(
-    "/grants/{grant_id}/revoke", auth=agent_or_reviewer_auth, response={200: dict, **ERRORS}, tags=["grants"]
+    "/grants/{grant_id}/revoke",
+    auth=agent_or_reviewer_auth,
+    response={200: GrantOut, **ERRORS},
+    tags=["grants"],
 )
-def grant_revoke(request: HttpRequest, grant_id: UUID) -> dict:
+def grant_revoke(request: HttpRequest, response: HttpResponse, grant_id: UUID) -> HttpResponse:
     """Revoke a grant (a reviewer of its team): the next call it would have let through stops at its gate."""
     if isinstance(request.auth, AgentClient):  # type: ignore[attr-defined]
         raise Forbidden("An agent cannot revoke grants; a reviewer of the grant's team can.")
     grant = grants.listing(user=request.user).filter(pk=grant_id).first()
     if grant is None:
         raise Http404
-    return selectors.grant_item(grants.revoke(grant=grant, by=request.user))
+    return as_built(request, response, selectors.grant_item(grants.revoke(grant=grant, by=request.user)))
