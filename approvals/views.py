@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -561,7 +561,14 @@ def extend(request: HttpRequest, pk: UUID) -> HttpResponse:
     request again; a refusal is said on the request's page."""
     ir = _get_request_for_user(request.user, pk)
     try:
-        rnd = extensions.round_extend(input_request_id=ir.pk, user=request.user)
+        # The deadline the page offered to extend: a second click (or tab) on the same offer adds nothing.
+        seen: datetime | None = datetime.fromisoformat(request.POST.get("seen", ""))
+    except ValueError:
+        seen = None
+    if seen is not None and seen.tzinfo is None:
+        seen = None
+    try:
+        rnd = extensions.round_extend(input_request_id=ir.pk, user=request.user, seen=seen)
     except ServiceError as exc:
         ir = _get_request_for_user(request.user, pk)  # as it is now (answered or extended meanwhile)
         if isinstance(exc, Conflict):

@@ -19,6 +19,7 @@ from approvals.audit.core import Actor
 from approvals.models import AgentClient, AuditEvent, InputRequest, McpServer, Round, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.queueing import NEW_WORK, RUN_CALL, enqueue_on_commit
+from approvals.schema_forms.describe import _reading
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import notify_holders, round_open
@@ -223,7 +224,13 @@ def call_submit(
     records the latest client's, so a later round may pass through to it."""
     existing = _existing(agent, idempotency_key, ToolCall.Kind.CALL)
     if existing:
-        _note_client(existing, agent_client)
+        # Only a repeat of the same request speaks for the call's client: another request reusing the key
+        # is refused by the caller (`other_request`) and changes nothing.
+        other = other_request(
+            existing, server_slug=server_slug, tool=tool, arguments=arguments, on_behalf_of=on_behalf_of
+        )
+        if other is None:
+            _note_client(existing, agent_client)
         return existing, False
     server = _server_for(agent, server_slug)
     if not tool:
@@ -294,6 +301,8 @@ def call_submit_or_repeat(
         since = timezone.now() - timedelta(seconds=window)
         existing = (
             ToolCall.objects.filter(agent=agent, kind=ToolCall.Kind.CALL, server__slug=server_slug, tool=tool)
+            # Made for no one, as this one is: the same call for a person is another request.
+            .filter(on_behalf_of__isnull=True)
             # A reviewer may have edited the arguments at a gate: the agent repeats the ones it asked for.
             .filter(Q(arguments=arguments) | Q(gates__arguments=arguments))
             .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
@@ -322,15 +331,13 @@ def _note_client(call: ToolCall, agent_client: dict[str, Any] | None) -> None:
 
 def _lookalike(agent: AgentClient, label: str) -> bool:
     """Whether a relay's label reads as a registered server the agent may not use: its slug or its name, in
-    any case, spaces aside."""
-    text = label.strip()
+    any case, spaces aside: as a reader takes it in (runs of spaces one, invisible characters none, full-width
+    letters plain)."""
+    text = _reading(label)
     if not text:
         return False
-    return (
-        McpServer.objects.filter(Q(slug__iexact=text) | Q(name__iexact=text))
-        .exclude(pk__in=agent.servers.values("pk"))
-        .exists()
-    )
+    others = McpServer.objects.exclude(pk__in=agent.servers.values("pk")).values_list("slug", "name")
+    return any(text in (_reading(slug), _reading(name)) for slug, name in others.iterator())
 
 
 def relay_submit(

@@ -34,6 +34,7 @@ class Terms:
     seconds: int  # added to the deadline (less than the policy's when the server's deadline comes first)
     deadline: datetime  # the new deadline
     policy: Policy  # the request's policy, which allowed it
+    since: datetime  # the deadline it extends: a page offering it posts it back (`round_extend`'s `seen`)
 
     @property
     def label(self) -> str:
@@ -122,7 +123,7 @@ def terms(ir: InputRequest, rnd: Round, others: list[Policy | None]) -> Terms:
             code="extension_capped",
         )
     added = int((deadline - rnd.deadline).total_seconds())
-    return Terms(seconds=added, deadline=deadline, policy=policy)
+    return Terms(seconds=added, deadline=deadline, policy=policy, since=rnd.deadline)
 
 
 def offer(ir: InputRequest, user: Any) -> Terms | None:
@@ -155,9 +156,13 @@ def deadline_close(ir: InputRequest, now: datetime | None = None) -> bool:
     return 0 < left < window
 
 
-def round_extend(*, input_request_id: Any, user: Any) -> Round:
+def round_extend(*, input_request_id: Any, user: Any, seen: datetime | None = None) -> Round:
     """Extend the deadline of the round holding the request by its policy's ``extend_by`` (see the module).
-    Returns the round with its new deadline."""
+    Returns the round with its new deadline.
+
+    ``seen``: the deadline the reviewer saw when they asked (the page's offer, `Terms.since`). When the round
+    was extended since (a double click, a second tab, another reviewer at the same moment) the extension is
+    refused (``already_extended``) rather than added again on top of it."""
     ir = (
         InputRequest.objects.select_related("round__call", "policy", "team", "escalation_team")
         .filter(pk=input_request_id)
@@ -203,6 +208,12 @@ def round_extend(*, input_request_id: Any, user: Any) -> Round:
                 _("This request expired at %(when)s: its deadline can no longer be extended.")
                 % {"when": moment(rnd.deadline)},
                 code="already_answered",
+            )
+        if seen is not None and seen != rnd.deadline:
+            raise Conflict(
+                _("The deadline was already extended meanwhile: it is now %(when)s.")
+                % {"when": moment(rnd.deadline)},
+                code="already_extended",
             )
         pending = list(
             InputRequest.objects.filter(round=rnd, status=InputRequest.Status.PENDING).select_related(

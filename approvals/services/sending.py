@@ -563,10 +563,12 @@ def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
         # Release the claim: the retry then knows this attempt ended here, and is no redelivery. The call's
         # `updated_at` tells beat's `recover_stuck` that its retry is waiting out a countdown, not lost.
         if send.round:
+            # The call's row first, then the round's, in the order a cancel and an answer lock them: the other
+            # order deadlocked against an agent's cancel (PostgreSQL aborted the cancel).
+            ToolCall.objects.filter(pk=send.call.pk).update(updated_at=timezone.now())
             Round.objects.filter(pk=send.round.pk, status=Round.Status.SENDING).update(
                 status=Round.Status.READY
             )
-            ToolCall.objects.filter(pk=send.call.pk).update(updated_at=timezone.now())
         else:
             ToolCall.objects.filter(pk=send.call.pk, status=ToolCall.Status.RUNNING).update(
                 status=ToolCall.Status.QUEUED, updated_at=timezone.now()

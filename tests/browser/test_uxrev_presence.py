@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 
 from approvals.models import Membership
 from approvals.services import presence
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def entries(ir: Any) -> dict[str, float]:
-    return cache.get(presence._key(ir.pk)) or {}
+    return presence._decoded(presence._client().hgetall(presence._key(ir.pk)))
 
 
 def test_closing_one_of_two_tabs_leaves_the_reviewer_looking(web: Any, new_page: Any) -> None:
