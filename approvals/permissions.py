@@ -11,7 +11,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.db.models.signals import post_delete, post_save, pre_delete
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
@@ -160,15 +160,6 @@ def _user_changed(created: bool = False, update_fields: Any = None, **kwargs: An
     if created or (update_fields is not None and set(update_fields) <= {"last_login"}):
         return
     transaction.on_commit(broadcast.scopes_changed)
-
-
-@receiver(pre_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="approvals.permissions.user_deleting")
-def _user_deleting(instance: Any, **kwargs: Any) -> None:
-    """A user about to be deleted: the url-mode requests made for them end first; with the user gone (the
-    assignee set to null) they would be answerable by their whole team, who are not meant to open the link."""
-    from approvals.services.escalation import assignee_deleted
-
-    assignee_deleted(user_id=instance.pk)
 
 
 @receiver(user_logged_out, dispatch_uid="approvals.permissions.signed_out")

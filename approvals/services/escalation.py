@@ -10,6 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 from approvals import broadcast
@@ -137,6 +139,13 @@ def assignee_deleted(*, user_id: Any, now: datetime | None = None) -> int:
     now = now or timezone.now()
     with transaction.atomic():
         return _end_assigned(user_id, now)
+
+
+@receiver(pre_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="approvals.escalation.user_deleting")
+def _user_deleting(instance: Any, **kwargs: Any) -> None:
+    """A user about to be deleted: the url-mode requests made for them end first; with the user gone (the
+    assignee set to null) they would be answerable by their whole team, who are not meant to open the link."""
+    assignee_deleted(user_id=instance.pk)
 
 
 def _end_assigned(user_id: Any, now: datetime) -> int:
