@@ -20,7 +20,7 @@ from ._common import NON_FIELD, UnsupportedSchema
 from .checking import check_schema
 from .coercion import clean, coerce
 from .defaults import defaults
-from .describe import RADIO_LIMIT, Field, fields, humanize, is_confirmation, sensitive_fields
+from .describe import RADIO_LIMIT, Field, fields, humanize, is_confirmation, reading, sensitive_fields
 from .fingerprint import fingerprint
 from .timezones import resolve_tz
 from .validation import is_valid, validate
@@ -39,6 +39,7 @@ __all__ = [
     "humanize",
     "is_confirmation",
     "is_valid",
+    "reading",
     "resolve_tz",
     "sensitive_fields",
     "validate",

@@ -85,9 +85,9 @@ def fields(schema: object, *, tz: str | None = None, prefix: str = "") -> list[F
         for index, (name, prop) in enumerate(props.items())
     ]
     # Fields a reviewer cannot tell apart by their labels ("Dry run" twice) name their keys too.
-    counts = Counter(_reading(each.label) for each in described)
+    counts = Counter(reading(each.label) for each in described)
     return [
-        replace(each, label=f"{each.label} ({each.name})") if counts[_reading(each.label)] > 1 else each
+        replace(each, label=f"{each.label} ({each.name})") if counts[reading(each.label)] > 1 else each
         for each in described
     ]
 
@@ -172,17 +172,17 @@ def _distinct_labels(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)")."""
     labels, readings = [], []
     for value, label in choices:
-        reading = _reading(label)
-        labels.append(label if reading else value)
-        readings.append(reading if reading else _reading(value))
+        read = reading(label)
+        labels.append(label if read else value)
+        readings.append(read if read else reading(value))
     counts = Counter(readings)
     return [
-        (value, f"{label.strip()} ({value})" if counts[reading] > 1 and label != value else label)
-        for (value, _label), label, reading in zip(choices, labels, readings, strict=True)
+        (value, f"{label.strip()} ({value})" if counts[read] > 1 and label != value else label)
+        for (value, _label), label, read in zip(choices, labels, readings, strict=True)
     ]
 
 
-def _reading(text: str) -> str:
+def reading(text: str) -> str:
     """A label as a reader takes it in: case, runs of spaces and invisible (format) characters ignored."""
     shown = unicodedata.normalize("NFKC", text)
     if not shown.isascii():  # ASCII has no format characters

@@ -19,7 +19,7 @@ from approvals.audit.core import Actor
 from approvals.models import AgentClient, AuditEvent, InputRequest, McpServer, Round, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.queueing import NEW_WORK, RUN_CALL, enqueue_on_commit
-from approvals.schema_forms.describe import _reading
+from approvals.schema_forms import reading
 from approvals.services import gates, webhooks
 from approvals.services.errors import Conflict, Forbidden, Invalid, NotFound
 from approvals.services.rounds import notify_holders, round_open
@@ -333,11 +333,11 @@ def _lookalike(agent: AgentClient, label: str) -> bool:
     """Whether a relay's label reads as a registered server the agent may not use: its slug or its name, in
     any case, spaces aside: as a reader takes it in (runs of spaces one, invisible characters none, full-width
     letters plain)."""
-    text = _reading(label)
+    text = reading(label)
     if not text:
         return False
     others = McpServer.objects.exclude(pk__in=agent.servers.values("pk")).values_list("slug", "name")
-    return any(text in (_reading(slug), _reading(name)) for slug, name in others.iterator())
+    return any(text in (reading(slug), reading(name)) for slug, name in others.iterator())
 
 
 def relay_submit(
