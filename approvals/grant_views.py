@@ -85,7 +85,7 @@ def grant_list(request: HttpRequest) -> HttpResponse:
         "now": timezone.now(),
         "revocable": _revocable(request.user, found),
         # The grants whose grantor could not make them now: they let nothing through.
-        "grantor_gone": {grant.pk for grant in found if not grant.grantor_stands},
+        "grantor_gone": {grant.pk for grant in found if not getattr(grant, "grantor_stands", True)},
     }
     return render(request, "approvals/grants.html", context)
 
