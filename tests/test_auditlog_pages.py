@@ -92,18 +92,22 @@ def test_a_long_summary_is_folded_and_a_huge_one_cut_with_an_ellipsis(client: Cl
 
 def test_a_relays_server_label_is_shown_with_its_invisible_characters_revealed(client: Client) -> None:
     """A relay's server label is the agent's own text: with a zero-width space it read, in the audit table,
-    exactly as the registered server it imitates."""
+    as text without one. (One that reads as a registered server the agent may not use is refused outright.)"""
     factories.server("payroll")
     _, token = factories.agent("ci-bot", servers=[factories.server("deploy")])
     ask = {
         "method": "elicitation/create",
         "params": {"mode": "form", "message": "OK?", "requestedSchema": {"type": "object", "properties": {}}},
     }
-    relay = Agent(token).post(
+    posing = Agent(token).post(
         "/relays", {"server": "payroll\u200b", "tool": "t", "input_requests": {"a": ask}}
+    )
+    assert posing.status_code == 403 and posing.json()["error"]["code"] == "server_not_allowed"
+    relay = Agent(token).post(
+        "/relays", {"server": "ledger\u200b", "tool": "t", "input_requests": {"a": ask}}
     )
     assert relay.status_code == 201, relay.content
     client.force_login(factories.user("root", is_superuser=True, is_staff=True))
     body = client.get(reverse("audit:index")).content.decode()
-    assert "payroll\u200b" not in body
-    assert re.search(r"<bdi>payroll<span class=\"ctl\"[^>]*>U\+200B</span></bdi>", body)
+    assert "ledger\u200b" not in body
+    assert re.search(r"<bdi>ledger<span class=\"ctl\"[^>]*>U\+200B</span></bdi>", body)

@@ -28,6 +28,13 @@ from tests import factories
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
+@pytest.fixture(autouse=True)
+def sends_stay_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An approved call's send is not queued: a Celery worker another test left running would take it and
+    move the call past the state these tests read."""
+    monkeypatch.setattr(gate_decisions, "enqueue_on_commit", lambda *args, **kwargs: None)
+
+
 def _race(ir: InputRequest, alice: Any, bob: Any) -> dict[str, Any]:
     """Alice approves and Bob declines the gate at the same moment; what each was told."""
     barrier = threading.Barrier(2)

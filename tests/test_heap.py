@@ -47,10 +47,11 @@ def test_a_cycle_made_after_settling_is_still_collected() -> None:
 
 # Each serving process's entry point, stopped just where it would start serving.
 ENTRY_POINTS = {
+    # A port it may take (it never listens: stopped before it serves).
     "api (uvicorn)": (
         "import uvicorn; from elicit_hub import serve_api\n"
         f"uvicorn.Server.run = lambda self: exec({REPORT!r})\n"
-        "serve_api.main(['--port', '0'])"
+        "serve_api.main(['--port', '8002'])"
     ),
     "web (Daphne)": (
         "from daphne.cli import CommandLineInterface; from elicit_hub import serve\n"
