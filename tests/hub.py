@@ -120,6 +120,15 @@ def set_up_hub(demo_url: str, *, slug: str = "demo", honours_idempotency_key: bo
     return Hub(server, Agent(agent_token), agent.webhook_secret, Reviewer(reviewer_token), alice)
 
 
+def set_up_handshake_hub(url: str, *, slug: str) -> Hub:
+    """A hub whose server at `url` speaks the handshake era (its calls run on a holder's session), with a
+    30 s call limit, and is not safe to send again."""
+    hub = set_up_hub(url, slug=slug, honours_idempotency_key=False)
+    McpServer.objects.filter(pk=hub.server.pk).update(era=McpServer.Era.HANDSHAKE, call_timeout=30)
+    hub.server.refresh_from_db()
+    return hub
+
+
 @dataclass
 class Received:
     headers: dict[str, str]

@@ -20,8 +20,8 @@ from django.conf import settings
 from approvals.mcp_client import Completed, McpError, PermanentError, ServerConfig, TransientError
 from approvals.mcp_client.session import Dispatcher, SessionHooks, call_on, http_transport, open_client
 from approvals.mcp_client.wire import HttpFacts, classify_rpc_error
-from approvals.models import McpServer, ToolCall
-from tests.hub import Hub, set_up_hub
+from approvals.models import ToolCall
+from tests.hub import Hub, set_up_handshake_hub
 from tests.live import CountingServer, HolderRunner, child_env, wait_until
 
 SCRIPT = Path(__file__).with_name("mcprev_hostile_server.py")
@@ -173,10 +173,7 @@ def test_a_compressed_answer_larger_than_the_limit_once_decompressed_is_not_read
 
 @pytest.fixture
 def hub(live_db: None, hostile: HostileServer) -> Hub:
-    hub = set_up_hub(hostile.url, slug="quirky", honours_idempotency_key=False)
-    McpServer.objects.filter(pk=hub.server.pk).update(era=McpServer.Era.HANDSHAKE, call_timeout=30)
-    hub.server.refresh_from_db()
-    return hub
+    return set_up_handshake_hub(hostile.url, slug="quirky")
 
 
 @pytest.fixture

@@ -20,14 +20,15 @@ import pytest
 from approvals.mcp_client import Completed, McpError, PermanentError, ServerConfig, call_tool, list_tools
 from approvals.mcp_client.probe import MODERN_ONLY_HINT, probe
 from approvals.mcp_client.session import Dispatcher, SessionHooks, call_on, http_transport, open_client
-from approvals.models import AuditEvent, InputRequest, McpServer, ToolCall
+from approvals.models import AuditEvent, InputRequest, ToolCall
 from tests import factories
-from tests.hub import Agent, Hub, set_up_hub
-from tests.live import CountingServer, HolderRunner, child_env, wait_until
+from tests import test_mcprev_hostile_sessions as hostile_sessions
+from tests.hub import Agent, Hub, set_up_handshake_hub
+from tests.live import CountingServer, HolderRunner, wait_until
 from tests.mcx_hostile_server import BIG_TEXT, DROPPED_NAME, DROPPED_PAGES, DROPPED_PER_PAGE
 
 SCRIPT = Path(__file__).with_name("mcx_hostile_server.py")
-RETRIES = 2  # the holder's ELICIT_MCP_MAX_RETRIES here
+RETRIES = hostile_sessions.RETRIES  # the holder's ELICIT_MCP_MAX_RETRIES here
 
 
 class HostileServer(CountingServer):
@@ -177,27 +178,10 @@ def test_a_listing_of_tools_the_hub_must_drop_is_neither_kept_nor_logged_whole(
 
 @pytest.fixture
 def hub(live_db: None, hostile: HostileServer) -> Hub:
-    hub = set_up_hub(hostile.url, slug="hostile", honours_idempotency_key=False)
-    McpServer.objects.filter(pk=hub.server.pk).update(era=McpServer.Era.HANDSHAKE, call_timeout=30)
-    hub.server.refresh_from_db()
-    return hub
+    return set_up_handshake_hub(hostile.url, slug="hostile")
 
 
-@pytest.fixture
-def holder(live_db: None) -> Iterator[HolderRunner]:
-    runner = HolderRunner(
-        child_env(
-            ELICIT_HOLDER_POLL="1",
-            ELICIT_HOLDER_HEARTBEAT="1",
-            ELICIT_MCP_RETRY_BASE="1",
-            ELICIT_MCP_RETRY_MAX="1",
-            ELICIT_MCP_MAX_RETRIES=str(RETRIES),
-        )
-    ).start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
+holder = hostile_sessions.holder  # a quick holder, retrying at most RETRIES times
 
 
 @pytest.mark.django_db(transaction=True)
