@@ -17,7 +17,8 @@ pytestmark = pytest.mark.django_db
 ADD = "/admin/approvals/routingrule/add/"
 
 
-def form(conditions: str) -> dict[str, str]:
+def form(conditions: str, **extra: str) -> dict[str, str]:
+    """The admin's add-rule form, posted with these conditions (JSON text) and any field of `extra`."""
     return {
         "position": "10",
         "name": "Production deploys",
@@ -32,6 +33,7 @@ def form(conditions: str) -> dict[str, str]:
         "team": str(factories.team("release").pk),
         "policy": "",
         "answered_by": "team",
+        **extra,
     }
 
 

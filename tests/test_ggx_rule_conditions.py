@@ -16,27 +16,7 @@ from approvals import rules
 from approvals.models import InputRequest, McpServer, Membership, RoutingRule, ToolCall
 from approvals.services import calls, tokens
 from tests import factories
-
-ADD = "/admin/approvals/routingrule/add/"
-
-
-def form(conditions: str, **extra: str) -> dict[str, str]:
-    return {
-        "position": "10",
-        "name": "Production deploys",
-        "enabled": "on",
-        "server": "",
-        "tool_pattern": "*",
-        "mode": "",
-        "destructive": "unknown",
-        "read_only": "unknown",
-        "open_world": "unknown",
-        "conditions": conditions,
-        "team": str(factories.team("release").pk),
-        "policy": "",
-        "answered_by": "team",
-        **extra,
-    }
+from tests.test_cfgrev_rule_conditions import ADD, form
 
 
 @pytest.mark.parametrize(
