@@ -450,9 +450,10 @@ def post(url: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
     on it ends by `timeout` seconds after the call: httpx bounds each read alone, so a receiver trickling
     the head of its answer a byte at a time would hold the worker as long as it liked; here it times out
     (``httpx.ReadTimeout``). The answer's status and headers come back; its body is read as sent (never
-    decompressed) up to `MAX_REPLY` bytes or until that deadline, dropped, and the connection closed, so a
-    receiver answering with an endless or trickling body holds neither the worker nor its memory. The body
-    is not kept: ``.content`` raises ``ResponseNotRead``.
+    decompressed) up to `MAX_REPLY` bytes, until that deadline or until it breaks off, dropped, and the
+    connection closed, so a receiver answering with an endless or trickling body holds neither the worker nor
+    its memory, and one whose body is cut short is judged by its status alone. The body is not kept:
+    ``.content`` raises ``ResponseNotRead``.
     """
     deadline = time.monotonic() + timeout
     extensions = {**kwargs.pop("extensions", {}), "trace": _deadline_trace(deadline)}
@@ -466,7 +467,9 @@ def post(url: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
                 read += len(chunk)
                 if read >= MAX_REPLY:
                     break
-        except httpx.TimeoutException:  # the status is in; a body still coming at the deadline is left
+        except httpx.TransportError:
+            # The status is in, and it is the answer: a body still coming at the deadline is left, and one cut
+            # short (a reset, a length or chunk that does not add up) is no reason to send the request again.
             pass
     return response
 

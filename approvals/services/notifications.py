@@ -91,9 +91,11 @@ def _text(notice: Notification) -> tuple[str, str]:
     return subject, body
 
 
-# An @ that starts a word: a mention in chats that read them in plain text (@channel, @here, @name); and an
-# @ before `everyone` or `here` wherever it stands: Discord pings the whole channel for those inside a word.
-_MENTION = re.compile(r"(?<![\w.+-])@|@(?=everyone|here)", re.IGNORECASE)
+# An @ not right after a letter or digit: a mention in chats that read them in plain text (@channel, @all,
+# @here, @name), where a word is cut at punctuation before it is read (Mattermost finds @channel in
+# `v2.@channel`, `x-@all`, `+@here` and `_@channel`); and an @ before `everyone` or `here` wherever it
+# stands: Discord pings the whole channel for those inside a word. An address's @ follows a letter or digit.
+_MENTION = re.compile(r"(?<![^\W_])@|@(?=everyone|here)", re.IGNORECASE)
 # A ] that Markdown would read as the end of a link's label: `[label](url)`, `![alt](url)`, `[label][ref]`,
 # or a reference's definition `[label]: url`.
 _LINK_LABEL_END = re.compile(r"\](?=[(\[:])")
@@ -102,9 +104,9 @@ _LINK_LABEL_END = re.compile(r"\](?=[(\[:])")
 def _chat_text(text: str) -> str:
     """`text` as a Slack-compatible chat shows it as written: ``&``, ``<`` and ``>`` escaped as Slack asks,
     so a server's message cannot mention ``<!channel>`` or label a link at will (``<url|Review>``); an
-    ``@`` that starts a word, or comes before ``everyone`` or ``here`` anywhere, kept from mentioning anyone
-    by a word joiner after it; and a word joiner after a ``]`` that Markdown would end a link's label with,
-    for the chats that take Slack's payload and read its text as Markdown (Mattermost, Rocket.Chat,
+    ``@`` not right after a letter or digit, or before ``everyone`` or ``here`` anywhere, kept from mentioning
+    anyone by a word joiner after it; and a word joiner after a ``]`` that Markdown would end a link's label
+    with, for the chats that take Slack's payload and read its text as Markdown (Mattermost, Rocket.Chat,
     Microsoft Teams, Discord), where ``[Review](url)`` is a link labelled at will and ``![x](url)`` an image
     every reader's client fetches."""
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
