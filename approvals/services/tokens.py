@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -116,7 +117,7 @@ def signing_secrets(agent: AgentClient, now: datetime) -> list[str]:
 
 
 def token_matches(agent: AgentClient, token: str) -> bool:
-    return bool(token) and agent.token_hash == hash_token(token)
+    return bool(token) and hmac.compare_digest(agent.token_hash, hash_token(token))
 
 
 def personal_token_create(
