@@ -94,8 +94,15 @@ def grant_list(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_http_methods(["GET", "POST"])
 def grant_revoke(request: HttpRequest, pk: UUID) -> HttpResponse:
-    """GET: what revoking will do, and the button. POST: revoke, then back to the list."""
-    grant = _get_grant_for_user(request.user, pk)
+    """GET: what revoking will do, and the button. POST: revoke, then back to the list. A POST refused (a
+    viewer's, or for another team's grant) is recorded (``grants.refuse``)."""
+    if request.method == "POST":
+        found = grants.for_revoke(grant_id=pk, user=request.user)
+        if found is None:
+            raise Http404(_("No such grant."))
+        grant = found
+    else:
+        grant = _get_grant_for_user(request.user, pk)
     context: dict[str, Any] = {"grant": grant, "now": timezone.now(), "error": "", "notice": ""}
     context["may_revoke"] = permissions.can_revoke_grant(request.user, grant)
     context["grantor_gone"] = grants.grantor_gone(grant)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -21,10 +21,11 @@ from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.log import log_response
-from ninja import Header, NinjaAPI, Query, Status
+from ninja import Header, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
 from ninja.parser import Parser
+from pydantic import ValidationError as PydanticValidationError
 
 from approvals import broadcast, outage, permissions, ratelimit, safejson, selectors
 from approvals.api.auth import AgentRequest, agent_auth, agent_or_reviewer_auth, reviewer_auth, still_holds
@@ -37,6 +38,7 @@ from approvals.api.schemas import (
     DecideIn,
     ErrorOut,
     ExtendedOut,
+    ExtendIn,
     GrantOut,
     InboxItemOut,
     RelayIn,
@@ -652,16 +654,65 @@ def decide(request: HttpRequest, response: HttpResponse, request_id: UUID, paylo
     return as_built(request, response, _answered(ir))
 
 
+SchemaT = TypeVar("SchemaT", bound=Schema)
+
+# What an HTTP library sends for a POST given no data (Django's test client, ``curl -d ''``), and a browser's
+# form (with its CSRF token) posting to a reviewer's endpoint in its session.
+_FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+def _optional_body(request: HttpRequest, schema: type[SchemaT]) -> SchemaT | None:
+    """The body of an endpoint that takes one optionally, checked against ``schema``: None when there is none,
+    as such requests were sent before the endpoint read a body (nothing, white space, or a form without the
+    schema's fields: a form's fields are read as the page's form posts them, other fields ignored as a JSON
+    body's are). Any other body is a JSON object, parsed as every body is (`StrictJsonParser`), with the same
+    400s."""
+    if request.content_type in _FORMS:
+        given = {name: request.POST.getlist(name) for name in schema.model_fields if name in request.POST}
+        if twice := next((name for name, values in given.items() if len(values) > 1), None):
+            # As in a JSON body: which of the two would a proxy or filter in front of the hub have read?
+            raise HttpError(400, "Cannot parse request body") from DuplicateKey(twice)
+        if not given:
+            return None
+        data: Any = {name: values[0] for name, values in given.items()}
+    elif not request.body.strip():
+        return None
+    else:
+        try:
+            data = api.parser.parse_body(request)
+        except Exception as exc:  # mapped by on_http_error, as ninja maps a declared body's
+            raise HttpError(400, "Cannot parse request body") from exc
+    try:
+        return schema.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ValidationError(
+            [{**problem, "loc": ("body", *problem["loc"])} for problem in exc.errors(include_url=False)]
+        ) from None
+
+
+def _body_document(schema: type[Schema]) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of an optional body read by `_optional_body`."""
+    document = schema.model_json_schema()
+    return {"requestBody": {"required": False, "content": {"application/json": {"schema": document}}}}
+
+
 @api.post(
     "/input-requests/{request_id}/extend",
     auth=reviewer_auth,
     response={200: ExtendedOut, **ERRORS},
     tags=["reviewers"],
+    openapi_extra=_body_document(ExtendIn),
 )
 def extend(request: HttpRequest, response: HttpResponse, request_id: UUID) -> HttpResponse:
     """Extend the deadline of the round holding a pending input request, where its policy allows it
-    (``extend_by``, at most ``max_extensions`` times; never past the server's own deadline)."""
-    rnd = extensions.round_extend(input_request_id=request_id, user=request.user)
+    (``extend_by``, at most ``max_extensions`` times; never past the server's own deadline).
+
+    Optionally with a JSON body ``{"seen": "<the deadline as last read>"}``: two clients (or a retry) that
+    both saw the same deadline extend it once; the other gets 409 ``already_extended``. Without a body, each
+    request extends."""
+    payload = _optional_body(request, ExtendIn)
+    seen = payload.seen if payload is not None else None
+    rnd = extensions.round_extend(input_request_id=request_id, user=request.user, seen=seen)
     return as_built(request, response, {"id": str(request_id), "deadline": rnd.deadline.isoformat()})
 
 
@@ -714,10 +765,13 @@ def grant_list(
     tags=["grants"],
 )
 def grant_revoke(request: HttpRequest, response: HttpResponse, grant_id: UUID) -> HttpResponse:
-    """Revoke a grant (a reviewer of its team): the next call it would have let through stops at its gate."""
-    if isinstance(request.auth, AgentClient):  # type: ignore[attr-defined]
+    """Revoke a grant (a reviewer of its team): the next call it would have let through stops at its gate.
+    A refused revoke is recorded (``grant.refused``)."""
+    who = request.auth  # type: ignore[attr-defined]
+    if isinstance(who, AgentClient):
+        grants.refuse_by_id(grant_id, by=who, code="forbidden")
         raise Forbidden("An agent cannot revoke grants; a reviewer of the grant's team can.")
-    grant = grants.listing(user=request.user).filter(pk=grant_id).first()
+    grant = grants.for_revoke(grant_id=grant_id, user=request.user)
     if grant is None:
         raise Http404
     return as_built(request, response, selectors.grant_item(grants.revoke(grant=grant, by=request.user)))

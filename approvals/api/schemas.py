@@ -6,18 +6,26 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ninja import Field, Schema
-from pydantic import field_validator
+from pydantic import AwareDatetime, field_validator
 
+from approvals.services.answers import MAX_REASON
 from approvals.services.calls import MAX_LABEL
 
 MAX_IDEMPOTENCY_KEY = 200  # ToolCall.idempotency_key's length
-MAX_REASON = 2000
 
 
 def _no_reason(value: Any) -> Any:
     """An optional ``reason`` sent as null is one not given, as clients that serialise absent fields as null
     send it."""
     return "" if value is None else value
+
+
+def _reason_field() -> Any:
+    """A decision's ``reason``: its length is the answer's service's to check (`answers.input_respond`),
+    after what became of the request: a client is told first that the request was decided meanwhile (409),
+    as it is with a short reason, not that a reason it need not resend was too long. And it counts a line
+    break sent as CRLF once, as a browser's textarea does."""
+    return Field("", json_schema_extra={"maxLength": MAX_REASON})
 
 
 def _at() -> Any:
@@ -49,7 +57,7 @@ class RelayIn(CallIn):
 class RespondIn(Schema):
     action: Literal["accept", "decline", "cancel"]
     content: Any = None
-    reason: str = Field("", max_length=MAX_REASON)
+    reason: str = _reason_field()
 
     _reason = field_validator("reason", mode="before")(_no_reason)
 
@@ -59,10 +67,30 @@ class DecideIn(Schema):
 
     decision: Literal["approve", "edit", "decline"]
     arguments: dict[str, Any] | None = None
-    reason: str = Field("", max_length=MAX_REASON)
+    reason: str = _reason_field()
     grant: dict[str, Any] | None = None
 
     _reason = field_validator("reason", mode="before")(_no_reason)
+
+
+def _a_text(value: Any) -> Any:
+    """A time as the API gives it: ISO 8601 text (pydantic would also take a number, as Unix seconds)."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError("must be an ISO 8601 date and time, with its zone")
+    return value
+
+
+class ExtendIn(Schema):
+    """The optional body of an extension: the deadline it extends, as the client last read it."""
+
+    seen: AwareDatetime | None = Field(
+        None,
+        description="The round's deadline as last read (the inbox item's or the call's `deadline`, ISO 8601 "
+        "with its zone). When the deadline is no longer this one (extended meanwhile), the extension is "
+        "refused (409 `already_extended`) instead of added again. Left out: every request extends.",
+    )
+
+    _seen = field_validator("seen", mode="before")(_a_text)
 
 
 class Created(Schema):

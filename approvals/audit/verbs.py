@@ -49,6 +49,7 @@ VERBS: tuple[str, ...] = (
     "gate.grant_lapsed",
     "grant.created",
     "grant.revoked",
+    "grant.refused",
     # Holder processes (handshake-era and stdio sessions)
     "holder.lost",
     # MCP servers

@@ -185,13 +185,13 @@ def input_respond(
     if not permissions.can_answer(user, ir):
         # Ids are random UUIDs, so saying "not yours" reveals nothing guessable; it is recorded.
         if ir.assignee_id:
-            raise _refuse(
+            raise refuse(
                 ir,
                 user,
                 "not_the_assignee",
                 "This sign-in link was made for someone else; only they can open it.",
             )
-        raise _refuse(
+        raise refuse(
             ir, user, "not_a_reviewer", "You are not a reviewer for the team this request is routed to."
         )
     if ir.status != InputRequest.Status.PENDING:
@@ -270,15 +270,16 @@ def input_respond(
     return ir
 
 
-def _refuse(ir: InputRequest, user: Any, code: str, message: str) -> Forbidden:
-    """Record a refusal (they are part of the history too) in its own transaction, then raise it."""
+def refuse(ir: InputRequest, user: Any, code: str, message: str, **more: Any) -> Forbidden:
+    """Record a refusal (they are part of the history too) in its own transaction, and return it to raise.
+    ``more``: what else the event says (what was refused, when it was not an answer)."""
     with transaction.atomic():
         audit.record(
             actor=Actor.user(user),
             verb="input.refused",
             call=ir.round.call,
             input_request=ir,
-            data={"key": ir.key, "code": code},
+            data={"key": ir.key, "code": code, **more},
         )
     return Forbidden(message, code=code)
 
@@ -289,14 +290,14 @@ def _check_policy(ir: InputRequest, call: Any, user: Any) -> None:
     # A url-mode request made for its assignee is theirs to open: that is not approving one's own call.
     if forbid_self and ir.assignee_id is None:
         if call.on_behalf_of_id and call.on_behalf_of_id == user.pk:
-            raise _refuse(
+            raise refuse(
                 ir,
                 user,
                 "self_approval",
                 "You cannot answer this request: the agent asked on your behalf. Another reviewer must.",
             )
         if call.agent and call.agent.owner_id and call.agent.owner_id == user.pk:
-            raise _refuse(
+            raise refuse(
                 ir,
                 user,
                 "self_approval",
@@ -306,7 +307,7 @@ def _check_policy(ir: InputRequest, call: Any, user: Any) -> None:
         fresh_after = timezone.now() - timedelta(seconds=policy.reauth_within)
         signed_in = permissions.signed_in_at(user)  # this browser session's sign-in; a token's: any
         if signed_in is None or signed_in < fresh_after:
-            raise _refuse(
+            raise refuse(
                 ir, user, "reauth_required", "This policy needs a recent sign-in: sign in again, then answer."
             )
 

@@ -23,8 +23,8 @@ from approvals import broadcast, permissions
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import InputRequest, McpServer, Policy, Round
-from approvals.services.answers import no_longer_pending
-from approvals.services.errors import Conflict, Forbidden, NotFound, moment
+from approvals.services.answers import no_longer_pending, refuse
+from approvals.services.errors import Conflict, NotFound, moment
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,13 @@ def deadline_close(ir: InputRequest, now: datetime | None = None) -> bool:
     return 0 < left < window
 
 
+def _same_moment(seen: datetime, deadline: datetime) -> bool:
+    """``seen`` is the deadline as a client read it, to the millisecond: a client keeping times as
+    JavaScript's ``Date`` does sends it back so. (An extension moves a deadline further than that, but for
+    one the server's own deadline cuts short, after which no extension is left to add.)"""
+    return abs(seen - deadline) < timedelta(milliseconds=1)
+
+
 def round_extend(*, input_request_id: Any, user: Any, seen: datetime | None = None) -> Round:
     """Extend the deadline of the round holding the request by its policy's ``extend_by`` (see the module).
     Returns the round with its new deadline.
@@ -171,8 +178,13 @@ def round_extend(*, input_request_id: Any, user: Any, seen: datetime | None = No
     if ir is None:
         raise NotFound(_("No such input request."))
     if not permissions.can_answer(user, ir):
-        raise Forbidden(
-            _("Only a reviewer who may answer this request can extend its deadline."), code="not_a_reviewer"
+        # Recorded, as a refused answer is: someone who may not answer the request tried to move its deadline.
+        raise refuse(
+            ir,
+            user,
+            "not_a_reviewer",
+            _("Only a reviewer who may answer this request can extend its deadline."),
+            refused="extend",
         )
     with transaction.atomic():
         # The round first (the lock order: round, gate, call): answers and the expiry sweep take it too, so
@@ -209,7 +221,7 @@ def round_extend(*, input_request_id: Any, user: Any, seen: datetime | None = No
                 % {"when": moment(rnd.deadline)},
                 code="already_answered",
             )
-        if seen is not None and seen != rnd.deadline:
+        if seen is not None and not _same_moment(seen, rnd.deadline):
             raise Conflict(
                 _("The deadline was already extended meanwhile: it is now %(when)s.")
                 % {"when": moment(rnd.deadline)},

@@ -42,6 +42,17 @@ def gate_decide(
     ir = InputRequest.objects.filter(pk=input_request_id).first()
     if ir is None or not is_gate(ir):
         raise NotFound("No such gate.")
+    if not permissions.can_answer(user, ir):
+        # Refused, and recorded, before anything of the body is read: a grant's conditions are checked against
+        # the gate's arguments, so their 400 would tell someone outside the team what the call holds.
+        answers.input_respond(
+            input_request_id=ir.pk, user=user, action=InputRequest.Action.DECLINE, check_only=True
+        )
+    elif ir.status != InputRequest.Status.PENDING:
+        # What became of the gate is the news, not what is wrong with a decision that came too late.
+        raise answers.no_longer_pending(ir, user)
+    else:
+        check_deadline(ir)
     if decision not in ("approve", "edit", "decline"):
         raise Invalid(
             "decision must be approve, edit or decline.",
@@ -58,12 +69,6 @@ def gate_decide(
         )
     grants = _grants()
     choice = None
-    if grant is not None and permissions.can_answer(user, ir):
-        # What became of the gate (decided, cancelled, expired) is the news, not what the grant asked for with
-        # the decision would have been refused for. (One who may not answer is refused by input_respond.)
-        if ir.status != InputRequest.Status.PENDING:
-            raise answers.no_longer_pending(ir, user)
-        check_deadline(ir)
     if grant is not None:
         if grants is None:
             raise Invalid(
@@ -99,7 +104,7 @@ def gate_decide(
             approved = arguments if decision == "edit" else (ir.params or {}).get("arguments")
             choice = grants.check_choice(choice, approved)
     action = InputRequest.Action.DECLINE if decision == "decline" else InputRequest.Action.ACCEPT
-    # Not one transaction with the grant: a refused answer is audited in its own (answers._refuse).
+    # Not one transaction with the grant: a refused answer is audited in its own (answers.refuse).
     ir = answers.input_respond(
         input_request_id=ir.pk,
         user=user,

@@ -446,8 +446,10 @@ def describe_end(grant: Grant) -> str:
 
 def revoke(*, grant: Grant, by: Any) -> Grant:
     """Stop the grant: the next call it would have covered opens a gate again. A reviewer of the grant's team
-    (or a superuser) may; a grant already revoked or expired is a Conflict that says since when."""
+    (or a superuser) may; anyone else is refused, and the refusal recorded (``refuse``). A grant already
+    revoked or expired is a Conflict that says since when."""
     if not permissions.can_revoke_grant(by, grant):
+        refuse(grant, by=by, code="forbidden")
         raise Forbidden("Only a reviewer of the grant's team can revoke it.", code="forbidden")
     now = timezone.now()
     with transaction.atomic():
@@ -467,6 +469,38 @@ def revoke(*, grant: Grant, by: Any) -> Grant:
                 "uses": grant.uses,
             },
         )
+    return grant
+
+
+def refuse(grant: Grant, *, by: Any, code: str) -> None:
+    """Record a refused revoke of ``grant`` (refusals are part of the history too, as a refused answer's
+    ``input.refused`` is) in its own transaction, so the error that follows rolls nothing of it back.
+    ``by``: the user or agent refused; ``code``: the error they were answered. The grant is named, never its
+    arguments or conditions."""
+    actor = Actor.agent(by) if isinstance(by, AgentClient) else Actor.user(by)
+    with transaction.atomic():
+        audit.record(
+            actor=actor,
+            verb="grant.refused",
+            call=grant.source_call,
+            team_slug=grant.team.slug,
+            data={"grant": str(grant.pk), "code": code, "server": grant.server.slug, "tool": grant.tool},
+        )
+
+
+def refuse_by_id(grant_id: Any, *, by: Any, code: str) -> None:
+    """A revoke refused before the grant was looked at (an agent's): recorded when the grant exists."""
+    grant = Grant.objects.select_related("team", "server", "source_call").filter(pk=grant_id).first()
+    if grant is not None:
+        refuse(grant, by=by, code=code)
+
+
+def for_revoke(*, grant_id: Any, user: Any) -> Grant | None:
+    """The grant ``user`` asks to revoke, when it is one they may see (``listing``). None otherwise (answered
+    as not found); a revoke of a grant that exists, but of another team, is recorded as refused."""
+    grant = listing(user=user).filter(pk=grant_id).first()
+    if grant is None:
+        refuse_by_id(grant_id, by=user, code="not_found")
     return grant
 
 
