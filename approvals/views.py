@@ -560,13 +560,20 @@ def extend(request: HttpRequest, pk: UUID) -> HttpResponse:
     """Add the policy's extension to the request's deadline (``extensions.round_extend``), then show the
     request again; a refusal is said on the request's page."""
     ir = _get_request_for_user(request.user, pk)
-    try:
-        # The deadline the page offered to extend: a second click (or tab) on the same offer adds nothing.
-        seen: datetime | None = datetime.fromisoformat(request.POST.get("seen", ""))
-    except ValueError:
-        seen = None
-    if seen is not None and seen.tzinfo is None:
-        seen = None
+    # The deadline the page offered to extend: a second click (or tab) on the same offer adds nothing. A form
+    # without one (an older page) extends as before; one that cannot be read extends nothing, since
+    # extending without the guard it asked for could add a second extension.
+    seen: datetime | None = None
+    if "seen" in request.POST:
+        try:
+            seen = datetime.fromisoformat(request.POST["seen"])
+        except ValueError:
+            seen = None
+        if seen is None or seen.tzinfo is None:
+            error = _(
+                "The deadline this page offered to extend could not be read. Reload the page and try again."
+            )
+            return _request_page(request, ir, error=error, status=400)
     try:
         rnd = extensions.round_extend(input_request_id=ir.pk, user=request.user, seen=seen)
     except ServiceError as exc:

@@ -120,3 +120,16 @@ def test_the_pages_offer_posted_twice_extends_once(world) -> None:
     assert second.status_code == 409
     assert "already extended meanwhile" in second.content.decode()
     assert Round.objects.get(pk=ir.round_id).extensions == 1
+
+
+@pytest.mark.parametrize("seen", ["", "tomorrow", "2026-12-07T10:00:00"])
+def test_an_offer_whose_deadline_cannot_be_read_extends_nothing(world, seen: str) -> None:
+    """A form naming a deadline the hub cannot read (none given, not a date, no zone) is refused: extending
+    without the guard it asked for could add a second extension."""
+    alice, _, ir = world
+    browser = Client()
+    browser.force_login(alice)
+    refused = browser.post(f"/requests/{ir.pk}/extend/", {"seen": seen})
+    assert refused.status_code == 400
+    assert "could not be read" in refused.content.decode()
+    assert Round.objects.get(pk=ir.round_id).extensions == 0
