@@ -339,7 +339,7 @@ def test_a_filtered_export_verifies_its_events_but_not_its_completeness(
 
 
 def test_a_csv_export_with_rows_removed_says_where_it_skips(root: Client, events, tmp_path: Path) -> None:
-    lines = download(root, "csv").decode().splitlines(keepends=True)
+    lines = download(root, "csv").decode("utf-8-sig").splitlines(keepends=True)
     ids = [int(row["id"]) for row in csv.DictReader(lines)]
     result = verify_offline(tmp_path, "export.csv", "".join(lines[:2] + lines[4:]).encode())
     assert result.returncode == 0

@@ -22,7 +22,7 @@ import math
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -31,6 +31,8 @@ from typing import Any
 import redis.exceptions
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.db.models import Case, Func, IntegerField, QuerySet, TextField, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from approvals import safejson
@@ -81,6 +83,11 @@ class Actor:
 _HUB_TOKEN = re.compile(r"\beh[ap]_[A-Za-z0-9_-]{43}")
 # "Basic internationalization" is words: a credential is one long run of token characters with a digit.
 _AUTH_VALUE = re.compile(r"\s*(bearer|basic)\s+(?=\S*\d)[A-Za-z0-9._~+/=-]{16,}\s*", re.IGNORECASE)
+# The password of an address that carries one (postgres://app:PASSWORD@db/app, redis://:PASSWORD@cache),
+# anywhere in a text: up to the authority's last "@", as a password may hold an unencoded "@". Found from
+# "://" on, not from the scheme: a search that starts at every word would take seconds on a megabyte. One
+# already masked as the admin shows it (``urlsafety.shown``: user:***@) stays as it is.
+_URL_PASSWORD = re.compile(r"://([^\s/?#@:]*):(?!\*\*\*@)[^\s/?#]*@")
 
 
 def redact(value: Any) -> Any:
@@ -99,7 +106,9 @@ def redact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact(item) for item in value]
     if isinstance(value, str):
-        return REDACTED if _AUTH_VALUE.fullmatch(value) else _HUB_TOKEN.sub(REDACTED, value)
+        if _AUTH_VALUE.fullmatch(value):
+            return REDACTED
+        return _URL_PASSWORD.sub(rf"://\1:{REDACTED}@", _HUB_TOKEN.sub(REDACTED, value))
     return value
 
 
@@ -411,13 +420,81 @@ def chain_anchor() -> tuple[str, int | None]:
     return str(pruned.get("last_hash", "")), pruned.get("last_id")
 
 
+# Walks of the whole chain made again when a prune moved its start meanwhile (see ``verify``).
+_WALK_ATTEMPTS = 3
+
+
 def verify(events: Iterable[AuditEvent] | None = None) -> ChainReport:
-    """Walk the chain in id order; name the first row whose hash or link does not match."""
-    anchor, pruned_through = chain_anchor()
+    """Walk the chain in id order; name the first row whose hash or link does not match.
+
+    The chain's start and its rows are read a chunk at a time, each as it is then (one snapshot held for the
+    whole walk, minutes on a long chain, would hold back every table's vacuum). A prune committed meanwhile
+    makes what follows look broken: the first row links to the start the prune recorded, not to the one read,
+    or events the walk had not reached are gone. A walk that fails while the chain's start moved is made
+    again from the new start (a prune never removes a part that does not verify, so a real break stays)."""
     if events is not None:
+        anchor, pruned_through = chain_anchor()
         return _verify_rows((_values(event) for event in events), anchor, pruned_through)
-    with closing(AuditEvent.objects.order_by("id").values(*ROW_FIELDS).iterator(chunk_size=5000)) as rows:
-        return _verify_rows(rows, anchor, pruned_through)
+    for _ in range(_WALK_ATTEMPTS):
+        start = chain_anchor()
+        report = _verify_rows(_rows(AuditEvent.objects.all()), *start)
+        if report.ok or chain_anchor() == start:
+            break
+    return report
+
+
+# A walk reads at most WALK_ROWS events at a time, and about WALK_BYTES of their data: an event's data may be
+# as large as a call's arguments (ELICIT_MAX_BODY), and thousands of such events read at once would take
+# gigabytes. One larger event is read alone.
+WALK_ROWS = 5000
+WALK_BYTES = 8 * 1024 * 1024
+
+
+def in_chunks(
+    qs: QuerySet[AuditEvent], *, through_id: int | None = None, rows: int = 0, budget: int = 0
+) -> Iterator[list[dict[str, Any]]]:
+    """The events of ``qs`` (up to ``through_id``) in id order as ROW_FIELDS values, a chunk at a time: at
+    most ``rows`` events (WALK_ROWS) and about ``budget`` bytes of data (WALK_BYTES).
+
+    Each chunk first reads the ids and data sizes of the next matching events (``id > last``, so a chunk
+    never repeats or skips one), then the rows of as many as fit the budget (always at least one), so what
+    is held at a time never depends on how large the events that follow each other happen to be. The sizes
+    read are of about twice as many events as the chunk before held, so large events are not sized over and
+    over. A size costs nothing for data stored as it is (small, or out of line uncompressed:
+    ``pg_column_size``); compressed data is sized as text.
+    """
+    rows, budget = rows or WALK_ROWS, budget or WALK_BYTES
+    size = Case(
+        When(compression__isnull=True, then=Func("data", function="pg_column_size")),
+        default=Func(Cast("data", TextField()), function="octet_length"),
+        output_field=IntegerField(),
+    )
+    bounded = qs if through_id is None else qs.filter(id__lte=through_id)
+    last, probe = 0, rows
+    while True:
+        sized = list(
+            bounded.filter(id__gt=last)
+            .order_by("id")
+            .annotate(compression=Func("data", function="pg_column_compression", output_field=TextField()))
+            .annotate(size=size)
+            .values_list("id", "size")[:probe]
+        )
+        if not sized:
+            return
+        ids: list[int] = []
+        total = 0
+        for event_id, data_size in sized:
+            total += data_size
+            if ids and total > budget:
+                break
+            ids.append(event_id)
+        last, probe = ids[-1], min(rows, 2 * len(ids))
+        yield list(AuditEvent.objects.filter(id__in=ids).order_by("id").values(*ROW_FIELDS))
+
+
+def _rows(qs: QuerySet[AuditEvent]) -> Iterator[dict[str, Any]]:
+    for chunk in in_chunks(qs):
+        yield from chunk
 
 
 def _verify_rows(
@@ -485,6 +562,17 @@ def head_matches(saved: Mapping[str, Any]) -> bool:
     return current == saved.get("head_hash")
 
 
+def removing_prune(event_id: int) -> AuditEvent | None:
+    """The oldest ``audit.pruned`` event still kept whose range reaches ``event_id``: the record of the prune
+    that removed it, or of a later one that removed that record too. None when no prune covers it."""
+    return (
+        AuditEvent.objects.filter(verb=PRUNED, data__last_id__gte=event_id)
+        .order_by("id")
+        .only("id", "at", "actor_label", "data")
+        .first()
+    )
+
+
 def _verify_since(saved: Mapping[str, Any]) -> ChainReport | None:
     """The events after the head the previous check recorded, chained from its hash; None when that head is
     gone or changed (the whole chain is walked then, to say what happened)."""
@@ -494,10 +582,11 @@ def _verify_since(saved: Mapping[str, Any]) -> ChainReport | None:
     current = AuditEvent.objects.filter(pk=head_id).values_list("hash", flat=True).first()
     if current is None or current != saved.get("head_hash"):
         return None
-    anchor, _ = chain_anchor()
-    newer = AuditEvent.objects.filter(id__gt=head_id).order_by("id").values(*ROW_FIELDS)
-    with closing(newer.iterator(chunk_size=5000)) as rows:
-        report = _verify_rows(rows, anchor, start=str(saved["head_hash"]), start_id=head_id)
+    anchor = chain_anchor()
+    newer = _rows(AuditEvent.objects.filter(id__gt=head_id))
+    report = _verify_rows(newer, anchor[0], start=str(saved["head_hash"]), start_id=head_id)
+    if not report.ok and chain_anchor() != anchor:
+        return None  # a prune committed meanwhile, and may have removed events ahead of the walk
     if report.ok and report.head_id is None:  # nothing new since
         report = replace(report, head_id=head_id, head_hash=str(saved["head_hash"]))
     return replace(report, since_id=head_id)
@@ -712,7 +801,6 @@ def _prefix(before: datetime) -> _Prefix | None:
 
 
 def _verify_prefix(prefix: _Prefix) -> ChainReport:
-    rows = AuditEvent.objects.filter(id__lte=prefix.last_id).order_by("id").values(*ROW_FIELDS)
-    # Closed here, not when collected: a server-side cursor must not outlive a rolled-back savepoint.
-    with closing(rows.iterator(chunk_size=5000)) as chunked:
-        return _verify_rows(chunked, prefix.anchor, prefix.pruned_through)
+    # Unlocked, a prune committed meanwhile makes it fail: ``prune`` walks it again under the chain lock.
+    rows = _rows(AuditEvent.objects.filter(id__lte=prefix.last_id))
+    return _verify_rows(rows, prefix.anchor, prefix.pruned_through)

@@ -17,8 +17,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Case, Func, IntegerField, QuerySet, TextField, When
-from django.db.models.functions import Cast
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 
@@ -58,41 +57,11 @@ def export_start(
 
 
 def chunks(qs: QuerySet[AuditEvent], through_id: int) -> Iterator[list[dict[str, Any]]]:
-    """The events up to ``through_id`` in id order, a chunk at a time: at most CHUNK events and about
-    CHUNK_BYTES of data (an event's data may be as large as a call's arguments, up to ELICIT_MAX_BODY each).
-
-    Each chunk first reads the ids and data sizes of the next matching events, then the rows of as many as fit
-    the budget (always at least one), so what is held at a time never depends on how large the events that
-    follow each other happen to be. The sizes read are of about twice as many events as the chunk before held,
-    so large events are not sized over and over. A size costs nothing for data stored as it is (small, or out
-    of line uncompressed: ``pg_column_size``); compressed data is sized as text.
-    """
-    size = Case(
-        When(compression__isnull=True, then=Func("data", function="pg_column_size")),
-        default=Func(Cast("data", TextField()), function="octet_length"),
-        output_field=IntegerField(),
-    )
-    last, probe = 0, CHUNK
-    while True:
-        sized = list(
-            qs.filter(id__gt=last, id__lte=through_id)
-            .order_by("id")
-            .annotate(compression=Func("data", function="pg_column_compression", output_field=TextField()))
-            .annotate(size=size)
-            .values_list("id", "size")[:probe]
-        )
-        if not sized:
-            return
-        ids: list[int] = []
-        total = 0
-        for event_id, data_size in sized:
-            total += data_size
-            if ids and total > CHUNK_BYTES:
-                break
-            ids.append(event_id)
-        last, probe = ids[-1], min(CHUNK, 2 * len(ids))
-        values = AuditEvent.objects.filter(id__in=ids).order_by("id").values(*audit.ROW_FIELDS)
-        yield [audit.export_row(row) for row in values]
+    """The events up to ``through_id`` in id order, a chunk at a time (``audit.in_chunks``): at most CHUNK
+    events and about CHUNK_BYTES of data (an event's data may be as large as a call's arguments, up to
+    ELICIT_MAX_BODY each)."""
+    for rows in audit.in_chunks(qs, through_id=through_id, rows=CHUNK, budget=CHUNK_BYTES):
+        yield [audit.export_row(row) for row in rows]
 
 
 def jsonl_lines(qs: QuerySet[AuditEvent], header: dict[str, Any]) -> Iterator[bytes]:
@@ -107,8 +76,14 @@ def jsonl_lines(qs: QuerySet[AuditEvent], header: dict[str, Any]) -> Iterator[by
     yield _json_line({"type": "trailer", "count": digest.count, "digest": digest.hexdigest()})
 
 
+# Excel reads a CSV file without a byte order mark in the system's legacy code page, so "Grüße" would show as
+# "GrÃ¼ÃŸe": the mark makes it read UTF-8. The offline verifier and Python's "utf-8-sig" skip it.
+BOM = "\ufeff"
+
+
 def csv_lines(qs: QuerySet[AuditEvent], header: dict[str, Any]) -> Iterator[bytes]:
     buffer = io.StringIO()
+    buffer.write(BOM)
     writer = csv.writer(buffer)
     writer.writerow(COLUMNS)
     for rows in chunks(qs, header["through_id"]):

@@ -393,7 +393,7 @@ _CSV_FIELD_LIMIT = 2**31 - 1
 
 def verify_csv(lines: Iterable[str], *, head: Mapping[str, Any] | None = None) -> Result:
     csv.field_size_limit(_CSV_FIELD_LIMIT)
-    reader = csv.DictReader(lines)
+    reader = csv.DictReader(_without_bom(lines))
     span = Span(pin=None if head is None else head["head_id"])
     try:
         if reader.fieldnames != COLUMNS:
@@ -404,6 +404,16 @@ def verify_csv(lines: Iterable[str], *, head: Mapping[str, Any] | None = None) -
     if not result.ok:
         return result
     return span.finish(_CSV, head, reader.line_num)
+
+
+def _without_bom(lines: Iterable[str]) -> Iterator[str]:
+    """`lines` without the byte order mark a CSV export starts with (for Excel), however it was read."""
+    iterator = iter(lines)
+    first = next(iterator, None)
+    if first is None:
+        return
+    yield first.removeprefix("\ufeff")
+    yield from iterator
 
 
 def verify_file(path: Path, *, head: Mapping[str, Any] | None = None) -> Result:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +41,7 @@ class Command(HubCommand):
                     f"{options['head']} is not a head saved by export_audit_head "
                     "(a JSON object with head_id and head_hash)"
                 )
-            if not audit.head_matches(saved):
-                if not AuditEvent.objects.filter(pk=saved["head_id"]).exists():
-                    raise CommandError(
-                        f"event #{saved['head_id']}, the saved head, is gone and no prune removed it: the "
-                        "events from it on were cut"
-                    )
-                raise CommandError(
-                    f"event #{saved.get('head_id')} no longer has the saved hash: the chain was rewritten"
-                )
-            self.stdout.write(f"saved head #{saved.get('head_id')} matches")
+            self.stdout.write(_saved_head(saved))
         elif report.recorded_head_id is not None:
             self.stdout.write(f"the head the last check recorded (#{report.recorded_head_id}) is still there")
         self.stdout.write(f"audit chain intact: {report.checked} events verified")
@@ -62,3 +54,53 @@ def _is_head(saved: object) -> bool:
         return False
     head_id = saved["head_id"]
     return head_id is None or (isinstance(head_id, int) and not isinstance(head_id, bool))
+
+
+def _saved_head(saved: dict[str, Any]) -> str:
+    """What a saved head says of the chain now; CommandError when it shows the chain was rewritten or cut."""
+    head_id = saved["head_id"]
+    if head_id is None:
+        return "the saved head is of an empty chain: it vouches for nothing"
+    current = AuditEvent.objects.filter(pk=head_id).values_list("hash", flat=True).first()
+    if current == saved["head_hash"]:
+        return f"saved head #{head_id} matches"
+    if current is not None:
+        raise CommandError(f"event #{head_id} no longer has the saved hash: the chain was rewritten")
+    prune = audit.removing_prune(head_id)
+    if prune is None:
+        raise CommandError(
+            f"event #{head_id}, the saved head, is gone and no prune removed it: the events from it on were "
+            "cut"
+        )
+    if problem := _contradiction(saved, prune.data):
+        raise CommandError(
+            f"event #{head_id}, the saved head, is gone, and the audit.pruned event #{prune.id} that would "
+            f"have removed it {problem}: that prune was not the hub's retention, the events through "
+            f"#{prune.data.get('last_id')} were cut"
+        )
+    # Any session that may write the table can record a prune; only whoever ran it can say it was theirs.
+    return (
+        f"saved head #{head_id} was removed by a prune (audit.pruned event #{prune.id}, by "
+        f"{prune.actor_label!r} at {prune.at.isoformat()}, through #{prune.data.get('last_id')}, of events "
+        f"before {prune.data.get('before')}): it vouches for nothing left; save a newer head, and if no one "
+        "here ran that prune, the events it names were cut"
+    )
+
+
+def _contradiction(saved: dict[str, Any], pruned: dict[str, Any]) -> str:
+    """What in a prune's record cannot be true of the saved head it removed, if anything: the hub's retention
+    records the hash of the last event it removes, and removes only events older than its ``before``."""
+    head_id = saved["head_id"]
+    if pruned.get("last_id") == head_id and pruned.get("last_hash") != saved["head_hash"]:
+        return "records another hash for it"
+    if not (isinstance(pruned.get("first_id"), int) and pruned["first_id"] <= head_id):
+        return ""  # a later prune's record: the one that removed the saved head is gone with it
+    try:
+        head_at = datetime.fromisoformat(str(saved.get("head_at")))
+        before = datetime.fromisoformat(str(pruned.get("before")))
+        newer = head_at >= before
+    except (TypeError, ValueError):
+        return ""  # a head saved without its time, or a record without one: nothing to compare
+    if not newer:
+        return ""
+    return f"says it removed only events before {before.isoformat()}, and it is from {head_at.isoformat()}"
