@@ -33,6 +33,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.sessions.backends import db as db_sessions
 from django.utils import translation
 from django.utils.translation.trans_real import parse_accept_lang_header
 from redis.exceptions import RedisError
@@ -115,6 +116,20 @@ def _session_user(scope: dict[str, Any]) -> Any | None:
     return user if user.is_authenticated else None
 
 
+def _session_end(scope: dict[str, Any]) -> float | None:
+    """When the socket's session ends as stored (a timestamp; 0 when it is gone), for the database-backed
+    session engines; None when the engine does not say. No counter moves when a session merely expires: the
+    socket watches the time itself."""
+    session = scope.get("session")
+    key = getattr(session, "session_key", None) if session is not None else None
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if not key or not issubclass(store, db_sessions.SessionStore):
+        return None
+    rows = store.get_model_class().objects.filter(session_key=key)
+    end = rows.values_list("expire_date", flat=True).first()
+    return end.timestamp() if end is not None else 0.0
+
+
 def _language(scope: dict[str, Any]) -> str:
     header = _header(scope, b"accept-language")
     for code, _q in parse_accept_lang_header(header):
@@ -171,6 +186,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self._refused = False  # closed for what the client sent: later frames are not read
         self._allowance, self._allowance_at = float(MESSAGE_BURST), time.monotonic()
         self._joined_at = 0.0
+        self._session_ends: float | None = None  # read with the groups (`_allowed_groups`)
         await self._join()
         await self.accept()
         await self.send_json({"type": "hello", "groups": self.groups_joined})
@@ -221,7 +237,13 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             self._scope_value, self._scope_read_at = NOBODY, time.monotonic()
             return False
         self.user = user
+        self._session_ends = _session_end(self.scope)
         return True
+
+    def _session_over(self) -> bool:
+        """Whether the session's end, as last read, has passed: the user is then read again before anything
+        more is sent (a session extended meanwhile carries on; one that expired is closed)."""
+        return self._session_ends is not None and time.time() >= self._session_ends
 
     async def _close_signed_out(self) -> bool:
         """Close a socket whose user is no longer signed in (True), leaving its groups at once."""
@@ -239,6 +261,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         user = self.user
         version, now = broadcast.scopes_version(), time.monotonic()
         self._groups_version = version
+        self._session_ends = _session_end(self.scope)
         if user.is_superuser:
             slugs: list[str | None] = [*Team.objects.values_list("slug", flat=True), None]
             scope = permissions.scope_of(user)
@@ -307,7 +330,8 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         left: list[str] = []
         try:
             current = await self._counters([*self._heard(), scopes])
-            if time.monotonic() - self._joined_at >= REJOIN_EVERY or current[scopes] != self._groups_version:
+            due = time.monotonic() - self._joined_at >= REJOIN_EVERY or self._session_over()
+            if due or current[scopes] != self._groups_version:
                 left = await self._join()
                 if self.signed_out:
                     return
@@ -474,7 +498,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         event do not each query the database for a scope nothing changed. When the scopes' counter moved
         since, the user is read again too (`_still_signed_in`): signed out, the scope is NOBODY."""
         now = time.monotonic()
-        if self.signed_out:
+        if self.signed_out or (self._session_over() and not self._still_signed_in()):
             return NOBODY
         if self._scope_value is None or now - self._scope_read_at > SCOPE_TTL:
             version = broadcast.scopes_version()  # before the teams: a change committed meanwhile moves it
@@ -490,7 +514,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
     async def _confirmed_scope(self) -> permissions.Scope | None:
         """The scope, when it is known to hold without reading it again (see SCOPE_TTL), else None."""
         scope, age = self._scope_value, time.monotonic() - self._scope_read_at
-        if scope is None or age > SCOPE_MAX_AGE or self._scope_version is None:
+        if scope is None or age > SCOPE_MAX_AGE or self._scope_version is None or self._session_over():
             return None
         if age <= SCOPE_TTL:
             return scope

@@ -144,8 +144,10 @@
     window.clearInterval(live.pingTimer);
     if (socket.readyState !== WebSocket.CLOSED) socket.close();
     setLive(false);
-    const delay = Math.min(10000, 500 * 2 ** live.retry++);
-    window.setTimeout(connect, delay);
+    // A hub that restarts drops every page's socket at the same moment: each page waits a random share of its
+    // step, so they do not all come back, and all read their lists again, at the same instant.
+    const step = Math.min(10000, 500 * 2 ** live.retry++);
+    window.setTimeout(connect, step / 2 + (Math.random() * step) / 2);
   }
 
   function send(message) {
@@ -189,7 +191,9 @@
 
   function fetchFrom(url, read) {
     return fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
-      .then((r) => (r.ok ? read(r) : Promise.reject(r.status)));
+      // A fragment's address never redirects: one that did was answered by the sign-in page (the session
+      // ended), whose markup is no fragment of this page. The socket's close (SIGNED_OUT) takes the page there.
+      .then((r) => (r.ok && !r.redirected ? read(r) : Promise.reject(r.redirected ? 0 : r.status)));
   }
   const fetchHtml = (url) => fetchFrom(url, (r) => r.text());
   // A resync's read of the page's own request or call that is not found: the user may no longer see it
@@ -199,18 +203,11 @@
   function resync() {
     const queue = $("[data-queue]");
     if (queue) {
+      const asked = performance.now();
       fetchHtml(queue.dataset.listUrl + location.search).then((html) => {
-        const list = $("[data-queue-list]", queue);
         const wrapper = document.createElement("div");
         wrapper.innerHTML = html;
-        const fresh = wrapper.firstElementChild;
-        const selected = $(".request-row.is-selected", queue)?.dataset.request;
-        const focused = focusKey(list);
-        list.replaceWith(fresh);
-        localiseTimes(fresh);
-        if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, fresh), false);
-        restoreFocus(fresh, focused);
-        updateCount();
+        mergeQueue(queue, wrapper.firstElementChild, asked);
       }).catch(() => {});
     }
     const review = $("[data-review]");
@@ -226,6 +223,156 @@
         .then((html) => { callPage.innerHTML = html; localiseTimes(callPage); })
         .catch(goneUnlessFound);
     }
+  }
+
+  // --- a resync merges the list as the server draws it now into the one shown -------------------------
+
+  // What the page last learnt of each round, and when (performance.now()): a card notice, a list merged (as of
+  // when it was asked for), a card read decided. A list answers as of when it was asked for: a round the page
+  // heard of since (a notice that crossed the list on a slow line, or a later list that came back first)
+  // keeps what the page knows of it.
+  const heard = new Map();
+  const newerThan = (round, asked) => (heard.get(String(round))?.at ?? -1) > asked;
+
+  // Swapping the whole list would drop a card decided meanwhile without its greyed stage, take the focus and
+  // the selection away and jump what is in view. Instead: a card still waiting is redrawn in place; one the
+  // list no longer holds is read (`settleVanished`): decided, it stays greyed with who decided, then folds;
+  // new cards come in at their place, oldest first; focus, selection, open folds and the view stay.
+  function mergeQueue(queue, fresh, asked) {
+    const list = $("[data-queue-list]", queue);
+    if (!list || !fresh?.matches("[data-queue-list]")) return;
+    const selected = $(".request-row.is-selected", list)?.dataset.request;
+    const focused = focusKey(list);
+    const shown = new Map($$(":scope > .card", list).map((card) => [card.dataset.round, card]));
+    const added = [];
+    keepInView(list, () => {
+      $$(":scope > :not(.card)", list).forEach((el) => el.remove()); // the empty and "more" notes, as they were
+      list.dataset.pendingTotal = fresh.dataset.pendingTotal || "0";
+      if (fresh.dataset.capped) list.dataset.capped = fresh.dataset.capped;
+      else delete list.dataset.capped;
+      // From the newest back: a new card goes just before the next card that was already shown, so it lands
+      // after every older one, a card decided meanwhile included.
+      let next = null;
+      $$(":scope > .card", fresh).reverse().forEach((card) => {
+        const round = card.dataset.round;
+        const old = shown.get(round);
+        if (newerThan(round, asked)) {
+          // Known better than the list: kept as shown; or, decided since, not brought back.
+          shown.delete(round);
+          if (old) next = old;
+          else if (heard.get(round).pending) {
+            localiseTimes(card);
+            list.insertBefore(card, next);
+            added.push(card);
+            next = card;
+          }
+          return;
+        }
+        heard.set(round, { at: asked, pending: true });
+        localiseTimes(card);
+        if (old) {
+          shown.delete(round);
+          keepOpenFolds(old, card);
+          old.replaceWith(card);
+        } else {
+          card.classList.add("is-new");
+          list.insertBefore(card, next);
+          added.push(card);
+        }
+        next = card;
+      });
+      const notes = $$(":scope > :not(.card)", fresh);
+      const empty = !$(":scope > .card", list);
+      notes.forEach((note) => { if (empty || !note.matches("[data-empty]")) list.appendChild(note); });
+    });
+    if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, list), false);
+    restoreFocus(list, focused);
+    settleVanished(list, [...shown.values()].filter((card) => !newerThan(card.dataset.round, asked)));
+    added.reverse().forEach((card) => showNewPill(card));
+    if (added.length === 1) {
+      const [card] = added;
+      announce(fmt(T.newRequest, { server: $(".server-name", card)?.textContent || "", tool: $(".tool", card)?.textContent || "" }));
+    } else if (added.length) {
+      announce(fmt(T.newCount, { count: added.length }));
+    }
+    tick();
+    updateCount();
+  }
+
+  // The open "show all" folds of a card stay open when it is redrawn.
+  function keepOpenFolds(old, card) {
+    const folds = $$(".show-all", card);
+    $$(".show-all", old).forEach((fold, i) => { if (fold.open && folds[i]) folds[i].open = true; });
+  }
+
+  // A change to the list that leaves what the reviewer looks at where it was on the screen: the card holding
+  // the focus or under the pointer, else the first card in view, keeps its place (the page scrolls by what
+  // moved above it). Only a reviewer at the top of the page and idle sees rows slide in above.
+  function keepInView(list, change, leaving = null) {
+    list.style.overflowAnchor = "none"; // the browser's own anchoring would pick a card about to be redrawn
+    const active = document.activeElement;
+    const hovered = $$(":hover", list).pop();
+    const busy = (active && active !== list && list.contains(active)) || !!hovered;
+    const around = (el) => {
+      const card = el?.closest?.("[data-round]");
+      return card && card !== leaving ? card : null;
+    };
+    const anchor = around(list.contains(active) ? active : null) || around(hovered)
+      || $$(":scope > .card", list).find((card) => card !== leaving && card.getBoundingClientRect().bottom > 0);
+    const round = anchor?.dataset.round;
+    const before = anchor?.getBoundingClientRect().top;
+    change();
+    if (!round || (window.scrollY === 0 && !busy)) return;
+    const after = $(`:scope > [data-round="${CSS.escape(round)}"]`, list);
+    const moved = after ? after.getBoundingClientRect().top - before : 0;
+    if (moved) window.scrollBy(0, moved);
+  }
+
+  // At most this many requests of cards gone from the list are read at a resync (one request each): after a
+  // long time offline the rest leave at once, without their greyed stage.
+  const SETTLE_MAX = 20;
+
+  // Cards the list no longer holds: each pending request is read. Decided (or expired, or cancelled), its row
+  // says so and the card, greyed, folds as a card notice would fold it; not found (no longer the reviewer's
+  // to see) or still waiting for someone else, the card leaves the page.
+  function settleVanished(list, gone) {
+    let budget = SETTLE_MAX;
+    gone.filter((card) => Number(card.dataset.pending)).forEach((card) => {
+      const pending = $$("[data-pending-request]", card);
+      if (budget < pending.length || pending.some((row) => !row.dataset.stateUrl)) { leave(list, card); return; }
+      budget -= pending.length;
+      Promise.all(pending.map((row) => fetchFrom(row.dataset.stateUrl, (r) => r.text()).then(
+        (html) => ({ row, html }),
+        (status) => ({ row, html: status === 404 ? null : undefined }),
+      ))).then((states) => {
+        if (!card.isConnected || !Number(card.dataset.pending)) return; // redrawn or decided meanwhile
+        if (states.some((s) => s.html === undefined)) return; // unread (offline): the next resync reads it
+        if (states.some((s) => s.html === null || !s.html.trim())) { leave(list, card); return; }
+        keepInView(list, () => states.forEach(({ row, html }) => decideRow(row, html)));
+        heard.set(card.dataset.round, { at: performance.now(), pending: false });
+        card.classList.add("is-done");
+        card.dataset.pending = "0";
+        announce(T.decided);
+        updateCount();
+        fold(card);
+      });
+    });
+  }
+
+  function decideRow(row, html) {
+    row.classList.add("is-decided");
+    row.removeAttribute("data-pending-request");
+    $("[data-decided]", row)?.remove();
+    $$("[data-presence-for]", row).forEach((el) => { el.innerHTML = ""; });
+    row.insertAdjacentHTML("beforeend", html);
+    localiseTimes(row);
+  }
+
+  function leave(list, card) {
+    if (!card.isConnected) return;
+    keepInView(list, () => card.remove(), card);
+    updateCount();
+    ensureEmpty();
   }
 
   const QUIET_EVENTS = ["round.opened", "call.progress", "round.extended"];
@@ -259,11 +406,12 @@
       wrapper.innerHTML = message.html;
       const card = wrapper.firstElementChild;
       const existing = $(`#round-${message.round}`, queue);
+      heard.set(String(message.round), { at: performance.now(), pending: !!message.pending });
       localiseTimes(card);
       if (existing) {
         const selected = $(".request-row.is-selected", existing)?.dataset.request;
         const focused = focusKey(existing);
-        if ($(".show-all", existing)?.open && $(".show-all", card)) $(".show-all", card).open = true;
+        keepOpenFolds(existing, card);
         existing.replaceWith(card);
         if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, card), false);
         restoreFocus(card, focused);
@@ -332,7 +480,7 @@
     const pill = $("[data-new-pill]");
     if (!pill) return;
     const rect = card.getBoundingClientRect();
-    if (rect.top < window.innerHeight) return; // visible already
+    if (rect.bottom > 0 && rect.top < window.innerHeight) return; // visible already
     const count = (Number(pill.dataset.count) || 0) + 1;
     pill.dataset.count = count;
     pill.textContent = fmt(T.newCount, { count });
