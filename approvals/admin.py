@@ -20,15 +20,18 @@ from django.db.models.constants import LOOKUP_SEP
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare, salted_hmac
 from django.utils.text import capfirst
 
-from approvals import netguard, safejson, schema_forms, urlsafety
+from approvals import netguard, rules, safejson, schema_forms, urlsafety
 from approvals.audit.core import Actor
 from approvals.audit.verbs import VERBS
+from approvals.mcp_client import toollist
 from approvals.models import (
     AgentClient,
     AuditEvent,
     Gate,
+    Grant,
     InputRequest,
     McpServer,
     Membership,
@@ -47,6 +50,7 @@ from approvals.services import config_audit, tokens
 from approvals.services import stdio as stdio_rules
 from approvals.services.sending import check_call_timeout, check_tool_timeouts
 from approvals.services.servers import (
+    LEARNED,
     parse_header_lines,
     probe_summary,
     server_moved,
@@ -87,15 +91,80 @@ class ReadOnlyAdmin(HubAdmin):
         return False
 
 
+SEEN_STATE = "seen_state"
+
+
+def _state_token(obj: models.Model) -> str:
+    """A keyed digest of `obj`'s configuration as the audit compares it (`config_audit.state`: secrets as
+    digests of their own, never their values; what the hub writes itself left out). Keyed, so that a page
+    holding it tells nothing of a secret that a guess could be checked against."""
+    values = config_audit.state(obj).values
+    text = json.dumps(values, sort_keys=True, cls=DjangoJSONEncoder, default=str)
+    return salted_hmac("approvals.admin.seen_state", text).hexdigest()
+
+
+class SeenStateForm(forms.ModelForm):
+    """A change form that remembers the object as it was shown (`SEEN_STATE`, hidden) and is refused if
+    someone saved the object since: the form posts every field, so saving it would put back, unseen, what
+    the other admin had just changed (a gate switched on again, a team or policy restored), and record it as
+    this admin's change. A post without it (a script that builds the form itself) is not checked."""
+
+    seen_state = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and not self.is_bound and SEEN_STATE in self.fields:
+            self.initial[SEEN_STATE] = _state_token(self.instance)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        seen = cleaned.get(SEEN_STATE)
+        if seen and self.instance.pk:
+            stored = type(self.instance)._default_manager.filter(pk=self.instance.pk).first()
+            if stored is not None and not constant_time_compare(seen, _state_token(stored)):
+                name = capfirst(str(self.instance._meta.verbose_name))
+                raise forms.ValidationError(
+                    f"{name} “{stored}” was changed by someone else since this page was opened. Reload the "
+                    "page to see that change, then make yours again: saving this form would undo it.",
+                    code="changed_meanwhile",
+                )
+        return cleaned
+
+
 class AuditedAdmin(HubAdmin):
     """Audits what is saved or deleted here, in the admin's own transaction, by the signed-in user: the
     object's fields and many-to-many fields (``approvals.services.config_audit``), then each row its inlines
     add, change or delete, and on deletion the audited rows that go or change with it. Secrets only as
-    "set", "changed" or "cleared"."""
+    "set", "changed" or "cleared". A change form is refused when the object changed since it was shown
+    (`SeenStateForm`)."""
+
+    form = SeenStateForm
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = [name for name in super().get_fields(request, obj) if name != SEEN_STATE]
+        checked = obj is not None and issubclass(self.form, SeenStateForm)
+        if checked and self.has_change_permission(request, obj):
+            fields.append(SEEN_STATE)
+        return fields
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         form.audit_before = config_audit.stored(obj) if change else None  # before the form's values land
-        super().save_model(request, obj, form, change)
+        written = self.saved_fields(form) if change else None
+        if written is None:
+            super().save_model(request, obj, form, change)
+        else:
+            obj.save(update_fields=written)
+
+    def saved_fields(self, form: Any) -> list[str] | None:
+        """The fields a change writes: those an admin edits, never those the hub writes itself (a token's
+        hash, a webhook secret, a last use, a server's probe). The row was read as the request began, and
+        writing it back whole would put back what the hub changed since (a token rotated meanwhile would
+        work again). None: all of them."""
+        return [
+            field.name
+            for field in self.model._meta.concrete_fields
+            if field.editable and not field.primary_key
+        ]
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Sequence[Any], change: bool) -> None:
         super().save_related(request, form, [], change)  # the object's many-to-many fields, then its event
@@ -131,8 +200,9 @@ class AuditedAdmin(HubAdmin):
 @contextmanager
 def _users_deleting(users: Sequence[Any], *, actor: Actor) -> Iterator[None]:
     """Record, as the deletion of ``users`` (done in the block) makes them, the configuration changes it
-    takes along: their memberships and personal tokens deleted, each naming the user, and the agents they
-    owned or that could act for them changed (the owner set to null, the user gone from those acted for)."""
+    takes along: their memberships and personal tokens deleted, each naming the user, the agents they
+    owned or that could act for them changed (the owner set to null, the user gone from those acted for),
+    and the active grants made for them ended."""
     with transaction.atomic():
         via = [config_audit.state(user) for user in users]
         gone = [
@@ -142,9 +212,11 @@ def _users_deleting(users: Sequence[Any], *, actor: Actor) -> Iterator[None]:
         ]
         agents = AgentClient.objects.filter(Q(owner__in=users) | Q(acts_for_users__in=users)).distinct()
         before = {agent.pk: config_audit.state(agent) for agent in agents}
+        grants = config_audit.active_grants(Grant.objects.filter(on_behalf_of__in=users))
         yield
         for row in gone:
             config_audit.deleted(row, actor=actor, via=via)
+        config_audit.grants_ended(grants, actor=actor, via=via)
         for agent in AgentClient.objects.filter(pk__in=list(before)):
             config_audit.saved(agent, before[agent.pk], actor=actor)
 
@@ -259,7 +331,7 @@ class StorableJSONField(forms.JSONField):
             return InvalidJSONInput(data)
 
 
-class McpServerForm(forms.ModelForm):
+class McpServerForm(SeenStateForm):
     new_headers = forms.CharField(
         label="Set credentials",
         required=False,
@@ -439,7 +511,10 @@ class McpServerForm(forms.ModelForm):
 
     def save(self, commit: bool = True) -> McpServer:
         server = super().save(commit=False)
-        if self.instance.pk and (server.url != self.stored_url or "transport" in self.changed_data):
+        self.moved = bool(
+            self.instance.pk and (server.url != self.stored_url or "transport" in self.changed_data)
+        )
+        if self.moved:
             server_moved(server)  # the old address's era and tools are not the new one's
         if self.cleaned_data.get("clear_headers"):
             server.headers = {}
@@ -487,6 +562,13 @@ class McpServerAdmin(AuditedAdmin):
         form.probe_result = server_probe_run(obj)
         super().save_model(request, obj, form, change)
 
+    def saved_fields(self, form: Any) -> list[str] | None:
+        """What an admin configures, and what the server learned at its address when it moved (emptied):
+        never its probe and tool list otherwise, nor a stdio server's holder lease (a holder that took it
+        since the request began would lose it, and a second holder would start the same server)."""
+        fields = super().saved_fields(form) or []
+        return [*fields, *LEARNED] if getattr(form, "moved", False) else fields
+
     def save_related(self, request: HttpRequest, form: Any, formsets: Sequence[Any], change: bool) -> None:
         """Saved (and audited) first, then what the probe found is stored: an unreachable or incompatible
         server is flagged at once and still registered."""
@@ -514,7 +596,7 @@ class McpServerAdmin(AuditedAdmin):
 
     @admin.display(description="probe")
     def probe_state(self, obj: McpServer) -> str:
-        return probe_summary(obj.probe)
+        return rules.shown(probe_summary(obj.probe))  # the server's own name, as it says it
 
     @admin.display(description="last probe")
     def probe_details(self, obj: McpServer) -> str:
@@ -534,8 +616,11 @@ class McpServerAdmin(AuditedAdmin):
         if obj.probed_at:
             lines.append(f"Probed at {obj.probed_at:%Y-%m-%d %H:%M:%S %Z}")
         if obj.tools:
-            lines.append("Tools: " + ", ".join(str(tool.get("name")) for tool in obj.tools[:100]))
-        return "\n".join(lines)
+            names = (str(tool.get("name"))[: toollist.MAX_NAME] for tool in obj.tools[:100])
+            lines.append("Tools: " + ", ".join(names))
+        # What the server said (its name, capabilities, tool names, error) as the hub quotes it elsewhere: a
+        # direction override or a control character must not make a tool's name read as another's.
+        return "\n".join(rules.shown(line) for line in lines)
 
     @admin.display(description="credentials")
     def credentials(self, obj: McpServer) -> str:
@@ -601,7 +686,7 @@ class WriteOnlyUrlInput(forms.URLInput):
         return None
 
 
-class TeamForm(forms.ModelForm):
+class TeamForm(SeenStateForm):
     clear_chat_webhook_url = forms.BooleanField(label="Remove the chat webhook", required=False)
 
     class Meta:
@@ -678,7 +763,7 @@ MAX_POLICY_SECONDS = 366 * 24 * 3600
 MAX_EXTENSIONS = 100
 
 
-class PolicyForm(forms.ModelForm):
+class PolicyForm(SeenStateForm):
     class Meta:
         model = Policy
         fields = [
@@ -767,7 +852,7 @@ class ConditionsField(StorableJSONField):
     unstorable = "The conditions cannot be stored: {problem}."
 
 
-class RoutingRuleForm(forms.ModelForm):
+class RoutingRuleForm(SeenStateForm):
     conditions = ConditionsField(
         required=False, help_text=RoutingRule._meta.get_field("conditions").help_text
     )
@@ -812,8 +897,6 @@ class RoutingRuleForm(forms.ModelForm):
         return cleaned
 
     def clean_conditions(self) -> list:
-        from approvals import rules
-
         conditions = self.cleaned_data.get("conditions") or []
         if not isinstance(conditions, list):
             raise forms.ValidationError("Conditions must be a list.")

@@ -9,6 +9,11 @@ calls to those still work, and the rest are a hostile server's problem, not the 
 cannot store (a NUL or a lone surrogate anywhere, absurd nesting: `approvals.safejson`) are left out one
 by one, so the write never fails.
 
+A tool is known by its name (a call names it; the SDK's session keeps one header map and one output schema
+per name). A name listed again, on the same page or a later one, is the first definition's: the later ones
+are dropped and counted (`duplicates`), so that routing, the gateway, the admin and a send all read the one
+definition, never one here and another there.
+
 Pure: no Django.
 """
 
@@ -30,7 +35,9 @@ MAX_NAME = 128  # characters of each (MCP's own limit on a tool name)
 class ToolList(list[dict[str, Any]]):
     """The tools kept from one listing, in the server's order: a plain list (stored as it is), which
     also says what was left out. `truncated`: the server listed more than the hub keeps (tools, bytes or
-    pages). `unstorable`: how many tools were left out because they cannot be stored.
+    pages). `unstorable`: how many tools were left out because they cannot be stored. `duplicates`: how many
+    were left out because a tool of the same name was kept before them (`duplicated`: the first
+    `MAX_NAMED` of those names).
 
     Copies and slices are plain lists: only the listing that applied the rule carries the marks."""
 
@@ -38,16 +45,26 @@ class ToolList(list[dict[str, Any]]):
         super().__init__()
         self.truncated = False
         self.unstorable = 0
+        self.duplicates = 0
+        self.duplicated: list[str] = []
         self.size = 0
+        self._names: set[str] = set()
 
     @property
     def full(self) -> bool:
         return self.truncated or len(self) >= MAX_TOOLS
 
     def offer(self, tool: dict[str, Any]) -> bool:
-        """Keep `tool` if it can be stored and fits; False once the list is full (stop reading)."""
+        """Keep `tool` if it can be stored, fits and names no tool kept already; False once the list is full
+        (stop reading)."""
         if self.truncated:
             return False
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if isinstance(name, str) and name in self._names:
+            self.duplicates += 1
+            if len(self.duplicated) < MAX_NAMED and name[:MAX_NAME] not in self.duplicated:
+                self.duplicated.append(name[:MAX_NAME])
+            return True
         if safejson.problem(tool, max_depth=MAX_DEPTH) is not None:
             self.unstorable += 1
             return True
@@ -57,6 +74,8 @@ class ToolList(list[dict[str, Any]]):
             return False
         self.append(tool)
         self.size += cost
+        if isinstance(name, str):
+            self._names.add(name)
         return True
 
     def more(self, cursor: str | None, pages: int) -> bool:
@@ -70,15 +89,22 @@ class ToolList(list[dict[str, Any]]):
         return True
 
     def summary(self) -> dict[str, Any]:
-        """For an audit event: how many tools, the first `MAX_NAMED` names, and whether it was truncated
-        (an event stays small however many tools a server lists)."""
+        """For an audit event: how many tools, the first `MAX_NAMED` names, whether it was truncated, and what
+        was left out (an event stays small however many tools a server lists)."""
         names = [str(tool.get("name"))[:MAX_NAME] for tool in self[:MAX_NAMED]]
         return {
             "tool_count": len(self),
             "tools": names,
             "truncated": self.truncated,
             "unstorable": self.unstorable,
+            "duplicates": self.duplicates,
+            "duplicated": list(self.duplicated),
         }
+
+
+def duplicates(tools: Any) -> int:
+    """How many tools a listing left out as names listed again (0 for a list that applied no rule)."""
+    return tools.duplicates if isinstance(tools, ToolList) else 0
 
 
 def bounded(tools: Iterable[dict[str, Any]]) -> ToolList:
@@ -92,4 +118,4 @@ def bounded(tools: Iterable[dict[str, Any]]) -> ToolList:
     return kept
 
 
-__all__ = ["MAX_TOOLS", "MAX_TOOLS_BYTES", "MAX_TOOL_PAGES", "ToolList", "bounded"]
+__all__ = ["MAX_TOOLS", "MAX_TOOLS_BYTES", "MAX_TOOL_PAGES", "ToolList", "bounded", "duplicates"]

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, router, transaction
 from django.db.models.deletion import Collector
+from django.utils import timezone
 from django.utils.text import capfirst
 
 from approvals import urlsafety
@@ -34,6 +35,7 @@ from approvals.audit.core import REDACTED, Actor, redact
 from approvals.models import (
     AgentClient,
     AuditEvent,
+    Grant,
     McpServer,
     Membership,
     PersonalToken,
@@ -185,12 +187,13 @@ def deleting(objs: Sequence[models.Model], *, actor: Actor) -> Iterator[None]:
         return
     with transaction.atomic(using=router.db_for_write(type(objs[0]))):
         gone = [state(obj) for obj in objs]
-        taken, touched = _fallout(objs)
+        taken, touched, grants = _fallout(objs)
         yield
         for before in gone:
             deleted(before, actor=actor)
         for before in taken:
             deleted(before, actor=actor, via=gone)
+        grants_ended(grants, actor=actor, via=gone)
         for before in touched:
             row = before.model._default_manager.filter(pk=before.pk).first()
             after = state(row) if row is not None else None
@@ -314,15 +317,52 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _fallout(objs: Sequence[models.Model]) -> tuple[list[State], list[State]]:
+def active_grants(grants: models.QuerySet[Grant]) -> list[Grant]:
+    """The grants of `grants` that let calls through now, read with what their end records names (before a
+    deletion takes them)."""
+    return list(grants.active(timezone.now()).select_related("server", "team"))  # type: ignore[attr-defined]
+
+
+def grants_ended(grants: Sequence[Grant], *, actor: Actor, via: Sequence[State]) -> None:
+    """Record the end of active `grants` that a deletion took along (a team's, a person's they were made
+    for): ``grant.revoked`` as a reviewer's revoke records it, naming what was deleted with them. A grant is
+    a standing approval: one that stops letting calls through is never silent in the history."""
+    parents = ", ".join(parent.title() for parent in via)
+    for grant in grants:
+        message = f"Grant of {grant.tool} on {grant.server.slug} deleted with {parents}"
+        audit.record(
+            actor=actor,
+            verb="grant.revoked",
+            team_slug=grant.team.slug,
+            data={
+                "grant": str(grant.pk),
+                "server": grant.server.slug,
+                "tool": grant.tool,
+                "uses": grant.uses,
+                "message": _short(message, 500),
+                "via": [parent.ref() for parent in via],
+            },
+        )
+
+
+def _fallout(objs: Sequence[models.Model]) -> tuple[list[State], list[State], list[Grant]]:
     """The audited rows deleting ``objs`` deletes too, and those it changes (on_delete=SET_NULL, or a
-    many-to-many field that holds them: an agent's servers, the teams it may act for), as they are now.
-    Django's own collector finds the first two, as the deletion will; other models' rows are never read."""
+    many-to-many field that holds them: an agent's servers, the teams it may act for), as they are now; and
+    the active grants it deletes. Django's own collector finds them, as the deletion will; other models'
+    rows are never read."""
     collector = Collector(using=router.db_for_write(type(objs[0])))
     collector.collect(list(objs))
     origin = {(type(obj), obj.pk) for obj in objs}
     rows = [row for model, found in collector.data.items() if model in AUDITED for row in found]
     rows += [row for batch in collector.fast_deletes for row in _audited_rows(batch)]
+    grant_pks = [row.pk for row in collector.data.get(Grant, ())]
+    grant_pks += [
+        pk
+        for batch in collector.fast_deletes
+        if isinstance(batch, models.QuerySet) and batch.model is Grant
+        for pk in batch.values_list("pk", flat=True)
+    ]
+    grants = active_grants(Grant.objects.filter(pk__in=grant_pks)) if grant_pks else []
     taken = [state(row) for row in rows if (type(row), row.pk) not in origin]
     touched = [
         state(row)
@@ -331,7 +371,7 @@ def _fallout(objs: Sequence[models.Model]) -> tuple[list[State], list[State]]:
         for batch in batches
         for row in ([batch] if isinstance(batch, models.Model) else batch)
     ]
-    return taken, touched + _holders(objs)
+    return taken, touched + _holders(objs), grants
 
 
 def _holders(objs: Sequence[models.Model]) -> list[State]:

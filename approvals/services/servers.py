@@ -31,6 +31,41 @@ MAX_HEADER_VALUE = 8192  # characters
 # RFC 9110: a header's name is a token; its value visible ASCII, spaces and tabs (what HTTP/1.1 can carry).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+# Headers the HTTP client or the MCP transport writes for each request: where it goes (Host: another virtual
+# host at an address the outbound guard let through for this URL's), how its body is framed, what it says
+# in MCP's own words, and the one idempotency key of a send (a constant one would make a server that
+# honours it answer every call with the first call's result). A stored one would override or contradict them.
+RESERVED_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "expect",
+        "host",
+        "idempotency-key",
+        "keep-alive",
+        "last-event-id",
+        "mcp-method",
+        "mcp-name",
+        "mcp-protocol-version",
+        "mcp-session-id",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+RESERVED_PREFIXES = ("mcp-param-",)
+
+
+def reserved_header(name: str) -> bool:
+    """Whether the hub sets header `name` itself on each request to a server (`RESERVED_HEADERS`)."""
+    lowered = name.lower()
+    return lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_PREFIXES)
 
 
 def parse_header_lines(lines: Iterable[str]) -> dict[str, str]:
@@ -49,6 +84,11 @@ def parse_header_lines(lines: Iterable[str]) -> dict[str, str]:
             raise ValueError(
                 'each line must look like "Name: value", and a header name holds only letters, digits and '
                 "!#$%&'*+-.^_`|~ (at most 100)"
+            )
+        if reserved_header(name):
+            raise ValueError(
+                f"the {name} header is set by the hub itself on each request (how it is sent, or what MCP "
+                "says in it): leave it out"
             )
         if not _HEADER_VALUE.fullmatch(value):
             raise ValueError(
@@ -77,11 +117,22 @@ def server_moved(server: McpServer) -> None:
         setattr(server, name, None)
 
 
+def _sent_headers(server: McpServer) -> dict[str, str]:
+    """The server's stored headers but those the hub sets itself (`RESERVED_HEADERS`): a row saved before
+    they were refused must not route or frame the hub's requests either. Their names are logged, never
+    their values."""
+    headers = dict(server.headers or {})
+    left_out = sorted(name for name in headers if reserved_header(str(name)))
+    if left_out:
+        logger.warning("server %s: stored headers not sent (the hub sets them): %s", server.slug, left_out)
+    return {name: value for name, value in headers.items() if name not in left_out}
+
+
 def server_config(server: McpServer) -> mcp_client.ServerConfig:
     """How the MCP client reaches the server: its URL, its headers (credentials included), time limits."""
     return mcp_client.ServerConfig(
         url=server.url,
-        headers=dict(server.headers or {}),
+        headers=_sent_headers(server),
         discover=server.discover,
         timeout=float(settings.ELICIT_MCP_TIMEOUT),
     )
@@ -99,6 +150,15 @@ def _moved_meanwhile(server: McpServer, what: str) -> None:
     logger.info("server %s moved while its %s was read; the old address's is not stored", server.slug, what)
 
 
+def _warn_duplicates(server: McpServer, tools: Any) -> None:
+    if dropped := toollist.duplicates(tools):
+        logger.warning(
+            "server %s lists %d tool(s) under a name listed before: the first of each name is kept",
+            server.slug,
+            dropped,
+        )
+
+
 def _store_tools(server: McpServer, tools: list[dict[str, Any]], *, why: str | None = None) -> list[dict]:
     """Store a tool list read from the server and audit it (``server.tools_refreshed``).
 
@@ -110,6 +170,7 @@ def _store_tools(server: McpServer, tools: list[dict[str, Any]], *, why: str | N
     kept = toollist.bounded(tools)
     if kept.truncated:
         logger.warning("server %s lists more tools than the hub keeps: kept %d", server.slug, len(kept))
+    _warn_duplicates(server, kept)
     now = timezone.now()
     if not _at_its_address(server).update(tools=kept, tools_fetched_at=now):
         _moved_meanwhile(server, "tool list")
@@ -160,6 +221,9 @@ def server_probe(
             }
         result = mcp_client.run(mcp_probe.probe(target, era=server.era))
     found = result.as_json()
+    if dropped := toollist.duplicates(result.tools):
+        found["tools_duplicated"] = dropped  # the later definitions of a name listed twice
+        _warn_duplicates(server, result.tools)
     now = timezone.now()
     update: dict[str, Any] = {"probe": found, "probed_at": now}
     if result.era == mcp_probe.MODERN and result.discover is not None:
@@ -186,6 +250,7 @@ def server_probe(
             "protocol_version": result.protocol_version,
             "tool_count": result.tool_count,
             "tools_truncated": result.tools_truncated,
+            "tools_duplicated": found.get("tools_duplicated", 0),
             "latency_ms": result.latency_ms,
             "error": result.error,
         },
@@ -329,6 +394,8 @@ def probe_summary(found: dict[str, Any] | None) -> str:
         parts.append(f"server {info['name']} {info.get('version') or ''}".rstrip())
     if found.get("tool_count") is not None:
         kept = " (the first ones: the server lists more)" if found.get("tools_truncated") else ""
+        if found.get("tools_duplicated"):
+            kept += f" ({found['tools_duplicated']} listed twice, dropped: the first of each name is kept)"
         parts.append(f"{found['tool_count']} tool(s){kept}")
     if found.get("latency_ms") is not None:
         parts.append(f"{found['latency_ms']} ms")
