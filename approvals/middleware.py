@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views import defaults
 
@@ -44,24 +44,28 @@ class BodyLimitMiddleware:
         return self.get_response(request)
 
 
-class ApiHeadMiddleware:
-    """``HEAD`` on the API's ``GET`` addresses, answered as the ``GET`` would be, its headers
+class HeadMiddleware:
+    """``HEAD`` on every ``GET`` address, answered as the ``GET`` would be: its status and headers
     (``Content-Length`` the ``GET`` body's, ``Inbox-Version``, ``ETag``-like versions) without the body (RFC
-    9110 9.3.2: a server that answers ``GET`` answers ``HEAD``). django-ninja routes by method and answered
-    405."""
+    9110 9.3.2: a server that answers ``GET`` answers ``HEAD``). django-ninja routes by method, and the
+    dashboard's views take ``GET`` alone (``require_GET``): both answered 405, to monitors and link checkers
+    too. A streamed answer (an export) is left unread."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method != "HEAD" or not request.path.startswith("/api/"):
+        if request.method != "HEAD":
             return self.get_response(request)
         request.method = "GET"
         try:
             response = self.get_response(request)
         finally:
             request.method = "HEAD"
-        if not response.streaming:
+        if isinstance(response, StreamingHttpResponse):
+            # Never read, so never produced (an export); the response itself is closed as usual, later.
+            response.streaming_content = []
+        else:
             response["Content-Length"] = str(len(response.content))
             response.content = b""
         return response
@@ -80,11 +84,11 @@ class ErrorShapeMiddleware:
         if response.status_code not in (404, 405) or response.streaming:
             return response
         allowed = [method.strip() for method in response.get("Allow", "").split(",") if method.strip()]
+        if "GET" in allowed and "HEAD" not in allowed:
+            allowed.append("HEAD")  # HeadMiddleware answers it
         if request.path.startswith("/api/"):
             if response.get("Content-Type", "").startswith("application/json"):
                 return response  # the API's own error
-            if "GET" in allowed and "HEAD" not in allowed:
-                allowed.append("HEAD")  # ApiHeadMiddleware answers it
             error = api_error(request, response.status_code, allowed)
             shaped: HttpResponse = JsonResponse(error, status=response.status_code)
         elif response.status_code == 405:

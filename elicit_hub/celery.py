@@ -24,6 +24,28 @@ app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
 app.autodiscover_tasks()
 
 
+def _hub_log_level() -> str:
+    from django.conf import settings
+
+    return str(settings.ELICIT_LOG_LEVEL)
+
+
+def _follow_the_hub_log_level() -> None:
+    """A worker started without ``--loglevel`` logs at ELICIT_LOG_LEVEL, as the hub's other processes do:
+    Celery's own default (WARNING) replaces the root logger's level that Django's LOGGING set, in the worker
+    and its pool. An explicit ``--loglevel`` still wins. Read when the worker's command line is parsed (after
+    this module is imported), so importing the app never loads the settings."""
+    command = sys.modules.get("celery.bin.worker")  # imported only when this process is Celery's CLI
+    if command is None:
+        return
+    for param in command.worker.params:
+        if param.name == "loglevel":
+            param.default = _hub_log_level
+
+
+_follow_the_hub_log_level()
+
+
 @worker_init.connect
 @worker_process_init.connect
 def _settle(**kwargs: Any) -> None:

@@ -125,7 +125,8 @@ def commands(layout: Layout, python: str = sys.executable) -> dict[str, list[str
     for name in named("holder", layout.holders):
         procs[name] = [python, "manage.py", "run_holder"]
     for i, name in enumerate(named("worker", layout.workers)):
-        worker = [python, "-m", "celery", "-A", "elicit_hub", "worker", "--loglevel=INFO"]
+        # No --loglevel: the worker follows ELICIT_LOG_LEVEL (elicit_hub.celery), as the other processes do.
+        worker = [python, "-m", "celery", "-A", "elicit_hub", "worker"]
         worker += [f"--concurrency={layout.worker_concurrency}", "-n", f"{name}@%h"]
         if i == 0:  # beat runs exactly once, whatever the number of workers
             worker += ["--beat", f"--schedule={_in_var('celerybeat-schedule')}"]

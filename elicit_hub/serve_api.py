@@ -11,6 +11,11 @@ At the door, as ``elicit_hub.serve`` does for Daphne:
 - a body over ELICIT_MAX_BODY is refused before it is stored (``elicit_hub.door.BodyLimit``);
 - a request head (request line and headers) over ``MAX_HEAD`` bytes is answered 431 and the connection
   closed. httptools sets no limit of its own: it would collect an endless header in memory;
+- a request head not complete within ELICIT_CLIENT_TIMEOUT seconds of the connection (or of the request's
+  first byte, on a kept-alive one) is answered 408 and the connection closed; a connection that sent nothing
+  is closed. uvicorn times out only the wait between two requests: a client that connected and sent nothing,
+  or a head a byte at a time, held its connection (and a file descriptor) for ever. A body that stops coming
+  is the door's to time out (``elicit_hub.door.BodyLimit``);
 - these refusals, and the 400 for a request that is not HTTP, have the API's JSON shape under /api/ and are
   a short page elsewhere, like the application's own errors;
 - Nagle's algorithm is off on every connection (uvloop and asyncio set TCP_NODELAY on TCP transports).
@@ -19,6 +24,7 @@ At the door, as ``elicit_hub.serve`` does for Daphne:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 
@@ -37,17 +43,54 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     The bytes fed to the parser while a head is open are all head bytes (a head closes inside the feed that
     completes it), so the count is checked after each feed: memory stays within one read of the limit."""
 
+    head_timeout: float | None = None  # seconds; None: ELICIT_CLIENT_TIMEOUT (also the gateway's, a subclass)
     _head_open = True
     _head_size = 0
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_deadline()
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_open = True
         self._head_size = 0
+        # The first request's head keeps the deadline its connection was given; a later one gets its own.
+        if self._head_deadline is None:
+            self._arm_head_deadline()
 
     def on_headers_complete(self) -> None:
         self._head_open = False
+        self._disarm_head_deadline()
         super().on_headers_complete()
+
+    def _arm_head_deadline(self) -> None:
+        if self.head_timeout is None:
+            from django.conf import settings
+
+            self.head_timeout = float(settings.ELICIT_CLIENT_TIMEOUT)
+        self._head_deadline = self.loop.call_later(self.head_timeout, self._head_too_slow)
+
+    def _disarm_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        if not self._head_open or self.transport.is_closing():
+            return
+        self._head_open = False
+        if not self._head_size:
+            self.transport.close()  # nothing was asked: nobody to answer
+            return
+        message = f"The request's line and headers did not arrive within {self.head_timeout:g} seconds."
+        self._refuse(408, self._answer("request_timeout", "Too slow", message))
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -86,7 +129,7 @@ def config(host: str, port: int) -> uvicorn.Config:
     from elicit_hub.door import BodyLimit
 
     return uvicorn.Config(
-        BodyLimit(django_asgi_app, settings.ELICIT_MAX_BODY),
+        BodyLimit(django_asgi_app, settings.ELICIT_MAX_BODY, settings.ELICIT_CLIENT_TIMEOUT),
         host=host,
         port=port,
         http=HeadLimitedProtocol,

@@ -69,6 +69,36 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+# The periods of a rate, as django-ninja's limiter reads them (ninja.throttling.SimpleRateThrottle._PERIODS).
+# Not imported: ninja reads its settings as it is imported, and these settings are not all made yet.
+RATE_PERIODS = {"sec": 1, "min": 60, "hour": 3600, "day": 86400, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def rate_of(value: str) -> tuple[int, int] | None:
+    """A rate "count/period" (600/m, 5/15m, 60/hour) as (count, seconds), or None when the API's limiter
+    could not read it or it allows nothing."""
+    count, slash, period = value.strip().partition("/")
+    unit = next((unit for unit in RATE_PERIODS if period.endswith(unit)), "")
+    multiple = period[: len(period) - len(unit)]
+    if not slash or not count.isdigit() or not ((multiple == "" and unit) or multiple.isdigit()):
+        return None
+    seconds = (int(multiple) if multiple else 1) * RATE_PERIODS.get(unit, 1)
+    return (int(count), seconds) if int(count) >= 1 and seconds >= 1 else None
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate limit's setting: one the limiter could not read fails here, naming it, instead of in a traceback
+    from the first module that builds a limit (the API's URLs, in every web process and in `manage.py
+    check` before it could say which setting it was)."""
+    value = env_str(name, default)
+    if rate_of(value) is None:
+        raise ImproperlyConfigured(
+            f'{name} must be a rate written "count/period": a positive count, then s, m, h or d, as in 600/m '
+            f"or 5/15m; not {value[:40]!r}."
+        )
+    return value
+
+
 def development_secret_key(path: Path) -> str:
     """This checkout's own secret key, made once and kept in ./var (mode 0600): never a public constant.
 
@@ -142,8 +172,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # HEAD on the API's GET addresses: the GET's answer without its body (ninja routes GET only).
-    "approvals.middleware.ApiHeadMiddleware",
+    # HEAD on every GET address: the GET's answer without its body (ninja and require_GET take GET only).
+    "approvals.middleware.HeadMiddleware",
     # A 404 or 405 that Django or django-ninja answered on their own: JSON under /api/, a page elsewhere.
     "approvals.middleware.ErrorShapeMiddleware",
     # Bodies over ELICIT_MAX_BODY: 413 (JSON under /api/, a page elsewhere) before anything reads them (it
@@ -533,16 +563,16 @@ DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "elicit-hub@localhost"
 # How long audit events are kept; only `manage.py prune_audit` removes them, recording what went.
 ELICIT_AUDIT_RETENTION_DAYS = env_int("ELICIT_AUDIT_RETENTION_DAYS", 365, minimum=1)
 # Audit exports per person ("count/period"): each is an event of its own and a read of the whole view.
-ELICIT_AUDIT_EXPORT_RATE = env_str("ELICIT_AUDIT_EXPORT_RATE", "60/h")
+ELICIT_AUDIT_EXPORT_RATE = env_rate("ELICIT_AUDIT_EXPORT_RATE", "60/h")
 # Per token (agent or personal), e.g. "600/m"; past it the API answers 429 with Retry-After.
-ELICIT_API_RATE = env_str("ELICIT_API_RATE", "600/m")
+ELICIT_API_RATE = env_rate("ELICIT_API_RATE", "600/m")
 # API requests with no valid token or session, per client address; past it 429 with Retry-After.
-ELICIT_API_ANON_RATE = env_str("ELICIT_API_ANON_RATE", "60/m")
+ELICIT_API_ANON_RATE = env_rate("ELICIT_API_ANON_RATE", "60/m")
 # Failed sign-ins per user name and per client address ("count/period"); past either, every sign-in for
 # that name or from that client is refused (429), the right password included, until the oldest failure
 # is older than the period.
-ELICIT_SIGN_IN_USER_RATE = env_str("ELICIT_SIGN_IN_USER_RATE", "5/15m")
-ELICIT_SIGN_IN_CLIENT_RATE = env_str("ELICIT_SIGN_IN_CLIENT_RATE", "20/15m")
+ELICIT_SIGN_IN_USER_RATE = env_rate("ELICIT_SIGN_IN_USER_RATE", "5/15m")
+ELICIT_SIGN_IN_CLIENT_RATE = env_rate("ELICIT_SIGN_IN_CLIENT_RATE", "20/15m")
 # Proxies in front of the hub that append the client's address to X-Forwarded-For: the limits above key on
 # that address. 0 (the default) uses the socket's peer and ignores the header, which a client could forge.
 NINJA_NUM_PROXIES = env_int("ELICIT_NUM_PROXIES", 0)
@@ -550,6 +580,9 @@ NINJA_NUM_PROXIES = env_int("ELICIT_NUM_PROXIES", 0)
 # refused with 413 before it is parsed (Django's own limit is set to the same value); JSON nested deeper than
 # ELICIT_MAX_JSON_DEPTH levels, or holding NaN/Infinity, NUL or lone surrogates, is refused with 400.
 ELICIT_MAX_BODY = env_int("ELICIT_MAX_BODY", 1024 * 1024, minimum=1024)
+# Seconds a client may take to send a request's line and headers, and may leave between two pieces of its
+# body, before the API server answers 408 and closes the connection (a slow client held it open for ever).
+ELICIT_CLIENT_TIMEOUT = env_int("ELICIT_CLIENT_TIMEOUT", 30, minimum=1, maximum=3600)
 # At most 90: the audit log refuses event data nested deeper than 100 levels, and an event holds the
 # arguments a few levels down.
 ELICIT_MAX_JSON_DEPTH = env_int("ELICIT_MAX_JSON_DEPTH", 32, minimum=4, maximum=90)

@@ -192,8 +192,18 @@ class Guard:
             return
         message: Any = None  # a POST's JSON-RPC message
         if scope.get("method") == "POST":
-            body = await door.read_body(scope, receive, settings.ELICIT_MAX_BODY)
+            body = await door.read_body(
+                scope, receive, settings.ELICIT_MAX_BODY, settings.ELICIT_CLIENT_TIMEOUT
+            )
             if body is None:  # the client left before its body was in: nobody to answer
+                return
+            if body is door.TOO_SLOW:  # a body that stopped coming holds the connection no longer
+                wait = settings.ELICIT_CLIENT_TIMEOUT
+                said = f"The request's body stopped arriving: nothing for {wait:g} seconds. Nothing was done."
+                too_slow = {"error": {"code": "request_timeout", "message": said}}
+                await JSONResponse(too_slow, status_code=408, headers={"Connection": "close"})(
+                    scope, receive, send
+                )
                 return
             if not isinstance(body, bytes):  # the REST API's JSON 413 (the SDK's own is a line of plain text)
                 too_large = too_large_error(settings.ELICIT_MAX_BODY)
