@@ -194,9 +194,11 @@ class HolderProcess:
             for task in list(self.tasks.values()):
                 task.cancel()
             await asyncio.gather(*helpers, *self.tasks.values(), return_exceptions=True)
-            for supervisor in list(self._supervisors.values()):
-                with contextlib.suppress(Exception):
-                    await supervisor.stop()
+            # All at once: each may take its server's whole grace (one that ignores SIGTERM), and the holder's
+            # own stop must not grow with the number of stdio servers it runs.
+            await asyncio.gather(
+                *(supervisor.stop() for supervisor in self._supervisors.values()), return_exceptions=True
+            )
             if not self.lost:
                 ended = await db(holding.holder_stop)(holder_id=self.holder_id)
                 logger.info("holder %s stopped; %d held calls ended with it", self.name, ended)

@@ -19,9 +19,11 @@ The supervisor
   (parent-death signal);
 - sends its stderr, line by line, to the log (logger ``approvals.stdio.<slug>``), never to reviewers, with
   the values of its configured environment (its credentials), and their long words, replaced;
-- restarts it when it ends (a crash, or an exit of its own: its stdout closes; a server may close its
-  stderr, or point it elsewhere, and go on running), with a backoff, and reads its registration again at
-  every start, so an admin's edits apply on the next restart;
+- restarts it when it ends (a crash, or an exit of its own: its process exits, or its stdout closes; a
+  server may close its stderr, or point it elsewhere, and go on running), with a backoff, and reads its
+  registration again at every start, so an admin's edits apply on the next restart. What it forked and left
+  in its process group is killed with it, however it ended (children that would hold its stdout open, so
+  that its end went unseen, and run on orphaned);
 - gives exclusive use of the open client to one call at a time. A stdio connection is one session: an
   ``elicitation/create`` that arrives on it names no call, so the hub could not tell which of two
   concurrent calls asked. Calls to one stdio server are therefore serialised, and the session's
@@ -40,6 +42,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -79,6 +82,10 @@ STABLE_AFTER = 60.0
 LEASE_CHECK_EVERY = 5.0
 # Why a process is ended after a call that ended without its answer (not a crash: no backoff grows from it).
 LEFT_RUNNING = "a call ended without its answer; its tool may still run"
+# How often a stdio server's process is checked for its exit, and how long, once it exited and what it left in
+# its process group was killed, its stdout may still stay open (held by a descendant that left the group).
+EXIT_CHECK_EVERY = 0.25
+ORPHAN_GRACE = 2.0
 # Between calls, a server's notifications/tools/list_changed are answered with at most one listing this often
 # (the notices that come meanwhile make one more listing, at the end of the interval): each listing is stored
 # and audited, and a server may send such notices without end.
@@ -218,6 +225,19 @@ class _StdioDispatcher(Dispatcher):
     def __init__(self, on_tools_changed: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._on_tools_changed = on_tools_changed
+        self._idle_questions = 0
+
+    async def elicitation_callback(self, context: Any, params: Any) -> Any:
+        """A question between calls names no call to ask for: declined, as by `Dispatcher`, but logged only
+        the 1st, 2nd, 4th, 8th... time (a server may ask without end on a session that outlives its calls)."""
+        if self.hooks is not None:
+            return await super().elicitation_callback(context, params)
+        self._idle_questions += 1
+        if self._idle_questions & (self._idle_questions - 1) == 0:
+            logger.warning(
+                "a stdio server asked a question between calls; declined (%d so far)", self._idle_questions
+            )
+        return mcp_types.ElicitResult(action="decline")
 
     async def message_handler(self, message: Any) -> None:
         if self.hooks is None and isinstance(message, mcp_types.ToolListChangedNotification):
@@ -290,17 +310,46 @@ async def bounded_stdio_client(
                 if line.strip():
                     await read_stream_writer.send(parse(line))
 
+    reading = anyio.CancelScope()
+    read_done = anyio.Event()
+    group_killed = False
+
+    def kill_group() -> None:
+        """SIGKILL what is left of the server's process group, once, as soon as the server has exited: the
+        group's id (the server's pid, as the server leads its own session) is not given to another process
+        while a member lives, but may be once all are gone."""
+        nonlocal group_killed
+        if not group_killed:
+            group_killed = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+
     async def stdout_reader() -> None:
         try:
             async with read_stream_writer:
-                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                with reading, contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                     await pump()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError, OSError):
             pass  # the pipe closed under the read: the session sees its end
         finally:
+            read_done.set()
             # The session has seen the end (the writer is closed): what the server still writes is read
             # and dropped, so a server blocked on a full pipe can exit when its stdin closes.
             await sdk_stdio._drain_stdout(process)
+
+    async def exit_watch() -> None:
+        """The server's end is its process's exit, not its stdout's: a child it forked keeps the pipe open
+        after it exited (and would run on, orphaned). Once it exited, what is left of its process group is
+        killed, which closes the pipe; one that left the group and still holds it open has the session ended
+        here, `ORPHAN_GRACE` seconds later."""
+        while process.returncode is None:
+            await anyio.sleep(EXIT_CHECK_EVERY)
+        kill_group()
+        with anyio.move_on_after(ORPHAN_GRACE):
+            await read_done.wait()
+        if not read_done.is_set():
+            logger.warning("a stdio server exited, but its stdout is still held open; its session ends")
+            reading.cancel()
 
     async def stdin_writer() -> None:
         assert process.stdin is not None
@@ -322,12 +371,16 @@ async def bounded_stdio_client(
         if flush_scope.cancelled_caught:
             await anyio.lowlevel.cancel_shielded_checkpoint()
         await sdk_stdio._stop_server_process(process)
+        # The SDK kills the process group only when the server outlived its grace: one that exited on its
+        # own (at its stdin's close, or a crash) leaves its children running, holding its pipes.
+        kill_group()
         await sdk_stdio._aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
         await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(stdout_reader)
         tg.start_soon(stdin_writer)
+        tg.start_soon(exit_watch)
         try:
             yield read_stream, write_stream
         finally:
