@@ -536,11 +536,27 @@ def call_outcome_discarded(*, call: ToolCall, status: str | None) -> bool:
     return False
 
 
+RETRY_SCHEDULED = "call.retry_scheduled"
+
+
+def sent_and_put_back(call_id: Any, round_number: int = 0) -> bool:
+    """Whether an earlier send of the call's first tools/call (`round_number` 0) or of its round's retry
+    may have reached the server and was put back for a retry (a tool safe to repeat). Nothing later proves
+    it did not run: the call's outcome stays unknown until a send settles it. The audit event of each retry
+    (`sending._transient`) is the hub's only record of it, read only when a call ends otherwise."""
+    return AuditEvent.objects.filter(
+        call_id=call_id, verb=RETRY_SCHEDULED, data__may_have_run=True, data__round=round_number
+    ).exists()
+
+
 def _in_flight(call: ToolCall) -> bool:
     """Whether a tools/call (or its retry with answers) may be at the server: a worker is sending it, or a
-    holder's session runs it. A cancel then cannot stop the tool, and its result will not be kept."""
+    holder's session runs it, or (queued again) an earlier send may have reached it and waits for a retry.
+    A cancel then cannot stop the tool, and its result will not be kept."""
     held = call.holder_id is not None and call.started_at is not None
-    return call.status in ToolCall.Status.sending() or held
+    if call.status in ToolCall.Status.sending() or held:
+        return True
+    return call.status == ToolCall.Status.QUEUED and call.attempts > 0 and sent_and_put_back(call.pk)
 
 
 def _cancelled_in_flight() -> dict[str, Any]:

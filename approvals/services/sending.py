@@ -47,7 +47,7 @@ from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.prepared import PreparedRead
 from approvals.services import leases, locks
-from approvals.services.calls import call_finish, call_outcome_discarded
+from approvals.services.calls import RETRY_SCHEDULED, call_finish, call_outcome_discarded, sent_and_put_back
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
@@ -221,6 +221,10 @@ def _claim(call_id: Any) -> Send | None:
             raise ToolCall.DoesNotExist(f"no call {call_id}")
         if call.kind != ToolCall.Kind.CALL or call.is_final:
             return None
+        if call.server is not None and not call.server.enabled:
+            # Disabled since the call was queued: nothing more is sent to it. The call waits, as a holder
+            # leaves it, until the server is enabled again (beat's `recover_stuck` queues it once more).
+            return None
         rnd = _LAST_OPEN_ROUND.first(call=call.pk)
         if rnd is not None and rnd.kind in (Round.Kind.PUSH, Round.Kind.GATE):
             return None  # answered on the holder's session, never re-sent; or a gate still waiting
@@ -291,6 +295,7 @@ _WHERE_SENT = PreparedRead(
             "gated",
             "grant_id",
             "started_at",
+            "server__enabled",
         )
     ),
     pk=ToolCall._meta.get_field("id"),
@@ -298,7 +303,8 @@ _WHERE_SENT = PreparedRead(
 
 
 def _hand_to_holders(call_id: Any) -> bool:
-    """True when nothing is sent from here: there is no such call to send, or it runs on a holder's session
+    """True when nothing is sent from here: there is no such call to send, its server is disabled (`_claim`
+    has the last word), or it runs on a holder's session
     (handshake era, stdio; the holders are woken if it still waits for one). Before the first send of a gated
     call, or of one a grant let through, the server's tool list is refreshed when stale
     (`gate_refresh_tools`).
@@ -310,12 +316,14 @@ def _hand_to_holders(call_id: Any) -> bool:
     row = _WHERE_SENT.first(pk=call_id)
     if row is None:
         return True
-    status, holder_id, transport, era, probed_era, gated, grant_id, started_at = row
+    status, holder_id, transport, era, probed_era, gated, grant_id, started_at, enabled = row
     claimed_here = holder_id is None and status in ToolCall.Status.sending()
     if McpServer.session_needed(transport, era, probed_era) and not claimed_here:
         if status not in ToolCall.Status.finals() and holder_id is None:
             notify_holders()
         return True
+    if not enabled:
+        return True  # nothing goes to a disabled server, not even a tools/list (`_claim`)
     if gated or (grant_id is not None and started_at is None):
         gate_refresh_tools(call_id)  # checked against the tool list as the server has it now
     return False
@@ -565,23 +573,32 @@ def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
         if send.round:
             # The call's row first, then the round's, in the order a cancel and an answer lock them: the other
             # order deadlocked against an agent's cancel (PostgreSQL aborted the cancel).
-            ToolCall.objects.filter(pk=send.call.pk).update(updated_at=timezone.now())
-            Round.objects.filter(pk=send.round.pk, status=Round.Status.SENDING).update(
+            ToolCall.objects.filter(pk=send.call.pk).exclude(status__in=ToolCall.Status.finals()).update(
+                updated_at=timezone.now()
+            )
+            released = Round.objects.filter(pk=send.round.pk, status=Round.Status.SENDING).update(
                 status=Round.Status.READY
             )
         else:
-            ToolCall.objects.filter(pk=send.call.pk, status=ToolCall.Status.RUNNING).update(
+            released = ToolCall.objects.filter(pk=send.call.pk, status=ToolCall.Status.RUNNING).update(
                 status=ToolCall.Status.QUEUED, updated_at=timezone.now()
             )
+        if not released:
+            # Cancelled (or deleted) while the send was out: nothing is retried.
+            _discard(send.call)
+            return None
         audit.record(
             actor=SYSTEM,
-            verb="call.retry_scheduled",
+            verb=RETRY_SCHEDULED,
             call=send.call,
             data={
                 "code": exc.code,
                 "message": exc.message,
                 "attempt": send.attempts,
                 "countdown": round(countdown, 1),
+                # What `sent_and_put_back` reads: the outcome stays unknown until a later send settles it.
+                "round": send.round.number if send.round else 0,
+                "may_have_run": exc.may_have_run,
             },
         )
     return countdown
@@ -591,7 +608,8 @@ def _fail(send: Send, exc: mcp_client.McpError, note: str = "") -> None:
     error: dict[str, Any] = {"code": exc.code, "message": exc.message + note}
     if exc.rpc_code is not None:
         error["rpc_code"] = exc.rpc_code
-    if exc.may_have_run:  # a tool safe to repeat, sent until the retries ran out: it may have run
+    # A tool safe to repeat, sent until the retries ran out: it may have run, on this send or an earlier one.
+    if exc.may_have_run or sent_and_put_back(send.call.pk, send.round.number if send.round else 0):
         error["tool_may_have_run"] = True
     with transaction.atomic():
         if send.round:
@@ -778,10 +796,11 @@ def _apply(send: Send, outcome: mcp_client.Outcome, *, received_at: Any) -> bool
         if send.round:
             _close(send.round)
         if last >= MAX_ROUNDS:
+            # Each retry reached the server, which may have acted before it asked again.
             call_finish(
                 call=call,
                 status=ToolCall.Status.FAILED,
-                error=too_many_rounds_error(),
+                error=too_many_rounds_error(tool_may_have_run=True),
             )
             return False
         rnd = round_open(
