@@ -30,12 +30,17 @@ def bearer_token(request: HttpRequest) -> str | None:
     return tokens.bearer(request.headers.get("Authorization", ""))
 
 
+# Set on a request its browser session let in (`ReviewerSession`): an Authorization header it also carries
+# was not its credential.
+_BY_SESSION = "_elicit_by_session"
+
+
 def still_holds(request: HttpRequest) -> bool:
     """Whether the credential `request` was let in with still holds, read again: after a long-poll's wait
     (up to a minute), a token deleted, an agent or a user deactivated or a session signed out meanwhile is
     not answered. A reviewer's token read again brings their teams with it (`tokens.authenticate`), so the
     reads after the wait need no statement of their own for them."""
-    token = bearer_token(request)
+    token = None if getattr(request, _BY_SESSION, False) else bearer_token(request)
     if token is not None:
         found = tokens.authenticate(token)
         if isinstance(found, AgentClient):
@@ -109,6 +114,7 @@ class ReviewerSession(SessionAuth):
         if not (user and user.is_authenticated):
             return None
         permissions.remember_session(request)  # a policy's recent sign-in is this session's
+        setattr(request, _BY_SESSION, True)
         return user
 
 

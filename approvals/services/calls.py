@@ -53,31 +53,24 @@ def check_callback_url(url: str) -> str:
 
 
 # Read for every call submitted; compiled once per process.
-_SERVER_BY_SLUG = PreparedRead(
+# Read for every call submitted; compiled once per process. Only among the agent's own servers, in one
+# statement: a server it was not given reads as one that does not exist, in the same time.
+_AGENT_SERVER_BY_SLUG = PreparedRead(
     # With its default team: the call's audit events name it.
-    lambda slug: McpServer.objects.select_related("default_team").filter(slug=slug).order_by("pk")[:1],
+    lambda slug, agent: McpServer.objects.select_related("default_team")
+    .filter(slug=slug, agents=agent)
+    .order_by("pk")[:1],
     slug=McpServer._meta.get_field("slug"),
-)
-_AGENT_SERVER = AgentClient.servers.through  # the agents' list of the servers they may call
-
-
-def _agent_server(agent: Any, server: Any) -> Any:
-    return _AGENT_SERVER.objects.filter(agentclient=agent, mcpserver=server).values_list("pk")[:1]
-
-
-_MAY_CALL = PreparedRead(
-    _agent_server,
-    agent=_AGENT_SERVER._meta.get_field("agentclient"),
-    server=_AGENT_SERVER._meta.get_field("mcpserver"),
+    agent=AgentClient.servers.through._meta.get_field("agentclient"),
 )
 
 
 def _server_for(agent: AgentClient, slug: str) -> McpServer:
-    server = _SERVER_BY_SLUG.first(slug=slug)
+    server = _AGENT_SERVER_BY_SLUG.first(slug=slug, agent=agent.pk)
     if server is None:
-        raise NotFound(f"No MCP server is registered as {slug!r}.", code="unknown_server")
-    if _MAY_CALL.first(agent=agent.pk, server=server.pk) is None:
-        raise Forbidden(f"This agent may not call the server {slug!r}.", code="server_not_allowed")
+        # The same answer whether the server does not exist or the agent may not call it (as the gateway's
+        # /mcp/<slug>): an agent learns no slug it was not given.
+        raise NotFound(f"This agent has no MCP server {slug!r}.", code="unknown_server")
     if not server.enabled:
         raise Conflict(f"The server {slug!r} is disabled.", code="server_disabled")
     return server
