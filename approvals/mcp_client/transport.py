@@ -216,30 +216,37 @@ class Wire:
         if not self._carries_request(request):
             return
         content_type = response.headers.get("content-type")
+        said_code, said = await _error_said(response) if response.status_code >= 400 else (None, None)
         self.http = HttpFacts(
             status=response.status_code,
             content_type=content_type,
             retry_after=parse_retry_after(response.headers.get("retry-after")),
             session=bool(request.headers.get("mcp-session-id")),
-            said=await _error_said(response) if response.status_code >= 400 else None,
+            said=said,
+            said_code=said_code,
         )
         if self._method(request) == "tools/call":
             self.call_http = self.http
 
 
-async def _error_said(response: httpx2.Response) -> str | None:
-    """The message of the JSON error an HTTP error status came with, read here (the body is bounded by the
-    outbound guard, and kept for the SDK, which reads it next), or None. Never raises: this runs in the HTTP
-    client's response hook, where an exception would lose the answer it came with."""
+async def _error_said(response: httpx2.Response) -> tuple[int | None, str | None]:
+    """The code and message of the JSON error an HTTP error status came with, read here (the body is bounded
+    by the outbound guard, and kept for the SDK, which reads it next), or Nones. Never raises: this runs in
+    the HTTP client's response hook, where an exception would lose the answer it came with."""
     if not (response.headers.get("content-type") or "").lower().startswith("application/json"):
-        return None
+        return None, None
     try:
         body = json.loads(await response.aread())
     except Exception:  # too large, cut off, not JSON: the SDK reports it as it would
-        return None
+        return None, None
     error = body.get("error") if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    return message[:MAX_SAID] if isinstance(message, str) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return None, None
+    code = error.get("code")
+    # A JSON-RPC code is an integer; a bool (an int in Python) or a float is not one.
+    integer = isinstance(code, int) and not isinstance(code, bool) and abs(code) <= _JS_SAFE_INT
+    known = code if integer else None
+    return known, error["message"][:MAX_SAID]
 
 
 class ReadTee:
@@ -300,7 +307,9 @@ class InflatingTransport(httpx2.AsyncBaseTransport):
 
     The guard counts the bytes that arrive; the HTTP client decompresses after it, with no bound, so a
     compressed answer of a few hundred kilobytes (a "gzip bomb") would be read as hundreds of megabytes. An
-    event stream is left to the client: the SDK bounds each of its events once decompressed."""
+    event stream is left to the client: it decompresses in bounded pieces, and the SDK bounds each event.
+    Stacked codings ("gzip, gzip") are undone one by one, each bounded; a coding the hub did not offer is not
+    read."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
         self._inner = inner
@@ -310,12 +319,21 @@ class InflatingTransport(httpx2.AsyncBaseTransport):
         # otherwise be offered, and decompress past the bound in the client.
         request.headers["Accept-Encoding"] = ACCEPTED_CODINGS
         response = await self._inner.handle_async_request(request)
-        coding = (response.headers.get("content-encoding") or "").strip().lower()
-        if coding not in _WBITS or (response.headers.get("content-type") or "").startswith(
-            "text/event-stream"
-        ):
+        codings = _codings(response.headers)
+        streamed = (response.headers.get("content-type") or "").lower().startswith("text/event-stream")
+        if not codings or streamed:
             return response
-        response.stream = _Inflated(response.stream, coding, netguard.max_response())
+        unknown = [coding for coding in codings if coding not in _WBITS]
+        if unknown:
+            # Not decompressed here, so not bounded: the client would decompress it (a "br" once a decoder is
+            # installed) past the bound, or hand on bytes no one can read.
+            await response.aclose()
+            raise httpx2.DecodingError("the server's answer is in a content coding the hub did not offer")
+        # The codings in the order applied ("gzip, gzip": gzipped twice) are undone last first, each bounded.
+        stream: Any = response.stream
+        for coding in reversed(codings):
+            stream = _Inflated(stream, coding, netguard.max_response())
+        response.stream = stream
         del response.headers["content-encoding"]
         if "content-length" in response.headers:
             del response.headers["content-length"]
@@ -366,6 +384,13 @@ class _Inflated(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _codings(headers: httpx2.Headers) -> list[str]:
+    """The content codings of an answer, in the order the server applied them, as the HTTP client reads them
+    (every Content-Encoding header, split at commas), without "identity"."""
+    found = [item.strip().lower() for item in headers.get_list("content-encoding", split_commas=True)]
+    return [coding for coding in found if coding and coding != "identity"]
 
 
 def _zlib_header(data: bytes) -> bool:

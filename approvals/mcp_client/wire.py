@@ -26,6 +26,7 @@ from mcp.shared.inbound import (
 from mcp_types import (
     CONNECTION_CLOSED,
     HEADER_MISMATCH,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -244,6 +245,9 @@ SESSION_REFUSALS = (
     "invalid or missing session id",
 )
 VERSION_REFUSALS = ("unsupported protocol version", "unsupported mcp-protocol-version")
+# What the SDK's transport puts in place of an HTTP error's JSON body it cannot read as JSON-RPC (an error
+# without an ``id``), with code INTERNAL_ERROR: the server's own words are in `HttpFacts.said`.
+SDK_STAND_IN = "Server returned an error response"
 # How the SDK's transport says an event of an SSE answer went past its bound (httpx2's SSEError).
 SSE_EVENT_TOO_LARGE = "Server-sent event exceeded the"
 
@@ -286,15 +290,17 @@ def _handshake_refusal(code: int, message: str, status: int | None) -> str | Non
 class HttpFacts:
     """What the last HTTP exchange looked like (the SDK folds these into generic JSON-RPC errors).
 
-    `session`: the request carried an ``Mcp-Session-Id`` (a handshake-era session). `said`: the message of
-    the JSON error an HTTP error status came with, as the server wrote it: the SDK replaces an error it cannot
-    read as JSON-RPC (one without an ``id``, as the TypeScript SDK sends) with its own words."""
+    `session`: the request carried an ``Mcp-Session-Id`` (a handshake-era session). `said` and `said_code`:
+    the message and code of the JSON error an HTTP error status came with, as the server wrote them: the SDK
+    replaces an error it cannot read as JSON-RPC (one without an ``id``, as Express servers on the TypeScript
+    SDK send when they echo ``req.body.id`` with no body parser) with its own words (`SDK_STAND_IN`)."""
 
     status: int | None = None
     content_type: str | None = None
     retry_after: float | None = None
     session: bool = False
     said: str | None = None
+    said_code: int | None = None
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -340,6 +346,10 @@ def classify_rpc_error(
     """Classify a JSON-RPC error (from the server, or synthesized by the SDK's transport)."""
     http = http or HttpFacts()
     status = http.status
+    if code == INTERNAL_ERROR and message == SDK_STAND_IN and http.said is not None:
+        # The SDK's stand-in for an error it could not read (no ``id``): the server's own error is judged.
+        code = http.said_code if http.said_code is not None else code
+        message = http.said
     text = scrub(message or "", secrets)
     json_body = (http.content_type or "").lower().startswith("application/json")
     if code == REQUEST_TIMEOUT and (status is None or status < 400):
