@@ -369,12 +369,15 @@ async def test_connect_account_sends_the_reviewer_to_an_https_page(url: str) -> 
     )
     assert isinstance(done, CallToolResult) and text_of(done) == "Connected GitHub"
 
+    # A new call: the first one ended, and its state is not taken again (a replay).
+    again = await call(url, "connect_account", {"service": "GitHub"})
+    assert isinstance(again, InputRequiredResult)
     declined = await call(
         url,
         "connect_account",
         {"service": "GitHub"},
         {"sign_in": ElicitResult(action="decline")},
-        first.request_state,
+        again.request_state,
     )
     assert isinstance(declined, CallToolResult) and declined.is_error
     assert "declined by the reviewer" in text_of(declined)

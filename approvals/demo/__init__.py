@@ -1,4 +1,5 @@
-"""The demo MCP server (protocol revision 2026-07-28), built on the official `mcp` SDK.
+"""The demo MCP server (protocol revision 2026-07-28, and the handshake era on a session), built on the
+official `mcp` SDK.
 
 A standalone process, independent of Django: `python -m approvals.demo --host 127.0.0.1 --port 8765`
 serves Streamable HTTP at `/mcp`. Environment:

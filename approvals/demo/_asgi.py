@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from elicit_hub import door
@@ -21,6 +22,13 @@ _JSON = "elicit_demo.json"
 
 def is_mcp_post(scope: Scope) -> bool:
     return scope["type"] == "http" and scope["method"] == "POST" and scope["path"].rstrip("/") == MCP_PATH
+
+
+def handshake_era(scope: Scope) -> bool:
+    """Whether a request to /mcp belongs to the handshake era: it names one of its versions, or none (an
+    `initialize`, or a client of 2025-03-26 that sends no version)."""
+    version = header(scope, "mcp-protocol-version")
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def header(scope: Scope, name: str) -> str | None:

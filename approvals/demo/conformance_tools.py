@@ -29,6 +29,7 @@ from mcp_types import (
 )
 
 from approvals.demo import rounds
+from approvals.demo.eras import dual_era
 
 
 def _string_form(field: str) -> dict[str, Any]:
@@ -152,7 +153,7 @@ async def test_input_required_result_capabilities(ctx: Context) -> CallToolResul
         offered["client_roots"] = ListRootsRequest()
     if not offered:
         return rounds.result("No input capability declared: nothing to ask.")
-    if any(key in (ctx.input_responses or {}) for key in offered):
+    if any(key in rounds.responses(ctx) for key in offered):
         return rounds.result("Declared-capability input answered.")
     return rounds.ask(ctx, offered)
 
@@ -180,7 +181,7 @@ TOOLS = (
 
 def register(mcp: MCPServer) -> None:
     for tool in TOOLS:
-        mcp.add_tool(tool)
+        mcp.add_tool(dual_era(tool))
     # server-stateless probes a tool that needs sampling, expecting -32021 when it is undeclared.
-    mcp.add_tool(test_input_required_result_sampling, name="test_missing_capability")
-    mcp.prompt()(test_input_required_result_prompt)
+    mcp.add_tool(dual_era(test_input_required_result_sampling), name="test_missing_capability")
+    mcp.prompt(name=test_input_required_result_prompt.__name__)(dual_era(test_input_required_result_prompt))

@@ -2,7 +2,9 @@
 
 The hub re-sends a round only when a crash left its outcome unknown, always with the same key.
 The first answer for a key is kept (in memory, bounded) and replayed to any later request with that
-key, so the tool runs once; a request arriving while the first is still running waits for it.
+key, so the tool runs once; a request arriving while the first is still running waits for it. Only a
+2026-07-28 request has such an answer: a handshake-era call's answer is an event stream on its session
+(with the server's questions in it), which cannot be held back until the call ends, nor replayed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from approvals.demo._asgi import CapturedResponse, buffer_body, capture, header, is_mcp_post, json_body
+from approvals.demo._asgi import (
+    CapturedResponse,
+    buffer_body,
+    capture,
+    handshake_era,
+    header,
+    is_mcp_post,
+    json_body,
+)
 
 REPLAY_HEADER = (b"idempotent-replayed", b"true")
 
@@ -64,7 +74,7 @@ class IdempotencyMiddleware:
         self.store = store
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = header(scope, "idempotency-key") if is_mcp_post(scope) else None
+        key = header(scope, "idempotency-key") if is_mcp_post(scope) and not handshake_era(scope) else None
         if not key:
             await self.app(scope, receive, send)
             return

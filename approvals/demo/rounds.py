@@ -1,14 +1,20 @@
 """Multi round-trip (MRTR) helpers shared by the demo tools.
 
-A tool asks by returning `ask(...)` and reads the answers on the retry with `reply(...)`.
+A tool asks by returning `ask(...)` and reads the answers on the retry with `reply(...)`. On a
+handshake-era session `eras.dual_era` runs those rounds inside the one call, asking over the session, and
+hands each round's answers and state to the tool through `HandshakeRound` instead of the request.
 `requestState` is plain JSON here: the SDK's `RequestStateBoundary` seals it on the way out and
-verifies it on the way back, so a tool only ever reads state it minted itself.
+verifies it on the way back, so a tool only ever reads state it minted itself. Each state also names its
+call (`CHAIN`, kept from round to round) so that `replay.OneOutcome` can refuse a state of a call that has
+already ended: the seal alone would let a copied state run the tool again until it expires.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +33,7 @@ from mcp_types import (
     FormElicitationCapability,
     InputRequest,
     InputRequiredResult,
+    InputResponses,
     ListRootsRequest,
     MissingRequiredClientCapabilityErrorData,
     RootsCapability,
@@ -38,6 +45,18 @@ from mcp_types import (
 from approvals.demo.form_check import schema_problem
 
 Action = Literal["accept", "decline", "cancel"]
+CHAIN = "chain"  # the state key naming the call a round belongs to
+
+
+@dataclass(frozen=True)
+class HandshakeRound:
+    """A round run inside a handshake-era call: the answers gathered over the session, the state kept."""
+
+    input_responses: InputResponses | None
+    request_state: str | None
+
+
+handshake_round: ContextVar[HandshakeRound | None] = ContextVar("handshake_round", default=None)
 
 
 def form(message: str, schema: Mapping[str, Any]) -> ElicitRequest:
@@ -56,18 +75,45 @@ def ask(
         _require_capability(ctx, request)
     return InputRequiredResult(
         input_requests=dict(requests),
-        request_state=None if state is None else json.dumps(state),
+        request_state=None if state is None else json.dumps({**state, CHAIN: _chain(ctx)}),
     )
 
 
 def state(ctx: Context) -> dict[str, Any]:
     """The state minted by the previous round, or {} on a first call."""
-    return json.loads(ctx.request_state) if ctx.request_state else {}
+    plain = _request_state(ctx)
+    return json.loads(plain) if plain else {}
+
+
+def responses(ctx: Context) -> InputResponses:
+    """Every answer this round received, by key ({} on a first call)."""
+    held = handshake_round.get()
+    return dict((held.input_responses if held else ctx.input_responses) or {})
+
+
+def _request_state(ctx: Context) -> str | None:
+    held = handshake_round.get()
+    return held.request_state if held else ctx.request_state
+
+
+def chain_of(plain_state: object) -> str | None:
+    """The call named by a verified (plaintext) state, or None for a state without one."""
+    try:
+        decoded = json.loads(plain_state) if isinstance(plain_state, str) else None
+    except ValueError:
+        return None
+    chain = decoded.get(CHAIN) if isinstance(decoded, dict) else None
+    return chain if isinstance(chain, str) else None
+
+
+def _chain(ctx: Context) -> str:
+    """The call this round belongs to: the previous round's, or a new one on a first call."""
+    return chain_of(_request_state(ctx)) or secrets.token_urlsafe(12)
 
 
 def response(ctx: Context, key: str) -> Any:
     """The client's raw answer under `key` (an ElicitResult, CreateMessageResult, ... or None)."""
-    return (ctx.input_responses or {}).get(key)
+    return responses(ctx).get(key)
 
 
 @dataclass(frozen=True)

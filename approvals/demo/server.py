@@ -1,25 +1,30 @@
 """Assembly of the demo MCP server: the SDK's MCPServer, its tools, and the HTTP layers around it.
 
 Request path, outermost first: request recording (test hooks) -> Idempotency-Key replay ->
-holds (test hooks) -> the SDK's Streamable HTTP app at /mcp (JSON answers, stateless, 2026-07-28).
+holds (test hooks) -> the SDK's Streamable HTTP app at /mcp (JSON answers; 2026-07-28 stateless, the
+handshake era on a session).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 from mcp.server.context import ServerMiddleware
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from approvals.demo import conformance_tools, tools
+from approvals.demo._asgi import MCP_PATH, handshake_era
 from approvals.demo.hooks import DemoHooks, HoldRequests, RecordRequests
 from approvals.demo.idempotency import IdempotencyMiddleware, IdempotencyStore
+from approvals.demo.replay import OneOutcome
 
 NAME = "elicit-demo"
 VERSION = "0.1.0"
@@ -28,11 +33,14 @@ VERSION = "0.1.0"
 DEFAULT_STATE_KEY = "elicit-hub-demo-request-state-key-for-development-only"
 
 
+def state_ttl() -> float:
+    return float(os.environ.get("ELICIT_DEMO_STATE_TTL") or 600)
+
+
 def state_security() -> RequestStateSecurity:
     """AES-GCM sealing of requestState, bound by the SDK to the tool, its arguments and a TTL."""
     key = os.environ.get("ELICIT_DEMO_STATE_KEY") or DEFAULT_STATE_KEY
-    ttl = float(os.environ.get("ELICIT_DEMO_STATE_TTL") or 600)
-    return RequestStateSecurity(keys=[key], ttl=ttl)
+    return RequestStateSecurity(keys=[key], ttl=state_ttl())
 
 
 def build_server(middleware: Sequence[ServerMiddleware[Any]] = ()) -> MCPServer:
@@ -42,7 +50,8 @@ def build_server(middleware: Sequence[ServerMiddleware[Any]] = ()) -> MCPServer:
         version=VERSION,
         instructions="Tools that ask a human before acting, for trying Elicit Hub end to end.",
         request_state_security=state_security(),
-        middleware=list(middleware),
+        # Outermost of ours: a refused replay never reaches a tool nor its execution count.
+        middleware=[OneOutcome(ttl=state_ttl()), *middleware],
         log_level="WARNING",
     )
     tools.register(mcp)
@@ -68,10 +77,47 @@ def build_app(*, host: str = "127.0.0.1", test_hooks: bool | None = None) -> ASG
 
     if test_hooks:
         hooks.install_routes(mcp)
-    app: ASGIApp = mcp.streamable_http_app(json_response=True, stateless_http=True, host=host)
+    app: ASGIApp = EraRouter(
+        modern=mcp.streamable_http_app(json_response=True, stateless_http=True, host=host),
+        # A session, and an event stream per call: what `eras.dual_era` asks the client for input on.
+        handshake=mcp.streamable_http_app(json_response=False, stateless_http=False, host=host),
+    )
     if test_hooks:
         app = HoldRequests(app, hooks)
     app = IdempotencyMiddleware(app, store)
     if test_hooks:
         app = RecordRequests(app, hooks)
     return app
+
+
+class EraRouter:
+    """The SDK's app twice over one server: JSON answers without a session for 2026-07-28 requests, and a
+    session with an event stream per call for the handshake era (its `initialize`, and every request
+    naming a handshake-era version or none). The SDK sets both for a whole app, and a JSON answer cannot
+    carry a request to the client in the middle of a call."""
+
+    def __init__(self, *, modern: Starlette, handshake: Starlette) -> None:
+        self.modern = modern
+        self.handshake = handshake
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH and handshake_era(scope):
+            await self.handshake(scope, receive, send)
+        else:
+            await self.modern(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """Both apps' session managers run for as long as the server does."""
+        await receive()  # lifespan.startup
+        async with AsyncExitStack() as stack:
+            try:
+                for app in (self.modern, self.handshake):
+                    await stack.enter_async_context(app.router.lifespan_context(app))
+            except Exception as exc:
+                await send({"type": "lifespan.startup.failed", "message": repr(exc)})
+                return
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+        await send({"type": "lifespan.shutdown.complete"})

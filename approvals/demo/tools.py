@@ -15,6 +15,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 
 from approvals.demo import rounds
+from approvals.demo.eras import dual_era
 
 ENVIRONMENT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -236,11 +237,11 @@ def fail() -> CallToolResult:
 
 def register(mcp: MCPServer) -> None:
     mcp.add_tool(
-        create_deployment,
+        dual_era(create_deployment),
         title="Create a deployment",
         annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False),
     )
-    mcp.add_tool(connect_account, title="Connect an account")
-    mcp.add_tool(schedule_meeting, title="Schedule a meeting")
+    mcp.add_tool(dual_era(connect_account), title="Connect an account")
+    mcp.add_tool(dual_era(schedule_meeting), title="Schedule a meeting")
     mcp.add_tool(echo, title="Echo", annotations=ToolAnnotations(read_only_hint=True))
     mcp.add_tool(fail, title="Fail", annotations=ToolAnnotations(read_only_hint=True))

@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from approvals import conformance, schema_forms
+from approvals import conformance, mcp_client, schema_forms, urlsafety
 from approvals.audit.core import Actor
 from approvals.management.commands._cli import HubCommand, shown
 from approvals.models import InputRequest, McpServer, Membership, Team, ToolCall
@@ -44,9 +44,13 @@ class Command(HubCommand):
         context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
         call_command("migrate", verbosity=0, interactive=False)
         server, agent, reviewer = self._register(scenario, url)
-        worker = None if celery_app.control.ping(timeout=1.0) else self._start_worker()
         try:
             tools = server_refresh_tools(server=server)
+        except mcp_client.McpError as exc:
+            # Before any worker starts: nothing was called, and a traceback would hide the reason.
+            raise CommandError(shown(f"could not list the tools at {urlsafety.shown(url)}: {exc}")) from None
+        worker = None if celery_app.control.ping(timeout=1.0) else self._start_worker()
+        try:
             planned = conformance.planned_calls(scenario, context, tools)
             ids = []
             for name, arguments in planned:
@@ -61,7 +65,7 @@ class Command(HubCommand):
                 worker.wait(15)
         failed = ToolCall.objects.filter(pk__in=ids).exclude(status=ToolCall.Status.COMPLETED)
         for call in failed:
-            self.stderr.write(shown(f"{call.tool}: {call.status} {call.error}"))
+            self.stderr.write(f"{shown(call.tool)}: {call.status}: {shown(_reason(call.error))}")
         if failed:
             raise CommandError(f"{failed.count()} of {len(ids)} calls did not complete")
         self.stdout.write(f"{scenario}: {len(ids)} call(s) completed through the hub")
@@ -117,7 +121,10 @@ class Command(HubCommand):
         deadline = time.monotonic() + TIMEOUT
         while ToolCall.objects.filter(pk__in=ids).open().exists():
             if time.monotonic() > deadline:
-                raise CommandError("calls still open after the time-out")
+                still = ToolCall.objects.filter(pk__in=ids).open().order_by("created_at")
+                for call in still:
+                    self.stderr.write(f"{shown(call.tool)}: still {call.status}")
+                raise CommandError(f"{still.count()} of {len(ids)} calls still open after {TIMEOUT:.0f} s")
             pending = InputRequest.objects.pending().filter(round__call_id__in=ids)
             for ir in pending:
                 content = None
@@ -125,3 +132,10 @@ class Command(HubCommand):
                     content = schema_forms.defaults(ir.requested_schema)
                 answers.input_respond(input_request_id=ir.pk, user=reviewer, action="accept", content=content)
             time.sleep(0.05)
+
+
+def _reason(error: Any) -> str:
+    """A failed call's stored error as one line: its code and message."""
+    if isinstance(error, dict) and (error.get("code") or error.get("message")):
+        return f"{error.get('code') or 'error'}: {error.get('message') or ''}".rstrip(": ")
+    return str(error or "no error recorded")
