@@ -626,8 +626,9 @@ LOGGING = {
         # httpx logs every request line at INFO; the hub logs its own hops.
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
-        # The SDK's transport logs a server's whole URL (a key in its query too) at DEBUG: not even with
-        # ELICIT_LOG_LEVEL=DEBUG.
-        "mcp.client.streamable_http": {"level": "INFO"},
+        # The SDK's transport logs a server's whole URL (a key in its query too) at DEBUG, and the session id
+        # a server gives (with which anyone could send on the hub's session) at INFO: neither, whatever
+        # ELICIT_LOG_LEVEL says.
+        "mcp.client.streamable_http": {"level": "WARNING"},
     },
 }

@@ -125,6 +125,17 @@ def test_a_handshake_server_falls_back_to_initialize(handshake: Running) -> None
     assert result.discover is None
 
 
+def test_a_handshake_session_id_reaches_no_log_line(
+    handshake: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK's transport logs the session id a server gives at INFO ("Received session ID: ..."): with it
+    anyone reading the logs could send requests on the hub's session. The logging settings keep it out."""
+    result = run(probe(handshake.config()))
+    assert result.ok and result.era == HANDSHAKE
+    said = [record.getMessage() for record in caplog.records]
+    assert not [line for line in said if "session id" in line.lower()], said
+
+
 def test_a_handshake_server_pinned_to_2026_is_flagged_with_a_hint(handshake: Running) -> None:
     result = run(probe(handshake.config(), era=MODERN))
     assert not result.ok and result.era == HANDSHAKE
