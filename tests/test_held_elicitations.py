@@ -69,14 +69,14 @@ async def ask_then_work(ctx: Context) -> str:
 
 @mcp.tool()
 async def ask_many(ctx: Context, n: int) -> str:
-    '''Ask `n` questions at once; mark when all but one have been declined.'''
+    '''Ask `n` questions at once; mark when all but one have been cancelled.'''
     actions = {}
 
     async def one(i):
         result = await ctx.elicit(f"Question {i}?", Answer)
         actions[result.action] = actions.get(result.action, 0) + 1
-        if actions.get("decline") == n - 1:
-            mark("declined-rest")
+        if actions.get("cancel") == n - 1:
+            mark("cancelled-rest")
 
     async with anyio.create_task_group() as tg:
         for i in range(n):
@@ -225,7 +225,7 @@ def test_an_agent_cancelling_while_a_question_waits_stops_the_tool_on_the_server
     assert item["message"] == "Go on?"
 
 
-def test_a_server_asking_many_questions_at_once_gets_one_asked_and_the_rest_declined_cheaply(
+def test_a_server_asking_many_questions_at_once_gets_one_asked_and_the_rest_cancelled_cheaply(
     hub: Hub, holder: HolderRunner, stdio_dir: Path
 ) -> None:
     asked = 400
@@ -233,11 +233,11 @@ def test_a_server_asking_many_questions_at_once_gets_one_asked_and_the_rest_decl
     call_id = hub.agent.call("ask_many", {"n": asked}, server=SLUG)
     item = hub.reviewer.wait_for_request(call_id, "elicitation")
     # Answered once the others have their answers: a question asked after this answer would be asked.
-    wait_until(lambda: _marked(stdio_dir, "declined-rest"), 30, 0.1, what="the other questions declined")
+    wait_until(lambda: _marked(stdio_dir, "cancelled-rest"), 30, 0.1, what="the other questions cancelled")
     assert hub.reviewer.respond(item["id"], "accept", {"text": "one"}).status_code == 200
     call = _finished(hub, call_id)
     assert call["status"] == "completed", call
-    assert call["result"]["content"][0]["text"] == f"accept: 1, decline: {asked - 1}"
+    assert call["result"]["content"][0]["text"] == f"accept: 1, cancel: {asked - 1}"
     assert Round.objects.filter(call_id=call_id).count() == 1
     # Each refused question would cost the holder's one database thread a locked read and the log a line:
     # the holder's heartbeat waits behind them all, and a big enough burst has it declared lost.

@@ -131,7 +131,7 @@ class _Run:
     progress_flush: asyncio.Event = field(default_factory=asyncio.Event)
     last_progress: float = -math.inf
     asking: bool = False  # a question of the server's waits for a person
-    refused: int = 0  # questions declined because another was waiting
+    refused: int = 0  # questions cancelled because another was waiting
 
 
 class _NotSent(Exception):
@@ -495,18 +495,18 @@ class HolderProcess:
         """The server's ``elicitation/create``: a push round, answered on this session.
 
         One at a time (as `holding.push_open` rules): a question that comes while another waits for a person
-        is declined here, before it costs a transaction on the holder's one database thread, so a server
+        is cancelled here (no person saw it: a decline would say one refused), before it costs a transaction on the holder's one database thread, so a server
         asking hundreds at once holds up neither the other calls' work nor this holder's heartbeat."""
         held = run.held
         if run.asking:
             run.refused += 1
             if run.refused & (run.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th...: the log stays bounded
                 logger.warning(
-                    "call %s: an elicitation while another waits for a person; declined (%d so far)",
+                    "call %s: an elicitation while another waits for a person; cancelled (%d so far)",
                     held.call_id,
                     run.refused,
                 )
-            return {"action": "decline"}
+            return {"action": "cancel"}
         run.asking = True
         try:
             opened = await db(holding.push_open)(call_id=held.call_id, params=params)

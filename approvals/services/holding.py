@@ -340,9 +340,10 @@ def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True
         if call is None or call.server is None:
             return PushOpened(None, {"action": "cancel"})
         if call.rounds.exclude(status=Round.Status.CLOSED).exists():
-            # A second elicitation while the first waits (a server asking in parallel): one at a time.
-            logger.warning("call %s: a second elicitation while one waits; declined", call.pk)
-            return PushOpened(None, {"action": "decline"})
+            # A second elicitation while the first waits (a server asking in parallel): one at a time. No person
+            # saw it, so it is cancelled (dismissed), not declined (a person's "no").
+            logger.warning("call %s: a second elicitation while one waits; cancelled", call.pk)
+            return PushOpened(None, {"action": "cancel"})
         last = last_round_number(call)
         if last >= sending.MAX_ROUNDS:
             _too_many_rounds(call)
@@ -368,8 +369,8 @@ def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True
                     else None,
                     number=last + 1,
                 )
-        except IntegrityError:
-            return PushOpened(None, {"action": "decline"})
+        except IntegrityError:  # another question of the call opened its round first: as above
+            return PushOpened(None, {"action": "cancel"})
         rnd.refresh_from_db()
         if rnd.status != Round.Status.OPEN:
             return PushOpened(rnd.pk, _take_answer(rnd))
