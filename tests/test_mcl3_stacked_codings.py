@@ -107,4 +107,3 @@ def test_a_coding_the_hub_did_not_offer_is_not_read(
     error = _list(packing_server, "gzip, br", 100)
     assert isinstance(error, McpError), error
     assert error.code == "network_error" and "ecoding" in error.message
-

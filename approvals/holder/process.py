@@ -495,8 +495,9 @@ class HolderProcess:
         """The server's ``elicitation/create``: a push round, answered on this session.
 
         One at a time (as `holding.push_open` rules): a question that comes while another waits for a person
-        is cancelled here (no person saw it: a decline would say one refused), before it costs a transaction on the holder's one database thread, so a server
-        asking hundreds at once holds up neither the other calls' work nor this holder's heartbeat."""
+        is cancelled here (no person saw it: a decline would say one refused), before it costs a transaction
+        on the holder's one database thread, so a server asking hundreds at once holds up neither the other
+        calls' work nor this holder's heartbeat."""
         held = run.held
         if run.asking:
             run.refused += 1

@@ -57,9 +57,9 @@ def check_callback_url(url: str) -> str:
 # statement: a server it was not given reads as one that does not exist, in the same time.
 _AGENT_SERVER_BY_SLUG = PreparedRead(
     # With its default team: the call's audit events name it.
-    lambda slug, agent: McpServer.objects.select_related("default_team")
-    .filter(slug=slug, agents=agent)
-    .order_by("pk")[:1],
+    lambda slug, agent: (
+        McpServer.objects.select_related("default_team").filter(slug=slug, agents=agent).order_by("pk")[:1]
+    ),
     slug=McpServer._meta.get_field("slug"),
     agent=AgentClient.servers.through._meta.get_field("agentclient"),
 )

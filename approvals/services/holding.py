@@ -340,8 +340,8 @@ def push_open(*, call_id: Any, params: dict[str, Any], server_waits: bool = True
         if call is None or call.server is None:
             return PushOpened(None, {"action": "cancel"})
         if call.rounds.exclude(status=Round.Status.CLOSED).exists():
-            # A second elicitation while the first waits (a server asking in parallel): one at a time. No person
-            # saw it, so it is cancelled (dismissed), not declined (a person's "no").
+            # A second elicitation while the first waits (a server asking in parallel): one at a time. No
+            # person saw it, so it is cancelled (dismissed), not declined (a person's "no").
             logger.warning("call %s: a second elicitation while one waits; cancelled", call.pk)
             return PushOpened(None, {"action": "cancel"})
         last = last_round_number(call)
