@@ -979,6 +979,10 @@ class Grant(models.Model):
             return "expired"
         return "active"
 
+    def audit_data(self) -> dict[str, Any]:
+        """What an audit event about this grant names of it: never its arguments or conditions."""
+        return {"grant": str(self.pk), "server": self.server.slug, "tool": self.tool}
+
 
 class WebhookDelivery(models.Model):
     class Status(models.TextChoices):

@@ -335,9 +335,7 @@ def grants_ended(grants: Sequence[Grant], *, actor: Actor, via: Sequence[State])
             verb="grant.revoked",
             team_slug=grant.team.slug,
             data={
-                "grant": str(grant.pk),
-                "server": grant.server.slug,
-                "tool": grant.tool,
+                **grant.audit_data(),
                 "uses": grant.uses,
                 "message": _short(message, 500),
                 "via": [parent.ref() for parent in via],

@@ -462,12 +462,7 @@ def revoke(*, grant: Grant, by: Any) -> Grant:
             verb="grant.revoked",
             call=grant.source_call,
             team_slug=grant.team.slug,
-            data={
-                "grant": str(grant.pk),
-                "server": grant.server.slug,
-                "tool": grant.tool,
-                "uses": grant.uses,
-            },
+            data={**grant.audit_data(), "uses": grant.uses},
         )
     return grant
 
@@ -484,7 +479,7 @@ def refuse(grant: Grant, *, by: Any, code: str) -> None:
             verb="grant.refused",
             call=grant.source_call,
             team_slug=grant.team.slug,
-            data={"grant": str(grant.pk), "code": code, "server": grant.server.slug, "tool": grant.tool},
+            data={**grant.audit_data(), "code": code},
         )
 
 
