@@ -47,7 +47,7 @@ from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.prepared import PreparedRead
 from approvals.services import leases, locks
-from approvals.services.calls import RETRY_SCHEDULED, call_finish, call_outcome_discarded, sent_and_put_back
+from approvals.services.calls import call_finish, call_outcome_discarded, sent_and_put_back
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
@@ -589,7 +589,7 @@ def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
             return None
         audit.record(
             actor=SYSTEM,
-            verb=RETRY_SCHEDULED,
+            verb="call.retry_scheduled",  # read back by calls.sent_and_put_back (RETRY_SCHEDULED)
             call=send.call,
             data={
                 "code": exc.code,
