@@ -279,6 +279,24 @@ def demo_server(django_db_setup: None) -> Iterator[object]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def demo() -> Iterator[object]:
+    """A demo MCP server of the module's own (no test hooks), for tests that call it directly."""
+    from tests.demo_support import DemoServer
+
+    with DemoServer() as server:
+        yield server
+
+
+@pytest.fixture
+def url(demo: Any) -> str:
+    """The module's demo server's URL, its state (executions, idempotency cache) reset for each test."""
+    from tests.demo_support import reset
+
+    reset(demo.url)
+    return str(demo.url)
+
+
 # Fast retries and short timeouts, so failure paths finish in seconds; every countdown and task time limit
 # (run_call's follows ELICIT_MAX_CALL_TIMEOUT) stays below the visibility timeout, after which Redis hands a
 # dead worker's task to another (system check approvals.E001, which `migrate` runs).

@@ -18,7 +18,6 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
-from django.urls import reverse
 from django.utils import timezone
 
 from approvals.audit import core as audit
@@ -26,6 +25,7 @@ from approvals.audit import verify as audit_verify
 from approvals.audit.core import Actor
 from approvals.models import AuditEvent
 from tests import factories
+from tests.test_auditrev_core import download
 
 pytestmark = pytest.mark.django_db
 
@@ -36,12 +36,6 @@ BOM = b"\xef\xbb\xbf"
 def root(client: Client) -> Client:
     client.force_login(factories.user("root", is_superuser=True, is_staff=True))
     return client
-
-
-def download(client: Client, fmt: str) -> bytes:
-    response = client.get(reverse("audit:export", args=[fmt]))
-    assert response.status_code == 200
-    return b"".join(response.streaming_content)  # type: ignore[attr-defined]
 
 
 def test_a_csv_export_tells_a_spreadsheet_it_is_utf8_and_still_verifies(root: Client, tmp_path: Path) -> None:

@@ -25,21 +25,9 @@ from mcp_types import (
 )
 
 from approvals.models import McpServer
-from tests.demo_support import DemoServer, executions, reset
+from tests.demo_support import executions
 from tests.hub import set_up_handshake_hub
 from tests.live import HolderRunner, child_env, wait_until
-
-
-@pytest.fixture(scope="module")
-def demo() -> Iterator[DemoServer]:
-    with DemoServer() as server:
-        yield server
-
-
-@pytest.fixture
-def url(demo: DemoServer) -> str:
-    reset(demo.url)
-    return demo.url
 
 
 def legacy_call(

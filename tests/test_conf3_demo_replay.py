@@ -3,7 +3,6 @@ tool a second time, nor reopen a call a reviewer refused. Driven over real HTTP 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -12,21 +11,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, ElicitResult, InputRequiredResult
 
-from tests.demo_support import DemoServer, executions, reset
+from tests.demo_support import executions
 
 BRANCH = "feature/replay"
-
-
-@pytest.fixture(scope="module")
-def demo() -> Iterator[DemoServer]:
-    with DemoServer() as server:
-        yield server
-
-
-@pytest.fixture
-def url(demo: DemoServer) -> str:
-    reset(demo.url)
-    return demo.url
 
 
 def call(

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,18 +45,6 @@ BRANCH = "feature/login"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def demo() -> Iterator[DemoServer]:
-    with DemoServer() as server:
-        yield server
-
-
-@pytest.fixture
-def url(demo: DemoServer) -> str:
-    reset(demo.url)
-    return demo.url
 
 
 @asynccontextmanager
