@@ -166,6 +166,11 @@ class HolderProcess:
         self.stdio = importlib.util.find_spec(STDIO_MODULE) is not None
         self._supervisors: dict[int, Any] = {}  # stdio servers this holder runs, by server id
         self.asking: set[str] = set()  # calls waiting for a person's answer to the server's question
+        # Calls whose server's question is being opened as a round, and those of them found ended meanwhile.
+        # The round is committed (a reviewer sees it, an agent may cancel the call) before the holder is back
+        # to wait on it: an end found then is left to the round's ``cancel`` (`_elicit`), not a stop at once.
+        self.opening: set[str] = set()
+        self.ended_while_opening: set[str] = set()
         self.ending: set[str] = set()  # calls whose task this holder cancelled: the call ended meanwhile
         # Calls whose server was just answered ``cancel``: their tool has STOP_AFTER_CANCEL seconds to end.
         self.settling: set[str] = set()
@@ -295,7 +300,7 @@ class HolderProcess:
         """The call ended while its tools/call runs (the agent cancelled it): stop waiting for the result.
         Cancelling the request makes the SDK send the server ``notifications/cancelled`` for it, so the tool
         stops now rather than at its end. A call waiting for a person is not stopped here: the cancelled
-        round answers the server ``cancel`` on the same session (`_wait_answer`) first, and `_elicit` asks
+        round answers the server ``cancel`` on the same session (`_elicit`) first, and `_elicit` asks
         for this check `STOP_AFTER_CANCEL` seconds later: a tool may go on running once it has that answer."""
         if after > 0:
             try:
@@ -308,6 +313,9 @@ class HolderProcess:
             logger.warning("call %s: could not read whether it ended", call_id, exc_info=True)
             return
         task = self.tasks.get(call_id)
+        if ended and after == 0 and call_id in self.opening:
+            self.ended_while_opening.add(call_id)  # `_elicit` decides once the round is open, or is not
+            return
         if ended and task is not None and call_id not in self.asking:
             self.ending.add(call_id)
             task.cancel()
@@ -509,13 +517,20 @@ class HolderProcess:
                 )
             return {"action": "cancel"}
         run.asking = True
+        self.opening.add(held.call_id)
         try:
             opened = await db(holding.push_open)(call_id=held.call_id, params=params)
         except BaseException:
             run.asking = False
             raise
+        finally:
+            self.opening.discard(held.call_id)
+            ended = held.call_id in self.ended_while_opening
+            self.ended_while_opening.discard(held.call_id)
         if opened.answer is not None or opened.round_id is None:
             run.asking = False
+            if ended:  # no person was asked: the tool is stopped now, as it would have been
+                self._check_ended(held.call_id)
             return self._answering(held.call_id, opened.answer)
         round_id = opened.round_id
         deadline = anyio.current_time() + held.elicitation_wait + DEADLINE_GRACE
