@@ -53,7 +53,6 @@ def test_a_notice_for_a_call_running_its_tool_still_checks_at_once() -> None:
     assert asyncio.run(main()) == [0.0]
 
 
-
 def _held(call_id: str) -> holding.HeldCall:
     return holding.HeldCall(
         call_id=call_id,
