@@ -21,6 +21,8 @@ from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.log import log_response
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_safe
 from ninja import Header, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.errors import Throttled as NinjaThrottled
@@ -128,6 +130,14 @@ class HubApi(NinjaAPI):
         return document
 
 
+def _read_only(view: Any) -> Any:
+    """The OpenAPI document's and the docs page's view: GET and HEAD, as every address the API reads; another
+    method is a 405 naming them (shaped as the API's errors by approvals.middleware.ErrorShapeMiddleware),
+    not the document again. Exempt from the CSRF check as django-ninja's views are: a cookie-less POST gets
+    that 405 too, not a 403 about a token it could not have."""
+    return csrf_exempt(require_safe(view))
+
+
 api = HubApi(
     title="Elicit Hub API",
     version="1",
@@ -135,6 +145,7 @@ api = HubApi(
     urls_namespace="api",
     throttle=[ratelimit.TokenRateThrottle(settings.ELICIT_API_RATE)],
     parser=StrictJsonParser(),
+    docs_decorator=_read_only,
 )
 outage.install(api)
 
@@ -661,13 +672,25 @@ SchemaT = TypeVar("SchemaT", bound=Schema)
 _FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
+def _a_form(request: HttpRequest) -> bool:
+    """Whether the body is the form its Content-Type names. ``curl -d '{"seen": ...}'`` sends JSON under the
+    urlencoded form's type: read as a form, it is one field named after the whole JSON text, no ``seen``,
+    and the extension it meant to make once would be made again. A form's encoder escapes ``{`` and ``[``
+    (``%7B``, ``%5B``), so a body starting with either is JSON, read as the other endpoints read any body."""
+    if request.content_type not in _FORMS:
+        return False
+    if request.content_type == "multipart/form-data":
+        return True
+    return request.body.lstrip()[:1] not in (b"{", b"[")
+
+
 def _optional_body(request: HttpRequest, schema: type[SchemaT]) -> SchemaT | None:
     """The body of an endpoint that takes one optionally, checked against ``schema``: None when there is none,
     as such requests were sent before the endpoint read a body (nothing, white space, or a form without the
     schema's fields: a form's fields are read as the page's form posts them, other fields ignored as a JSON
     body's are). Any other body is a JSON object, parsed as every body is (`StrictJsonParser`), with the same
     400s."""
-    if request.content_type in _FORMS:
+    if _a_form(request):
         given = {name: request.POST.getlist(name) for name in schema.model_fields if name in request.POST}
         if twice := next((name for name, values in given.items() if len(values) > 1), None):
             # As in a JSON body: which of the two would a proxy or filter in front of the hub have read?

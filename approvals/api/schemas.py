@@ -20,6 +20,13 @@ def _no_reason(value: Any) -> Any:
     return "" if value is None else value
 
 
+def _no_arguments(value: Any) -> Any:
+    """``arguments`` sent as null are none given, as a tool's ``arguments`` may be left out: Go's encoder
+    writes a nil map so, and clients that serialise absent fields as null send it (the gateway takes a
+    ``tools/call`` with null arguments likewise)."""
+    return {} if value is None else value
+
+
 def _reason_field() -> Any:
     """A decision's ``reason``: its length is the answer's service's to check (`answers.input_respond`),
     after what became of the request: a client is told first that the request was decided meanwhile (409),
@@ -44,6 +51,8 @@ class CallIn(Schema):
     idempotency_key: str | None = Field(None, max_length=MAX_IDEMPOTENCY_KEY)
     callback_url: str | None = Field(None, max_length=500)
     on_behalf_of: str | None = Field(None, max_length=150)
+
+    _arguments = field_validator("arguments", mode="before")(_no_arguments)
 
 
 class RelayIn(CallIn):
