@@ -89,7 +89,7 @@ def test_an_email_notice_to_a_trickling_mail_server_is_tried_again_at_its_timeou
     notifications.notify(ir=pending_request(team), team=team, event="routed")
     (notice,) = Notification.objects.filter(team=team)
 
-    assert notifications.notification_send(notification_id=notice.pk) == 2.0
+    assert 1.0 <= (notifications.notification_send(notification_id=notice.pk) or 0) <= 2.0
     assert trickler.left.wait(30), "the server is still trickling: the hub is still waiting"
     assert not trickler.whole, "the hub waited for the whole greeting"
     notice.refresh_from_db()

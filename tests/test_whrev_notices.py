@@ -115,7 +115,7 @@ def test_a_retry_stops_once_the_request_is_answered() -> None:
         ir = waiting(team)
         notifications.notify(ir=ir, team=team, event="routed")
         (notice,) = Notification.objects.filter(team=team)
-        assert notifications.notification_send(notification_id=notice.pk) == 2.0
+        assert 1.0 <= (notifications.notification_send(notification_id=notice.pk) or 0) <= 2.0
         InputRequest.objects.filter(pk=ir.pk).update(
             status=InputRequest.Status.ANSWERED, action=InputRequest.Action.ACCEPT, answered_at=timezone.now()
         )

@@ -105,8 +105,8 @@ def test_the_next_task_for_a_delivery_tries_it_once_the_first_is_done(settings) 
     delivery = WebhookDelivery.objects.create(
         call=call, event_type="call.completed", url="http://127.0.0.1:9/hook", payload={"type": "x"}
     )
-    assert webhooks.webhook_attempt(delivery_id=delivery.pk) == 2.0  # nothing listens on port 9
-    assert webhooks.webhook_attempt(delivery_id=str(delivery.pk)) == 4.0
+    assert 1.0 <= (webhooks.webhook_attempt(delivery_id=delivery.pk) or 0) <= 2.0  # nothing listens on port 9
+    assert 2.0 <= (webhooks.webhook_attempt(delivery_id=str(delivery.pk)) or 0) <= 4.0
     assert webhooks.webhook_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert delivery.status == WebhookDelivery.Status.FAILED and delivery.attempts == 3

@@ -46,6 +46,7 @@ from approvals.mcp_client.session import (
     open_client,
 )
 from approvals.services import holding, servers
+from approvals.services.webhooks import retry_wait
 
 logger = logging.getLogger(__name__)
 
@@ -366,11 +367,15 @@ class HolderProcess:
                 refused = not run.sent or not exc.may_have_run
                 if refused and exc.transient and attempt < settings.ELICIT_MCP_MAX_RETRIES:
                     attempt += 1
-                    backoff = min(
-                        settings.ELICIT_MCP_RETRY_MAX, settings.ELICIT_MCP_RETRY_BASE * 2 ** (attempt - 1)
+                    # A server that said when to come back (a 429 or 503 with Retry-After) is not asked
+                    # again sooner, up to the cap, as a worker's send waits.
+                    wait = retry_wait(
+                        settings.ELICIT_MCP_RETRY_BASE * 2 ** (attempt - 1),
+                        retry_after=exc.retry_after,
+                        cap=settings.ELICIT_MCP_RETRY_MAX,
                     )
-                    logger.warning("call %s: %s; retrying in %.1f s", call_id, exc.code, backoff)
-                    await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
+                    logger.warning("call %s: %s; retrying in %.1f s", call_id, exc.code, wait)
+                    await asyncio.sleep(wait)
                     continue
                 await recorded(
                     holding.held_finish,

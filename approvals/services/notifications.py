@@ -17,14 +17,23 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import get_connection, send_mail
 from django.core.mail.backends import smtp
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from approvals import netguard
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
 from approvals.services.locks import try_lock
-from approvals.services.webhooks import GONE, GONE_ERROR, STALE_AFTER, retry_countdown
+from approvals.services.webhooks import (
+    ASKED_TO_WAIT,
+    GONE,
+    GONE_ERROR,
+    STALE_AFTER,
+    asked_wait,
+    failed_status,
+    longest_countdown,
+    retry_countdown,
+)
 
 HEADLINES = {
     "routed": "asks {team} for input",
@@ -58,13 +67,18 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
 
 def notifications_recover(*, now: datetime) -> int:
     """Queue again the pending notices of requests still waiting that no task is trying: STALE_AFTER past
-    the end of their whole retry schedule, their task was lost (as a webhook's can be). Returns how many."""
+    the end of their whole retry schedule, their task was lost (as a webhook's can be). Returns how many.
+    The schedule is the longest one: of a notice whose chat asked to wait (a 429, a 503 with Retry-After),
+    the cap for every retry, as its retry may still be waiting out that long."""
     most = settings.ELICIT_NOTIFY_MAX_ATTEMPTS
-    schedule = sum(retry_countdown(n, max_attempts=most) or 0 for n in range(1, most))
+    schedule = sum(longest_countdown(n, asked=False) for n in range(1, most))
+    asked = sum(longest_countdown(n, asked=True) for n in range(1, most))
+    overdue = Q(created_at__lte=now - timedelta(seconds=schedule) - STALE_AFTER)
+    waiting = Q(last_error__contains=ASKED_TO_WAIT)
     ids = Notification.objects.filter(
+        (overdue & ~waiting) | Q(created_at__lte=now - timedelta(seconds=asked) - STALE_AFTER),
         input_request__in=InputRequest.objects.pending(),
         status=Notification.Status.PENDING,
-        created_at__lte=now - timedelta(seconds=schedule) - STALE_AFTER,
     ).values_list("pk", flat=True)
     requeued = 0
     for notice_id in ids:
@@ -222,6 +236,7 @@ def _send(notification_id: Any) -> float | None:
     attempt = notice.attempts + 1
     subject, body = _text(notice)
     error, final = "", False
+    retry_after: float | None = None
     try:
         if notice.kind == Notification.Kind.EMAIL:
             _send_mail(subject, body, _recipients(notice.team))
@@ -234,7 +249,8 @@ def _send(notification_id: Any) -> float | None:
             if response.status_code == GONE:  # the chat's webhook is gone (an archived channel): no retry
                 raise ReceiverGone(GONE_ERROR)
             if not response.is_success:  # not raise_for_status(): its message holds the URL, a secret
-                raise RuntimeError(f"HTTP {response.status_code}")
+                retry_after = asked_wait(response)
+                raise RuntimeError(failed_status(response.status_code, retry_after))
     except ReceiverGone as exc:
         error, final = str(exc), True
     except Exception as exc:  # any other failure of the transport is retried, then recorded
@@ -242,7 +258,11 @@ def _send(notification_id: Any) -> float | None:
         final = isinstance(exc, netguard.OutboundRefused) and not exc.transient
     if error:
         countdown = (
-            None if final else retry_countdown(attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS)
+            None
+            if final
+            else retry_countdown(
+                attempt, max_attempts=settings.ELICIT_NOTIFY_MAX_ATTEMPTS, retry_after=retry_after
+            )
         )
         Notification.objects.filter(pk=notice.pk).update(
             last_error=error,

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -51,6 +50,7 @@ from approvals.services.calls import call_finish, call_outcome_discarded, sent_a
 from approvals.services.gates import gate_at_send, gate_refresh_tools
 from approvals.services.rounds import input_responses, notify_holders, round_open
 from approvals.services.servers import server_after_send, server_config
+from approvals.services.webhooks import retry_wait
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -563,9 +563,9 @@ def _transient(send: Send, exc: mcp_client.McpError) -> float | None:
     if send.attempts > settings.ELICIT_MCP_MAX_RETRIES:
         _fail(send, exc, note=f" (gave up after {send.attempts} attempts)")
         return None
-    backoff = min(settings.ELICIT_MCP_RETRY_MAX, settings.ELICIT_MCP_RETRY_BASE * 2 ** (send.attempts - 1))
-    countdown: float = max(exc.retry_after or 0, backoff * random.uniform(0.5, 1.0))
-    countdown = min(countdown, settings.ELICIT_MCP_RETRY_MAX)
+    backoff = settings.ELICIT_MCP_RETRY_BASE * 2 ** (send.attempts - 1)
+    # The server's Retry-After, no sooner and spread a little (calls it refused together come back apart).
+    countdown = retry_wait(backoff, retry_after=exc.retry_after, cap=settings.ELICIT_MCP_RETRY_MAX)
     logger.warning("call %s: %s; retrying in %.1f s", send.call.pk, exc.code, countdown)
     with transaction.atomic():
         # Release the claim: the retry then knows this attempt ended here, and is no redelivery. The call's

@@ -7,16 +7,18 @@ import hashlib
 import hmac
 import json
 import logging
+import random
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.db.models import F, Max
+from django.db.models import F, Max, OuterRef, Subquery
 from django.utils import timezone
 
 from approvals import netguard, selectors
+from approvals.mcp_client.wire import parse_retry_after
 from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.queueing import DELIVER_WEBHOOK, enqueue_on_commit
 from approvals.services import tokens
@@ -32,12 +34,63 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def retry_countdown(attempt: int, *, max_attempts: int) -> float | None:
+# The answers whose Retry-After a receiver's next try waits for (RFC 9110, RFC 6585): it is busy or rate
+# limiting, and says when to come back.
+WAIT_ASKED = (429, 503)
+ASKED_TO_WAIT = "the receiver asked to wait"
+
+
+def retry_wait(backoff: float, *, retry_after: float | None, cap: float) -> float:
+    """Seconds before an outbound request is tried again (a webhook, a team notice, a send to an MCP server).
+
+    Without a wait asked for, a random time between half of `backoff` and all of it, so that deliveries that
+    failed together (a receiver down for a minute) do not come back together. With one (the receiver's
+    Retry-After, in seconds), no sooner than it asked, spread over a tenth more (a second at least), and
+    never past `cap`: a receiver asking for longer, or for ever, is tried again in the last tenth before it.
+    """
+    backoff = min(backoff, cap)
+    wait = backoff * random.uniform(0.5, 1.0)
+    if retry_after is None or not retry_after > 0:  # none, none left (a date passed), or NaN
+        return wait
+    spread = max(1.0, min(retry_after, cap) / 10)
+    if retry_after >= cap:
+        asked = random.uniform(max(0.0, cap - spread), cap)
+    else:
+        asked = random.uniform(retry_after, min(cap, retry_after + spread))
+    return max(wait, asked)
+
+
+def asked_wait(response: httpx.Response) -> float | None:
+    """The wait a receiver's failed answer asks for: its Retry-After (seconds or an HTTP date) on a 429 or a
+    503, else None. A value that cannot be read, or a date already past, asks for nothing."""
+    if response.status_code not in WAIT_ASKED:
+        return None
+    wait = parse_retry_after(response.headers.get("retry-after"))
+    return wait if wait else None
+
+
+def failed_status(status_code: int, retry_after: float | None) -> str:
+    """What a failed answer records: ``HTTP 503``, and the wait it asked for, which the next try honours up
+    to the cap."""
+    if retry_after is None:
+        return f"HTTP {status_code}"
+    return f"HTTP {status_code}; {ASKED_TO_WAIT} {min(retry_after, 1e9):.0f} s"
+
+
+def retry_countdown(attempt: int, *, max_attempts: int, retry_after: float | None = None) -> float | None:
     """Seconds before the next try of an outbound delivery (agent webhooks, team notices), or None when
-    ``attempt`` was the last one allowed: 2, 4, 8, ... seconds, capped at ELICIT_WEBHOOK_RETRY_MAX."""
+    ``attempt`` was the last one allowed: up to 2, 4, 8, ... seconds (`retry_wait`'s jitter), or what the
+    receiver asked, capped at ELICIT_WEBHOOK_RETRY_MAX."""
     if attempt >= max_attempts:
         return None
-    return float(min(settings.ELICIT_WEBHOOK_RETRY_MAX, 2**attempt))
+    cap = settings.ELICIT_WEBHOOK_RETRY_MAX
+    return retry_wait(float(min(cap, 2**attempt)), retry_after=retry_after, cap=cap)
+
+
+def longest_countdown(attempt: int, *, asked: bool) -> float:
+    """The longest `retry_countdown` can wait after `attempt`: the cap when the receiver asked for a wait."""
+    cap = settings.ELICIT_WEBHOOK_RETRY_MAX
+    return float(cap if asked else min(cap, 2**attempt))
 
 
 # A receiver answering 410 Gone wants no more deliveries (Standard Webhooks): it is not tried again.
@@ -87,19 +140,22 @@ RECOVER_WITHIN = timedelta(days=1)
 
 def webhooks_recover(*, now: datetime) -> int:
     """Queue again the pending deliveries no task is trying: their next try is STALE_AFTER overdue."""
+    last = WebhookAttempt.objects.filter(delivery=OuterRef("pk")).order_by("-number")
     pending = (
         WebhookDelivery.objects.filter(
             call__finished_at__gte=now - RECOVER_WITHIN,
             call__finished_at__lt=now - STALE_AFTER,
             status=WebhookDelivery.Status.PENDING,
         )
-        .annotate(last_at=Max("attempt_log__at"))
-        .values_list("pk", "attempts", "created_at", "last_at")
+        .annotate(last_at=Max("attempt_log__at"), last_status=Subquery(last.values("status_code")[:1]))
+        .values_list("pk", "attempts", "created_at", "last_at", "last_status")
     )
     requeued = 0
-    for pk, attempts, created_at, last_at in pending:
-        wait = retry_countdown(attempts, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS) if attempts else 0
-        if (last_at or created_at) + timedelta(seconds=wait or 0) + STALE_AFTER <= now:
+    for pk, attempts, created_at, last_at, last_status in pending:
+        # The longest its retry may be waiting: one the receiver asked to wait (a 429, a 503) may wait up to
+        # the cap, and queued again sooner it would be tried before its time, beside its own retry.
+        wait = longest_countdown(attempts, asked=last_status in WAIT_ASKED) if attempts else 0
+        if (last_at or created_at) + timedelta(seconds=wait) + STALE_AFTER <= now:
             enqueue_on_commit(DELIVER_WEBHOOK, str(pk))
             requeued += 1
     return requeued
@@ -157,6 +213,7 @@ def _attempt(delivery_id: Any) -> float | None:
         headers["webhook-signature"] = " ".join(sign(s, str(delivery.pk), timestamp, body) for s in held)
     started = time.monotonic()
     status_code: int | None = None
+    retry_after: float | None = None
     error = ""
     # No try after this one, whatever is left: the guard refused the URL, or the receiver is gone.
     final = False
@@ -169,7 +226,8 @@ def _attempt(delivery_id: Any) -> float | None:
         if status_code == GONE:
             error, final = GONE_ERROR, True
         elif not 200 <= status_code < 300:
-            error = f"HTTP {status_code}"
+            retry_after = asked_wait(response)
+            error = failed_status(status_code, retry_after)
     except netguard.OutboundRefused as exc:
         error = f"refused: {exc}"[:300]
         final = not exc.transient
@@ -184,7 +242,13 @@ def _attempt(delivery_id: Any) -> float | None:
             status=WebhookDelivery.Status.DELIVERED, delivered_at=timezone.now()
         )
         return None
-    countdown = None if final else retry_countdown(number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS)
+    countdown = (
+        None
+        if final
+        else retry_countdown(
+            number, max_attempts=settings.ELICIT_WEBHOOK_MAX_ATTEMPTS, retry_after=retry_after
+        )
+    )
     if countdown is None:
         WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED)
         logger.warning(
