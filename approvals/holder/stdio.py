@@ -696,12 +696,10 @@ class StdioSupervisor:
         repeat its own credentials (`secrets`): the probe is shown to admins and audited, so they are
         replaced, as in a call's error."""
         latency_ms = int((time.monotonic() - began) * 1000)
-        try:
-            with anyio.fail_after(float(settings.ELICIT_MCP_TIMEOUT)):
-                found = await probe_open(client, latency_ms=latency_ms, secrets=secrets)
-        except TimeoutError:
-            logger.warning("%r: tools/list timed out on the new session", self)
-            return
+        # A tools/list that never answers gives a probe saying so (the stored tools are kept).
+        found = await probe_open(
+            client, latency_ms=latency_ms, secrets=secrets, timeout=float(settings.ELICIT_MCP_TIMEOUT)
+        )
         await sync_to_async(stdio_service.stdio_probed)(
             server_id=self.server_id, found=found.as_json(), tools=found.tools if found.ok else None
         )

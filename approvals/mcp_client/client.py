@@ -370,10 +370,13 @@ async def _list_all(client: Client, wire: Wire, *, watch: str | None = None) -> 
     many, are not the hub's to hold).
 
     The SDK drops tools with invalid ``x-mcp-header`` annotations and remembers the valid ones'
-    header maps and output schemas for the calls that follow.
+    header maps and output schemas for the calls that follow, the last listed under each name; a name listed
+    again is the first definition's (`toollist`), so the session is taught that one again once the list is
+    read: a call checks its result and sends its ``Mcp-Param-*`` headers by the definition the hub stores.
     """
     tools = ToolList()
-    dropped = False
+    invalid = False
+    again: set[str] = set()  # names listed more than once, whose first definition the hub kept
     cursor: str | None = None
     pages = 0
     while True:
@@ -390,12 +393,19 @@ async def _list_all(client: Client, wire: Wire, *, watch: str | None = None) -> 
             if not isinstance(tool, dict):
                 continue
             if tool.get("name") in kept and invalid_header_reason(tool.get("inputSchema")) is None:
+                before = tools.duplicates
                 tools.offer(tool)  # refused once the list is full; the page's invalid names still count
+                if tools.duplicates > before:
+                    again.add(tool["name"])
             elif watch is not None and tool.get("name") == watch:
-                dropped = True
+                invalid = True
         if not tools.more(page.next_cursor, pages):
-            return tools, dropped
+            break
         cursor = page.next_cursor
+    teach_first(client, tools, again)
+    # The tool `watch` is dropped only when no valid definition of it was kept.
+    dropped = invalid and not any(tool.get("name") == watch for tool in tools)
+    return tools, dropped
 
 
 async def _call_once(
@@ -450,6 +460,14 @@ def _stored_tool(tool: dict[str, Any] | None, name: str) -> mcp_types.Tool | Non
     except ValidationError:
         return None
     return None if invalid_header_reason(tool.get("inputSchema")) is not None else known
+
+
+def teach_first(client: Client, tools: ToolList, names: set[str]) -> None:
+    """After a listing in which `names` were listed more than once: teach the session the definition of each
+    that `tools` kept (the first), in place of the last one it absorbed."""
+    for tool in tools:
+        if tool.get("name") in names:
+            _learn_tool(client, mcp_types.Tool.model_validate(tool, by_name=False))
 
 
 def _learn_tool(client: Client, tool: mcp_types.Tool) -> None:

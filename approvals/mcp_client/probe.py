@@ -90,6 +90,9 @@ class ProbeResult:
     `tools` (the tools as received, as many as the hub keeps: `toollist`) and `discover` (the
     ``server/discover`` result, for 2026-07-28 servers) are stored on their own, not in the probe JSON.
     `tools_truncated`: the server listed more tools than the hub keeps (the probe JSON says so only then).
+    `tools_duplicates`: how many tools were left out because a tool of the same name was listed before them
+    (the first definition of a name is the one kept), `tools_duplicated` the first of those names; the probe
+    JSON says so, as ``tools_duplicated`` (the count) and ``tools_duplicated_names``, only when there were.
     """
 
     ok: bool
@@ -105,6 +108,8 @@ class ProbeResult:
     tools: list[dict[str, Any]] | None = field(default=None, repr=False)
     discover: dict[str, Any] | None = field(default=None, repr=False)
     tools_truncated: bool = False
+    tools_duplicates: int = 0
+    tools_duplicated: tuple[str, ...] = ()
 
     @property
     def reachable(self) -> bool:
@@ -112,7 +117,7 @@ class ProbeResult:
         return self.ok or self.era is not None or (self.error or {}).get("code") not in UNREACHABLE
 
     def as_json(self) -> dict[str, Any]:
-        found = {
+        found: dict[str, Any] = {
             "ok": self.ok,
             "era": self.era,
             "protocol_version": self.protocol_version,
@@ -126,6 +131,9 @@ class ProbeResult:
         }
         if self.tools_truncated:
             found["tools_truncated"] = True
+        if self.tools_duplicates:
+            found["tools_duplicated"] = self.tools_duplicates
+            found["tools_duplicated_names"] = list(self.tools_duplicated)
         return found
 
 
@@ -321,6 +329,8 @@ def _success(
         tools=tools,
         discover=discover,
         tools_truncated=tools.truncated,
+        tools_duplicates=tools.duplicates,
+        tools_duplicated=tuple(tools.duplicated),
     )
 
 
@@ -388,18 +398,24 @@ async def probe(target: Target, *, era: str = AUTO, timeout: float | None = None
 
 
 async def probe_open(
-    client: Client, *, latency_ms: int | None = None, secrets: Sequence[str] = ()
+    client: Client,
+    *,
+    latency_ms: int | None = None,
+    secrets: Sequence[str] = (),
+    timeout: float = OPEN_LIST_TIMEOUT,
 ) -> ProbeResult:
     """Describe the server behind an already open client (a stdio server's session, say): its era,
     version, identity and capabilities as negotiated, and the tools listed on it now (`toollist`). Never
     raises an `McpError`: a failed listing gives ``ok`` false, its message without `secrets` (the server's
-    own credentials, which its errors may quote)."""
+    own credentials, which its errors may quote); a listing not done within `timeout` seconds (all its
+    pages) gives ``ok`` false with the error ``timeout``, so a caller bounding the probe should give it a
+    `timeout` within its own bound (the probe then says why nothing was listed)."""
     version = client.protocol_version
     era = HANDSHAKE if version in HANDSHAKE_PROTOCOL_VERSIONS else MODERN
     discover = client.session.discover_result
     wire = Wire(None)
     try:
-        tools = await _list_open(client, wire, secrets)
+        tools = await _list_open(client, wire, secrets, timeout)
     except McpError as exc:
         return _failure(exc)
     found = _Found(
@@ -414,11 +430,11 @@ async def probe_open(
     return _success(found)
 
 
-async def _list_open(client: Client, wire: Wire, secrets: Sequence[str]) -> ToolList:
+async def _list_open(client: Client, wire: Wire, secrets: Sequence[str], timeout: float) -> ToolList:
     """The tools listed on an open client (not wired through a `Wire`: the tools are read from the SDK's
     models)."""
     try:
-        return await list_tools_on(client, timeout=OPEN_LIST_TIMEOUT)
+        return await list_tools_on(client, timeout=timeout)
     except Exception as exc:
         raise _classify(exc, wire, "tools/list", list(secrets)) from None
 

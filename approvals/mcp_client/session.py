@@ -47,6 +47,7 @@ from approvals.mcp_client.client import (
     _secrets,
     _stored_tool,
     after_send,
+    teach_first,
 )
 from approvals.mcp_client.outcomes import (
     Completed,
@@ -417,6 +418,7 @@ async def list_tools_on(client: Client, *, timeout: float) -> ToolList:
     """The tools the server lists on this open session (page after page, as many as the hub keeps:
     `toollist`), as JSON."""
     tools = ToolList()
+    again: set[str] = set()  # names listed more than once, whose first definition the hub kept
     cursor: str | None = None
     pages = 0
     with anyio.fail_after(timeout):
@@ -424,11 +426,18 @@ async def list_tools_on(client: Client, *, timeout: float) -> ToolList:
             page = await client.list_tools(cursor=cursor)
             pages += 1
             for tool in page.tools:
+                before = tools.duplicates
                 if not tools.offer(tool.model_dump(by_alias=True, mode="json", exclude_none=True)):
                     break
+                if tools.duplicates > before:
+                    again.add(tool.name)
             if not tools.more(page.next_cursor, pages):
-                return tools
+                break
             cursor = page.next_cursor
+    # The session absorbed the last definition of each name listed twice: its calls check results and send
+    # headers by the first, which the hub keeps.
+    teach_first(client, tools, again)
+    return tools
 
 
 __all__ = [

@@ -2,12 +2,15 @@
 
 Every path that lists tools follows it: the probe, a refresh, the listing before a send, and a list read on
 a session after ``notifications/tools/list_changed``. A server answers ``tools/list`` a page at a time,
-each up to the response cap, and a hostile one can page without end. The hub keeps at most `MAX_TOOLS`
-tools and `MAX_TOOLS_BYTES` of them as JSON (one JSONB column holds the list), stops paging once the list
-is full, and marks the list ``truncated``. It keeps the first tools rather than refusing the whole list:
+each up to the response cap, and a hostile one can page without end, or name a cursor it named before
+(its pages loop). The hub keeps at most `MAX_TOOLS` tools and `MAX_TOOLS_BYTES` of them as JSON (one JSONB
+column holds the list), stops paging once the list is full or a cursor comes round again, and marks the
+list ``truncated``. It keeps the first tools rather than refusing the whole list:
 calls to those still work, and the rest are a hostile server's problem, not the hub's. Tools PostgreSQL
 cannot store (a NUL or a lone surrogate anywhere, absurd nesting: `approvals.safejson`) are left out one
-by one, so the write never fails.
+by one, so the write never fails; so is a tool longer than `MAX_TOOL_BYTES` as JSON (`oversized`), which
+would otherwise fill the list on its own and leave out every tool after it. Past `MAX_OVERSIZED_BYTES` of
+those the list is truncated as well: a server listing nothing but huge tools is not read page after page.
 
 A tool is known by its name (a call names it; the SDK's session keeps one header map and one output schema
 per name). A name listed again, on the same page or a later one, is the first definition's: the later ones
@@ -19,6 +22,7 @@ Pure: no Django.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +32,8 @@ from approvals.mcp_client.wire import MAX_DEPTH
 MAX_TOOL_PAGES = 100
 MAX_TOOLS = 2_000
 MAX_TOOLS_BYTES = 4 * 1024 * 1024  # the kept tools as compact JSON
+MAX_TOOL_BYTES = 256 * 1024  # one tool as compact JSON
+MAX_OVERSIZED_BYTES = 4 * MAX_TOOLS_BYTES  # of tools left out as oversized, before the list is truncated
 MAX_NAMED = 50  # tool names an audit event lists
 MAX_NAME = 128  # characters of each (MCP's own limit on a tool name)
 
@@ -35,7 +41,8 @@ MAX_NAME = 128  # characters of each (MCP's own limit on a tool name)
 class ToolList(list[dict[str, Any]]):
     """The tools kept from one listing, in the server's order: a plain list (stored as it is), which
     also says what was left out. `truncated`: the server listed more than the hub keeps (tools, bytes or
-    pages). `unstorable`: how many tools were left out because they cannot be stored. `duplicates`: how many
+    pages, or its pages looped). `unstorable`: how many tools were left out because they cannot be stored;
+    `oversized`: how many because one alone is longer than `MAX_TOOL_BYTES`. `duplicates`: how many
     were left out because a tool of the same name was kept before them (`duplicated`: the first
     `MAX_NAMED` of those names).
 
@@ -45,10 +52,13 @@ class ToolList(list[dict[str, Any]]):
         super().__init__()
         self.truncated = False
         self.unstorable = 0
+        self.oversized = 0
+        self._oversized_bytes = 0
         self.duplicates = 0
         self.duplicated: list[str] = []
         self.size = 0
         self._names: set[str] = set()
+        self._cursors: set[bytes] = set()
 
     @property
     def full(self) -> bool:
@@ -69,6 +79,13 @@ class ToolList(list[dict[str, Any]]):
             self.unstorable += 1
             return True
         cost = safejson.size(tool)
+        if cost > MAX_TOOL_BYTES:
+            self.oversized += 1
+            self._oversized_bytes += cost
+            if self._oversized_bytes > MAX_OVERSIZED_BYTES:
+                self.truncated = True
+                return False
+            return True
         if len(self) >= MAX_TOOLS or self.size + cost > MAX_TOOLS_BYTES:
             self.truncated = True
             return False
@@ -80,12 +97,15 @@ class ToolList(list[dict[str, Any]]):
 
     def more(self, cursor: str | None, pages: int) -> bool:
         """After `pages` pages, the last naming `cursor`: whether to ask for the next one. A list full
-        already, or past `MAX_TOOL_PAGES`, is truncated instead (the server had more to say)."""
+        already, past `MAX_TOOL_PAGES`, or whose `cursor` was named before (the next page would be one read
+        already, and so on without end) is truncated instead (the server had more to say)."""
         if not cursor:
             return False
-        if self.full or pages >= MAX_TOOL_PAGES:
+        seen = hashlib.sha256(cursor.encode("utf-8", "surrogatepass")).digest()
+        if self.full or pages >= MAX_TOOL_PAGES or seen in self._cursors:
             self.truncated = True
             return False
+        self._cursors.add(seen)
         return True
 
     def summary(self) -> dict[str, Any]:
@@ -97,6 +117,7 @@ class ToolList(list[dict[str, Any]]):
             "tools": names,
             "truncated": self.truncated,
             "unstorable": self.unstorable,
+            "oversized": self.oversized,
             "duplicates": self.duplicates,
             "duplicated": list(self.duplicated),
         }
@@ -118,4 +139,12 @@ def bounded(tools: Iterable[dict[str, Any]]) -> ToolList:
     return kept
 
 
-__all__ = ["MAX_TOOLS", "MAX_TOOLS_BYTES", "MAX_TOOL_PAGES", "ToolList", "bounded", "duplicates"]
+__all__ = [
+    "MAX_TOOLS",
+    "MAX_TOOLS_BYTES",
+    "MAX_TOOL_BYTES",
+    "MAX_TOOL_PAGES",
+    "ToolList",
+    "bounded",
+    "duplicates",
+]

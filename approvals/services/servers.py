@@ -19,6 +19,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.mcp_client import probe as mcp_probe
 from approvals.mcp_client import toollist
+from approvals.mcp_client.wire import quoted
 from approvals.models import McpServer
 
 logger = logging.getLogger(__name__)
@@ -150,12 +151,23 @@ def _moved_meanwhile(server: McpServer, what: str) -> None:
     logger.info("server %s moved while its %s was read; the old address's is not stored", server.slug, what)
 
 
+MAX_NAMES_SHOWN = 5  # of the names listed twice, in a log line or the probe's one-line summary
+
+
+def _names_shown(names: Any) -> str:
+    """The first of `names` (a server's own text) quoted, control characters escaped: for a log line."""
+    names = names if isinstance(names, list) else []
+    shown = ", ".join(quoted(name) for name in names[:MAX_NAMES_SHOWN])
+    return shown + (", ..." if len(names) > MAX_NAMES_SHOWN else "")
+
+
 def _warn_duplicates(server: McpServer, tools: Any) -> None:
     if dropped := toollist.duplicates(tools):
         logger.warning(
-            "server %s lists %d tool(s) under a name listed before: the first of each name is kept",
+            "server %s lists %d tool(s) under a name listed before (%s): the first of each name is kept",
             server.slug,
             dropped,
+            _names_shown(tools.duplicated),
         )
 
 
@@ -220,10 +232,8 @@ def server_probe(
                 "hint": "start the holder; it probes a stdio server when it starts it",
             }
         result = mcp_client.run(mcp_probe.probe(target, era=server.era))
-    found = result.as_json()
-    if dropped := toollist.duplicates(result.tools):
-        found["tools_duplicated"] = dropped  # the later definitions of a name listed twice
-        _warn_duplicates(server, result.tools)
+    found = result.as_json()  # with ``tools_duplicated``: the later definitions of a name listed again
+    _warn_duplicates(server, result.tools)
     now = timezone.now()
     update: dict[str, Any] = {"probe": found, "probed_at": now}
     if result.era == mcp_probe.MODERN and result.discover is not None:
@@ -395,7 +405,10 @@ def probe_summary(found: dict[str, Any] | None) -> str:
     if found.get("tool_count") is not None:
         kept = " (the first ones: the server lists more)" if found.get("tools_truncated") else ""
         if found.get("tools_duplicated"):
-            kept += f" ({found['tools_duplicated']} listed twice, dropped: the first of each name is kept)"
+            names = _names_shown(found.get("tools_duplicated_names"))
+            kept += f" ({found['tools_duplicated']} listed twice, dropped: the first of each name is kept" + (
+                f": {names})" if names else ")"
+            )
         parts.append(f"{found['tool_count']} tool(s){kept}")
     if found.get("latency_ms") is not None:
         parts.append(f"{found['latency_ms']} ms")

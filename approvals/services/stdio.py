@@ -9,6 +9,7 @@ The holder's heartbeat renews the lease; the holder releases it when it stops.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from collections.abc import Iterable
@@ -24,7 +25,11 @@ from django.utils import timezone
 from approvals import broadcast
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
+from approvals.mcp_client import toollist
+from approvals.mcp_client.wire import quoted
 from approvals.models import Holder, McpServer
+
+logger = logging.getLogger(__name__)
 
 # Limits on what an admin registers (the command line and environment of a process the hub starts).
 MAX_COMMAND = 500
@@ -175,7 +180,10 @@ def stdio_restarted(*, server_id: int, holder_name: str, reason: str, restarts: 
 
 
 def stdio_probed(*, server_id: int, found: dict[str, Any], tools: list[dict[str, Any]] | None) -> None:
-    """Store what a holder read on a stdio server's new session: the probe JSON, and its tools if listed."""
+    """Store what a holder read on a stdio server's new session: the probe JSON (`probe.ProbeResult`), and its
+    tools if listed, under the one rule every listing follows (`toollist`), as an HTTP server's probe is
+    (`servers.server_probe`): the first definition of a name listed again is the one kept, and the probe JSON
+    and its audit event say how many were dropped (``tools_duplicated``) and whether the list was cut."""
     server = McpServer.objects.filter(pk=server_id).first()
     if server is None:
         return
@@ -183,7 +191,21 @@ def stdio_probed(*, server_id: int, found: dict[str, Any], tools: list[dict[str,
     found = {**found, "probed_at": now.isoformat()}
     update: dict[str, Any] = {"probe": found, "probed_at": now}
     if tools is not None:
-        update |= {"tools": tools, "tools_fetched_at": now}
+        kept = toollist.bounded(tools)
+        if kept.duplicates and not found.get("tools_duplicated"):  # a list the probe did not read
+            found |= {"tools_duplicated": kept.duplicates, "tools_duplicated_names": list(kept.duplicated)}
+        if kept.truncated:
+            found["tools_truncated"] = True
+        found["tool_count"] = len(kept)
+        if found.get("tools_duplicated"):
+            names = found.get("tools_duplicated_names") or []
+            logger.warning(
+                "server %s lists %d tool(s) under a name listed before (%s): the first of each name is kept",
+                server.slug,
+                found["tools_duplicated"],
+                ", ".join(quoted(name) for name in names[:5]) + (", ..." if len(names) > 5 else ""),
+            )
+        update |= {"tools": kept, "tools_fetched_at": now}
         transaction.on_commit(broadcast.tools_changed)  # the gateway's clients may see other tools
     McpServer.objects.filter(pk=server_id).update(**update)
     audit.record(
@@ -195,6 +217,8 @@ def stdio_probed(*, server_id: int, found: dict[str, Any], tools: list[dict[str,
             "era": found.get("era"),
             "protocol_version": found.get("protocol_version"),
             "tool_count": found.get("tool_count"),
+            "tools_truncated": bool(found.get("tools_truncated")),
+            "tools_duplicated": found.get("tools_duplicated", 0),
             "latency_ms": found.get("latency_ms"),
             "error": found.get("error"),
         },
