@@ -374,15 +374,17 @@ def _void_reason(call: ToolCall, gate: Gate) -> str:
             if canonical.canonical_json(now_tool.get(key)) != canonical.canonical_json(gate.tool.get(key))
         )
         reasons.append(f"the tool's definition changed on the server ({', '.join(changed)})")
+    # A gate opens under a rule (and its policy, when it has one, whose revision the gate keeps): a deletion
+    # empties the gate's link to it (SET_NULL), so a link gone is a rule or policy deleted.
     rule = RoutingRule.objects.filter(pk=gate.rule_id).first() if gate.rule_id else None
-    if gate.rule_id and rule is None:
+    if rule is None:
         reasons.append("the rule that required the approval was deleted")
-    elif rule is not None and rule.revision != gate.rule_revision:
+    elif rule.revision != gate.rule_revision:
         reasons.append(
             f"the rule {rule.name!r} was edited (revision {gate.rule_revision} -> {rule.revision})"
         )
     policy = Policy.objects.filter(pk=gate.policy_id).first() if gate.policy_id else None
-    if gate.policy_id and policy is None:
+    if policy is None and gate.policy_revision is not None:
         reasons.append("the policy that required the approval was deleted")
     elif policy is not None and policy.revision != gate.policy_revision:
         reasons.append(
