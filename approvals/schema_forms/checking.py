@@ -74,6 +74,8 @@ def check_schema(schema: object) -> list[str]:
     if not problems:
         problems = _metaschema_problems(schema)
     if not problems:
+        problems = _dialect_problems(schema)
+    if not problems:
         problems = _default_problems(schema)
     if len(problems) > _MAX_PROBLEMS:
         rest = len(problems) - _MAX_PROBLEMS
@@ -405,6 +407,21 @@ _VARIANT_CHECKS = {
 
 
 # -- whole-schema checks for schemas already inside the subset
+
+
+def _dialect_problems(schema: dict[str, Any]) -> list[str]:
+    """Titled choices under a declared JSON Schema version without `const` (draft 4 and older): its validator
+    reads each {const, title} option as a schema that any value matches, so one option let any text through
+    and two made every answer invalid, the listed ones included."""
+    if "const" in validator_for(schema).VALIDATORS:
+        return []
+    return [
+        _field(
+            name, _('titled choices need JSON Schema draft 6 or later, and "$schema" declares an older one')
+        )
+        for name, prop in schema.get("properties", {}).items()
+        if "oneOf" in prop or "anyOf" in (prop.get("items") or {})
+    ]
 
 
 def _metaschema_problems(schema: dict[str, Any]) -> list[str]:

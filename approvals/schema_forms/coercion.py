@@ -91,7 +91,7 @@ def coerce(
         if value is _MISSING and not error:
             value = _taken_back(prop, posted=bool(values))
         if kind_of(prop) == "datetime" and isinstance(value, str):
-            value = _within(value, prop.get("maxLength"))
+            value = _within(value, prop.get("minLength", 0), prop.get("maxLength"))
         if error:
             errors[name] = error
         elif value is not _MISSING:
@@ -328,17 +328,38 @@ def _datetime(text: str, tz: str | None) -> Converted:
     return (_MISSING, error) if error else (value, None)
 
 
-def _within(value: str, high: int | None) -> str:
-    """A date-time written "…+01:00" (25 characters) past a tighter maxLength: the same instant in UTC written
-    "…Z" (20), which the server allows; otherwise the form could never send a valid answer."""
-    if high is None or len(value) <= high:
-        return value
+def _within(value: str, low: int, high: int | None) -> str:
+    """A converted date-time written to fit the field's length limits, as the same instant: "…+01:00" (25
+    characters) past a tighter maxLength in UTC as "…Z" (20), and one short of a minLength with a fraction of
+    zeros ("…10:30:00.000Z"). The reviewer picks a moment, not its spelling: otherwise the form could never
+    send a valid answer, and said "Enter at least 24 characters" of a date and time picked in a calendar."""
+    written = [value]
     try:
         moment = datetime.fromisoformat(value).astimezone(UTC)
     except (ValueError, OverflowError):
-        return value  # validate() says what is wrong with it
-    text = moment.replace(tzinfo=None).isoformat()
-    return (text.rstrip("0").rstrip(".") if "." in text else text) + "Z"  # a fraction without its zeros
+        pass  # validate() says what is wrong with it
+    else:
+        text = moment.replace(tzinfo=None).isoformat()
+        written.append((text.rstrip("0").rstrip(".") if "." in text else text) + "Z")  # no trailing zeros
+    written += [_with_fraction(each, low) for each in written]
+    for each in written:
+        if low <= len(each) and (high is None or len(each) <= high):
+            return each
+    return value
+
+
+def _with_fraction(value: str, length: int) -> str:
+    """An RFC 3339 date-time made `length` characters long, or a little more, by zeros at the end of its
+    fraction of a second (a new fraction has a point and at least one digit); the instant is the same."""
+    missing = length - len(value)
+    seconds_end = len("2026-12-02T10:30:00")
+    if missing <= 0 or len(value) < seconds_end:
+        return value
+    rest = value[seconds_end:]
+    if not rest.startswith("."):
+        return f"{value[:seconds_end]}.{'0' * max(missing - 1, 1)}{rest}"
+    fraction_end = seconds_end + len(rest) - len(rest[1:].lstrip("0123456789"))  # the point and its digits
+    return f"{value[:fraction_end]}{'0' * missing}{value[fraction_end:]}"
 
 
 _CONVERTERS = {

@@ -148,8 +148,10 @@ def _describe(
         html_input_type="" if multi_line else _html_input_type(kind, len(choices)),
         inputmode=_inputmode(kind, prop.get("minimum")) if numeric else "",
         format=prop.get("format", ""),
-        min_length=prop.get("minLength"),
-        max_length=prop.get("maxLength"),
+        # A date-time's length limits are the hub's to meet (coercion writes the picked instant to fit them):
+        # measured against the picker's "2026-12-02T10:30", a minLength of 21 refused every date and time.
+        min_length=None if kind == "datetime" else prop.get("minLength"),
+        max_length=None if kind == "datetime" else prop.get("maxLength"),
         minimum=prop.get("minimum"),
         maximum=prop.get("maximum"),
         min_items=prop.get("minItems"),
@@ -338,11 +340,14 @@ def looks_sensitive(name: str, prop: dict[str, Any]) -> bool:
     Name, email and username are allowed by the spec and are not flagged. Matching the
     description can warn needlessly ("not your password"); a spare warning is cheap.
     """
-    if _SENSITIVE_KEY.search(_normalise(name)):
+    # Matched as read (NFKC): "password" in fullwidth, mathematical bold or circled letters shows as the plain
+    # word, and passed for no credential at all (no warning, and the answer audited unredacted).
+    if _SENSITIVE_KEY.search(_normalise(unicodedata.normalize("NFKC", name))):
         return True
     for text in (name, prop.get("title"), prop.get("description")):
         if not isinstance(text, str):
             continue
+        text = unicodedata.normalize("NFKC", text)
         if _SENSITIVE.search(_normalise(text)):
             return True
         if any(word in text.lower() for word in _SENSITIVE_WORDS):
@@ -376,7 +381,9 @@ def _hint(kind: str, prop: dict[str, Any]) -> str:
         return _("Whole number, %(limits)s") % {"limits": limits.lower()} if limits else _("Whole number")
     if kind == "multi_select":
         return _count_hint(prop.get("minItems"), prop.get("maxItems"), "choice")
-    parts = [_count_hint(prop.get("minLength"), prop.get("maxLength"), "character")]
+    parts = (
+        [] if kind == "datetime" else [_count_hint(prop.get("minLength"), prop.get("maxLength"), "character")]
+    )
     parts.append(
         {
             "date": _("For example 2026-12-02"),
