@@ -288,3 +288,22 @@ def test_a_prune_does_not_hold_the_chain_lock_while_it_verifies_and_appends_go_o
         result.event.id,
     ]
     assert audit.verify().ok and audit.check_chain().ok
+
+
+def _full_width(text: str) -> str:
+    return "".join(chr(ord(char) + 0xFEE0) if "!" <= char <= "~" else char for char in text)
+
+
+def _bold(text: str) -> str:  # MATHEMATICAL BOLD SMALL letters
+    return "".join(chr(0x1D41A + ord(char) - ord("a")) if "a" <= char <= "z" else char for char in text)
+
+
+@pytest.mark.parametrize("key", [_full_width("password"), _bold("api_key"), _full_width("DB_PASS")])
+def test_secret_keys_in_compatibility_letters_are_redacted(key: str) -> None:
+    """A key in full-width or mathematical letters shows as the plain word: its value is a secret too, as a
+    name/value pair's is."""
+    event = record({"arguments": {key: "s3cr3t-value"}, "env": [{"name": key, "value": "s3cr3t-value"}]})
+    assert stored(event) == {
+        "arguments": {key: REDACTED},
+        "env": [{"name": key, "value": REDACTED}],
+    }

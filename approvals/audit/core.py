@@ -21,6 +21,7 @@ import logging
 import math
 import re
 import threading
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -98,9 +99,7 @@ def redact(value: Any) -> Any:
     if isinstance(value, Mapping):
         named = any(_is_value_key(key) for key in value) and _names_a_secret(value)
         return {
-            key: (
-                REDACTED if _SECRET_KEY.search(str(key)) or (named and _is_value_key(key)) else redact(item)
-            )
+            key: (REDACTED if _secret_name(str(key)) or (named and _is_value_key(key)) else redact(item))
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):
@@ -115,10 +114,16 @@ def redact(value: Any) -> Any:
 _PAIR_NAMES = frozenset({"name", "key"})
 
 
+def _secret_name(name: str) -> bool:
+    """Whether a key (or a pair's name) is a secret's, read as it shows (NFKC): "password" written in
+    full-width or mathematical letters reads as "password" to whoever typed its value."""
+    return bool(_SECRET_KEY.search(name if name.isascii() else unicodedata.normalize("NFKC", name)))
+
+
 def _names_a_secret(pair: Mapping[Any, Any]) -> bool:
     """A name/value pair whose name is a secret's: ``{"name": "X-Api-Key", "value": ...}``."""
     return any(
-        str(key).lower() in _PAIR_NAMES and isinstance(name, str) and bool(_SECRET_KEY.search(name))
+        str(key).lower() in _PAIR_NAMES and isinstance(name, str) and _secret_name(name)
         for key, name in pair.items()
     )
 
