@@ -12,6 +12,6 @@ class ApprovalsConfig(AppConfig):
         )
         from approvals.gateway import signals  # noqa: F401  (a server's or an agent's change reaches the gateway)
         from approvals.services import (
-            escalation,  # noqa: F401  (a user's deletion ends the url-mode requests made for them)
+            escalation,  # noqa: F401  (a user's deletion or deactivation ends the url-mode requests made for them)
             gate_decisions,  # noqa: F401  (hands ready gate rounds to gate_decided: see rounds.READY_HANDLERS)
         )

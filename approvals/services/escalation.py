@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
-from django.db.models.signals import pre_delete
+from django.db.models.signals import post_save, pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -20,7 +20,8 @@ from approvals.audit.core import Actor
 from approvals.models import ExpiryAction, Gate, InputRequest, Round, ToolCall
 from approvals.services import notifications
 from approvals.services.calls import call_finish
-from approvals.services.rounds import expiry_action, notify_holders, round_mark_ready
+from approvals.services.rounds import GONE_HANDLERS, expiry_action, notify_holders, round_mark_ready
+from approvals.services.routing import ASSIGNEE_DEACTIVATED, ASSIGNEE_DELETED
 
 # When a request's policy sends it on: its creation plus the policy's delay (seconds), computed by PostgreSQL.
 _ESCALATES_AT = ExpressionWrapper(
@@ -122,23 +123,38 @@ def warn_expiring(*, now: datetime) -> int:
 
 
 def expire_due(*, now: datetime, limit: int = 500) -> int:
-    """Expire the rounds whose deadline has passed (at most ``limit`` per run). Returns how many."""
+    """Expire the rounds whose deadline has passed (at most ``limit`` per run). Returns how many. First, the
+    requests made for a person deactivated behind Django's back end (`end_for_inactive`)."""
+    end_for_inactive(now=now, limit=limit)
     ids = list(Round.objects.stale(now).values_list("pk", flat=True)[:limit])
     return sum(1 for round_id in ids if round_expire(round_id=round_id, now=now))
 
 
-ASSIGNEE_DELETED = "the person it was made for was deleted"
+ABANDONED_FOR_ASSIGNEE = (
+    "The person a request was made for can no longer answer it; the hub abandoned the call."
+)
+ABANDONED_WITH = "the call was abandoned: another request of its round was made for a person now gone"
 
 
 def assignee_deleted(*, user_id: Any, now: datetime | None = None) -> int:
     """A user is being deleted (inside the deletion's transaction, before their rows go): the pending url-mode
     requests made for them (their assignee) are theirs alone, since the link is meant for that person; once
     the user is gone the request would fall to the whole team. They end now as an expiry ends a request
-    (``cancel``, audited ``input.expired`` with why), and a round with nothing else pending goes on.
+    (audited ``input.expired`` with why), under the round's expiry policy: ``cancel`` answers the request
+    ``cancel`` and a round with nothing else pending goes on; ``abandon`` abandons the call at once.
     Returns how many ended."""
     now = now or timezone.now()
     with transaction.atomic():
-        return _end_assigned(user_id, now)
+        return _end_assigned(user_id, now, ASSIGNEE_DELETED)
+
+
+def assignee_deactivated(*, user_id: Any, now: datetime | None = None) -> int:
+    """A user was deactivated: they can no longer sign in to open the links made for them, and no one else
+    may open them. Their pending url-mode requests end as when the user is deleted (`assignee_deleted`),
+    instead of holding the round until its deadline. Returns how many ended."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        return _end_assigned(user_id, now, ASSIGNEE_DEACTIVATED)
 
 
 @receiver(pre_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="approvals.escalation.user_deleting")
@@ -148,7 +164,16 @@ def _user_deleting(instance: Any, **kwargs: Any) -> None:
     assignee_deleted(user_id=instance.pk)
 
 
-def _end_assigned(user_id: Any, now: datetime) -> int:
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="approvals.escalation.user_saved")
+def _user_saved(instance: Any, created: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    """A user saved inactive (deactivated in the admin, or by a script): the requests made for them end. A
+    deactivation behind Django's back (a queryset ``update()``) is found by beat instead (`expire_due`)."""
+    if created or instance.is_active or (update_fields is not None and "is_active" not in update_fields):
+        return
+    assignee_deactivated(user_id=instance.pk)
+
+
+def _end_assigned(user_id: Any, now: datetime, reason: str) -> int:
     round_ids = set(
         InputRequest.objects.pending().filter(assignee_id=user_id).values_list("round_id", flat=True)
     )
@@ -160,25 +185,83 @@ def _end_assigned(user_id: Any, now: datetime) -> int:
         .order_by("pk")
     )
     for rnd in rounds:
-        call = rnd.call
         theirs = list(rnd.input_requests.pending().filter(assignee_id=user_id))
-        InputRequest.objects.filter(
-            pk__in=[ir.pk for ir in theirs], status=InputRequest.Status.PENDING
-        ).update(status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now)
-        for ir in theirs:
-            audit.record(
-                actor=Actor.system(),
-                verb="input.expired",
-                call=call,
-                input_request=ir,
-                data={"key": ir.key, "reason": ASSIGNEE_DELETED},
-            )
-        transaction.on_commit(partial(broadcast.queue_changed, "round.closed", call.pk, theirs))
-        if not rnd.input_requests.pending().exists():
-            answered = rnd.input_requests.filter(status=InputRequest.Status.ANSWERED).exists()
-            round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED if answered else Round.Outcome.EXPIRED)
+        _end_in_round(rnd, {ir: reason for ir in theirs}, now)
         ended += len(theirs)
     return ended
+
+
+def _round_opened_for_gone(*, rnd: Round, gone: dict[InputRequest, str]) -> None:
+    """A round just opened (`rounds.round_open`) holds requests made for a person who can no longer open
+    them: they end at once, as if the person had been deleted or deactivated while they waited."""
+    _end_in_round(rnd, gone, timezone.now())
+
+
+GONE_HANDLERS.append(_round_opened_for_gone)
+
+
+def _end_in_round(rnd: Round, gone: dict[InputRequest, str], now: datetime) -> None:
+    """End the pending requests ``gone`` (each with why) of one open round, locked by the caller, as an
+    expiry ends a request, under the round's expiry policy: ``cancel``, and the round goes on once nothing
+    else is pending; ``abandon``: the call is abandoned now, the round's other requests ending with it."""
+    call = rnd.call
+    abandon = call.kind == ToolCall.Kind.CALL and expiry_action(call, rnd) == ExpiryAction.ABANDON
+    ending = dict(gone)
+    if abandon:
+        # Abandoned, the call takes no answer any more: nothing of its round is left waiting.
+        for ir in rnd.input_requests.pending():
+            ending.setdefault(ir, ABANDONED_WITH)
+    InputRequest.objects.filter(pk__in=[ir.pk for ir in ending], status=InputRequest.Status.PENDING).update(
+        status=InputRequest.Status.EXPIRED, action=InputRequest.Action.CANCEL, answered_at=now
+    )
+    for ir, why in ending.items():
+        ir.status, ir.action, ir.answered_at = InputRequest.Status.EXPIRED, InputRequest.Action.CANCEL, now
+        audit.record(
+            actor=Actor.system(),
+            verb="input.expired",
+            call=call,
+            input_request=ir,
+            data={"key": ir.key, "reason": why},
+        )
+    transaction.on_commit(partial(broadcast.queue_changed, "round.closed", call.pk, list(ending)))
+    if abandon:
+        _abandon(rnd, now, ABANDONED_FOR_ASSIGNEE)
+    elif not rnd.input_requests.pending().exists():
+        answered = rnd.input_requests.filter(status=InputRequest.Status.ANSWERED).exists()
+        round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED if answered else Round.Outcome.EXPIRED)
+
+
+def end_for_inactive(*, now: datetime, limit: int = 500) -> int:
+    """End the pending requests made for a person deactivated without a save through Django (a queryset
+    ``update()``, raw SQL), which `_user_saved` did not see. Returns how many ended."""
+    users = list(
+        InputRequest.objects.pending()
+        .filter(assignee__is_active=False)
+        .values_list("assignee_id", flat=True)
+        .distinct()[:limit]
+    )
+    return sum(assignee_deactivated(user_id=user_id, now=now) for user_id in users)
+
+
+def _abandon(rnd: Round, now: datetime, message: str) -> None:
+    """Close the round abandoned and end its call ``expired``, inside the caller's transaction (with the
+    round locked and its pending requests already ended)."""
+    call = rnd.call
+    Round.objects.filter(pk=rnd.pk).update(
+        status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED
+    )
+    rnd.status, rnd.closed_at, rnd.outcome = Round.Status.CLOSED, now, Round.Outcome.ABANDONED
+    Gate.objects.filter(round=rnd, status=Gate.Status.OPEN).update(status=Gate.Status.EXPIRED, decided_at=now)
+    call_finish(
+        call=call,
+        status=ToolCall.Status.EXPIRED,
+        error={"code": "expired", "message": message},
+        verb="call.expired",
+    )
+    if rnd.kind == Round.Kind.PUSH:
+        # A holder waits on the session for this round's answer: it answers the server ``cancel`` now and
+        # stops the tool, instead of at its next look at the round.
+        notify_holders(f"call:{call.pk}")
 
 
 def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
@@ -205,25 +288,7 @@ def round_expire(*, round_id: int, now: datetime | None = None) -> bool:
         transaction.on_commit(lambda: broadcast.queue_changed("round.closed", call.pk, expired))
         policy = expiry_action(call, rnd)
         if call.kind == ToolCall.Kind.CALL and policy == ExpiryAction.ABANDON:
-            Round.objects.filter(pk=rnd.pk).update(
-                status=Round.Status.CLOSED, closed_at=now, outcome=Round.Outcome.ABANDONED
-            )
-            Gate.objects.filter(round=rnd, status=Gate.Status.OPEN).update(
-                status=Gate.Status.EXPIRED, decided_at=now
-            )
-            call_finish(
-                call=call,
-                status=ToolCall.Status.EXPIRED,
-                error={
-                    "code": "expired",
-                    "message": "No one answered before the deadline; the hub abandoned the call.",
-                },
-                verb="call.expired",
-            )
-            if rnd.kind == Round.Kind.PUSH:
-                # A holder waits on the session for this round's answer: it answers the server ``cancel`` now
-                # and stops the tool, instead of at its next look at the round.
-                notify_holders(f"call:{call.pk}")
+            _abandon(rnd, now, "No one answered before the deadline; the hub abandoned the call.")
             return True
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.EXPIRED)
         return True

@@ -35,6 +35,10 @@ TOO_MANY_INPUTS = "too_many_inputs"
 # Round kinds whose readiness a service above this one handles (gates: `gate_decisions`), registered when the
 # app starts, so that this module never imports upwards.
 READY_HANDLERS: dict[str, Callable[..., None]] = {}
+# Ends the requests of a round just opened that were made for a person who can no longer open them
+# (`Route.gone`), as a person's deletion or deactivation ends those waiting for them: registered by
+# `escalation` when the app starts. Called in the round's transaction with the round and {request: why}.
+GONE_HANDLERS: list[Callable[..., None]] = []
 
 
 def round_ttl(call: ToolCall) -> int:
@@ -235,7 +239,10 @@ def round_open(
         opened_at=received_at,
         deadline=received_at + timedelta(seconds=clock),
     )
+    gone: dict[InputRequest, str] = {}
     for ir, chosen in zip(rows, routes, strict=True):
+        if chosen.gone and ir.status == InputRequest.Status.PENDING:
+            gone[ir] = chosen.gone
         ir.round = rnd
         ir.created_at = received_at
         ir.team, ir.policy, ir.rule, ir.assignee = chosen.team, chosen.policy, chosen.rule, chosen.assignee
@@ -284,10 +291,17 @@ def round_open(
                 if ir.routing.get("passthrough_refused"):
                     routed["passthrough_refused"] = ir.routing["passthrough_refused"]
                 audit.record(actor=SYSTEM, verb="input.routed", call=call, input_request=ir, data=routed)
-                if not ir.for_requester:
+                if not ir.for_requester and ir not in gone:
                     notifications.notify(ir=ir, team=ir.team, event="routed")
-    pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING]
-    if not pending:
+    if gone:
+        if not GONE_HANDLERS:
+            raise RuntimeError("a request's person is gone but no handler is registered (approvals.apps)")
+        for handler in GONE_HANDLERS:
+            handler(rnd=rnd, gone=gone)
+        if rnd.status != Round.Status.OPEN:
+            return rnd
+    pending = [ir for ir in rows if ir.status == InputRequest.Status.PENDING and ir not in gone]
+    if not pending and not gone:
         round_mark_ready(rnd=rnd, outcome=Round.Outcome.ANSWERED)
     else:
         transaction.on_commit(functools.partial(_announce, rnd.pk, call.pk, pending))

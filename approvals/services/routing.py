@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals import rules
-from approvals.models import InputRequest, McpServer, Policy, RoutingRule, Team, ToolCall
+from approvals.models import AuditEvent, InputRequest, McpServer, Policy, RoutingRule, Team, ToolCall
 from approvals.prepared import PreparedRead
 
 
@@ -20,6 +20,9 @@ class Route:
     assignee: Any = None
     warnings: list[str] = field(default_factory=list)
     for_requester: bool = False  # passed through to the agent's own MCP client
+    # A url-mode request made for a person who can no longer open it (deleted or deactivated): why. It ends
+    # as it opens (`rounds.GONE_HANDLERS`), instead of waiting for them or falling to their team.
+    gone: str = ""
 
     @property
     def approvals_required(self) -> int:
@@ -28,6 +31,20 @@ class Route:
         if self.policy is None or self.assignee is not None or self.for_requester:
             return 1
         return self.policy.approvals_required
+
+
+ASSIGNEE_DELETED = "the person it was made for was deleted"
+ASSIGNEE_DEACTIVATED = "the person it was made for was deactivated"
+
+
+def _deleted_person(call: ToolCall) -> str:
+    """The username the call was made on behalf of, when that user was deleted since (the call's
+    on_behalf_of set to null); its submission's audit event names them. "" for a call made for no one."""
+    named = AuditEvent.objects.filter(call_id=call.pk, verb="call.submitted").values_list(
+        "data__on_behalf_of", flat=True
+    )[:1]
+    person = next(iter(named), None)
+    return person if isinstance(person, str) else ""
 
 
 def passthrough_refusal(call: ToolCall, mode: str) -> str:
@@ -59,10 +76,13 @@ def route_all(*, call: ToolCall, requests: Sequence[InputRequest]) -> list[Route
     if not requests:
         return []
     ordered = list(_ROUTING_RULES())
-    return [_route(call, ir, ordered) for ir in requests]
+    # Read once, and only for a round with a link to open and no person on the call.
+    asks_url = any(ir.mode == InputRequest.Mode.URL for ir in requests)
+    deleted = _deleted_person(call) if asks_url and not call.on_behalf_of_id else ""
+    return [_route(call, ir, ordered, deleted) for ir in requests]
 
 
-def _route(call: ToolCall, ir: InputRequest, ordered: Sequence[RoutingRule]) -> Route:
+def _route(call: ToolCall, ir: InputRequest, ordered: Sequence[RoutingRule], deleted: str = "") -> Route:
     subject = rules.Subject(
         server_slug=call.server_slug,
         tool=call.tool,
@@ -72,6 +92,7 @@ def _route(call: ToolCall, ir: InputRequest, ordered: Sequence[RoutingRule]) -> 
     )
     checked = []
     chosen: Route | None = None
+    made_for: str | None = None
     # Gate rules decide whether a call is sent at all (services.gates); they do not route questions.
     for rule in ordered:
         verdict = rules.evaluate(rule, subject)
@@ -107,13 +128,18 @@ def _route(call: ToolCall, ir: InputRequest, ordered: Sequence[RoutingRule]) -> 
         # The spec wants the URL opened by the person it was made for.
         if call.on_behalf_of_id:
             chosen.assignee = call.on_behalf_of
+            if not chosen.assignee.is_active:
+                chosen.gone = ASSIGNEE_DEACTIVATED
+        elif deleted:
+            # Made for them all the same: the link is not their team's to open.
+            chosen.gone, made_for = ASSIGNEE_DELETED, deleted
         else:
             chosen.warnings.append("url_for_unknown_person")
     chosen.explanation = {
         "matched": chosen.rule.name if chosen.rule else "default",
         "team": chosen.team.slug if chosen.team else None,
         "policy": chosen.policy.name if chosen.policy else None,
-        "assignee": chosen.assignee.get_username() if chosen.assignee else None,
+        "assignee": chosen.assignee.get_username() if chosen.assignee else made_for,
         "annotations": subject.annotations,
         "checked": checked,
         "answered_by": answered_by,
