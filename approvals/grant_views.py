@@ -23,6 +23,7 @@ from approvals import permissions, safejson
 from approvals.models import Grant
 from approvals.services import grants
 from approvals.services.errors import ServiceError
+from approvals.templatetags.approvals_ui import reveal
 
 PAGE_MAX = 500
 
@@ -116,9 +117,7 @@ def grant_revoke(request: HttpRequest, pk: UUID) -> HttpResponse:
             grant=grant, **({"notice": exc.message} if exc.status == 409 else {"error": exc.message})
         )
         return render(request, "approvals/grant_revoke.html", context, status=exc.status)
-    messages.success(
-        request,
-        _("Revoked the grant for %(agent)s on %(tool)s: its next call stops for a person.")
-        % {"agent": grant.agent.name, "tool": grant.tool},
-    )
+    # The tool's name is the agent's: escaped, its invisible and direction-changing characters shown as codes.
+    revoked = _("Revoked the grant for %(agent)s on %(tool)s: its next call stops for a person.")
+    messages.success(request, reveal(revoked % {"agent": grant.agent.name, "tool": grant.tool}))
     return redirect("approvals:grants")

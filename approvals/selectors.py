@@ -6,10 +6,11 @@ import base64
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Min, Prefetch, Q, QuerySet
+from django.db.models import Count, F, Prefetch, Q, QuerySet
+from django.db.models.functions import Least
 
 from approvals import safejson
 from approvals.models import (
@@ -424,10 +425,25 @@ class RoundCard:
     deadline: datetime
     call: ToolCall
     items: list[InputRequest]
+    server_deadline: datetime | None = None  # a push round's: the server stops waiting then
+
+    @property
+    def due(self) -> datetime:
+        """When the round's requests can last be answered: its deadline, or the server's if that is sooner."""
+        if self.server_deadline is not None and self.server_deadline < self.deadline:
+            return self.server_deadline
+        return self.deadline
 
     @property
     def pending(self) -> list[InputRequest]:
         return [ir for ir in self.items if ir.status == InputRequest.Status.PENDING]
+
+    @property
+    def order(self) -> str:
+        """Its place in the queue as text that sorts as the queue does (the page places cards that arrive live
+        by it): soonest deadline first (``due``), a round without one after those with one, then the round
+        opened first."""
+        return f"{_sort_time(self.due)}.{_micros(self.opened_at):020d}.{self.round_id:012d}"
 
     @property
     def modes(self) -> list[str]:
@@ -437,6 +453,17 @@ class RoundCard:
     def risks(self) -> list[str]:
         """The policy risks of its requests (for the page's risk filter on cards that arrive live)."""
         return sorted({ir.policy.risk for ir in self.items if ir.policy is not None})
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(value: datetime) -> int:
+    return max(0, (value - _EPOCH) // timedelta(microseconds=1))
+
+
+def _sort_time(value: datetime | None) -> str:
+    return "9" * 20 if value is None else f"{_micros(value):020d}"
 
 
 def _dashboard_requests(user: Any) -> QuerySet[InputRequest]:
@@ -461,7 +488,9 @@ def _cards(requests: list[InputRequest]) -> list[RoundCard]:
         rnd = ir.round
         card = cards.get(rnd.pk)
         if card is None:
-            card = cards[rnd.pk] = RoundCard(rnd.pk, rnd.number, rnd.opened_at, rnd.deadline, rnd.call, [])
+            card = cards[rnd.pk] = RoundCard(
+                rnd.pk, rnd.number, rnd.opened_at, rnd.deadline, rnd.call, [], rnd.server_deadline
+            )
         card.items.append(ir)
     return list(cards.values())
 
@@ -493,7 +522,8 @@ def queue_pending_count(
 
 @dataclass
 class Queue:
-    """The queue page: the oldest rounds waiting (at most ELICIT_QUEUE_MAX), and how many wait in all."""
+    """The queue page: the rounds waiting with the soonest deadlines (at most ELICIT_QUEUE_MAX), and how many
+    wait in all."""
 
     cards: list[RoundCard]
     rounds: int  # rounds with a pending request, shown or not
@@ -508,25 +538,27 @@ class Queue:
 def queue_cards(
     user: Any, *, server: str = "", tool: str = "", mode: str = "", risk: str = "", limit: int
 ) -> Queue:
-    """The `limit` rounds with a request this user may answer that have waited longest, oldest first,
-    filtered by server slug, tool and mode; and how many rounds and requests wait in all.
+    """The `limit` rounds with a request this user may answer whose deadlines come soonest
+    (``RoundCard.order``: soonest first, the server's own when sooner, one without a deadline last, then the
+    round opened first), filtered by server slug, tool and mode; and how many rounds and requests wait in all.
 
-    The rounds are chosen on the requests' own table; only theirs are read with everything a card shows, so
-    a backlog of hundreds costs a count and a sort of narrow rows, not a page of hundreds of cards."""
+    The rounds are chosen on the requests' own table and their rounds; only theirs are read with everything a
+    card shows, so a backlog of hundreds costs a count and a sort of narrow rows, not a page of hundreds of
+    cards."""
     pending = _queue_pending(user, server=server, tool=tool, mode=mode, risk=risk)
     totals = pending.aggregate(pending=Count("pk"), rounds=Count("round_id", distinct=True))
     if not totals["pending"]:
         return Queue([], 0, 0)
-    oldest = (
-        pending.values("round_id")
-        .annotate(first=Min("created_at"))
-        .order_by("first", "round_id")
-        .values_list("round_id", flat=True)[:limit]
+    soonest = (
+        pending.annotate(due=Least("round__deadline", "round__server_deadline"))
+        .values_list("round_id", "due", "round__opened_at")
+        .distinct()
+        .order_by(F("due").asc(nulls_last=True), "round__opened_at", "round_id")[:limit]
     )
-    requests = _dashboard_requests(user).filter(round_id__in=list(oldest))
+    requests = _dashboard_requests(user).filter(round_id__in=[row[0] for row in soonest])
     if mode:
         requests = requests.filter(mode=mode)
-    cards = sorted(_cards(list(requests)), key=lambda card: (card.items[0].created_at, card.round_id))
+    cards = sorted(_cards(list(requests)), key=lambda card: card.order)
     return Queue(cards, totals["rounds"], totals["pending"])
 
 

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from approvals import broadcast
-from approvals.models import InputRequest, Membership, ToolCall
+from approvals.models import InputRequest, Membership, Round, ToolCall
 from approvals.services import answers
 from tests import factories
 from tests.browser import conftest as browser_fixtures
@@ -104,8 +104,8 @@ def test_a_resync_keeps_decided_cards_greyed_and_brings_new_ones_in_place(queue,
     # A request older than the second one came to the team meanwhile (its place is between the first two),
     # and a newer one after the rest.
     between = _running_request(queue["deploy"], "scale_down", queue["release"])
-    InputRequest.objects.filter(pk=between.pk).update(
-        created_at=first.created_at + (second.created_at - first.created_at) / 2
+    Round.objects.filter(pk=between.round_id).update(
+        deadline=first.round.deadline + (second.round.deadline - first.round.deadline) / 2
     )
     newest = _running_request(queue["deploy"], "purge_cache", queue["release"])
     _until_dropped(page, line, 1)  # the decision's notice went by unheard

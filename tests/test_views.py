@@ -87,7 +87,7 @@ def test_a_backlog_shows_the_rounds_that_waited_longest_and_counts_them_all(clie
     assert html.count('<article class="card') == 2
     assert [f'data-call="{ir.round.call_id}"' in html for ir in asked] == [True, True, False, False]
     assert 'data-pending-total="5" data-capped="2"' in html
-    assert "Newer rounds wait behind the 2 oldest shown here" in html
+    assert "Rounds with later deadlines wait behind the 2 shown here" in html
     # What the page asks as rounds come and go behind it: the count alone, with its filters.
     assert client.get("/queue/count/").json() == {"pending": 5}
     assert client.get("/queue/count/?tool=page_oncall").json() == {"pending": 0}
@@ -100,7 +100,7 @@ def test_a_backlog_shows_the_rounds_that_waited_longest_and_counts_them_all(clie
     settings.ELICIT_QUEUE_MAX = 3
     fragment = client.get("/queue/list/").content.decode()
     assert fragment.count('<article class="card') == 3
-    assert "data-capped" not in fragment and "Newer rounds" not in fragment
+    assert "data-capped" not in fragment and "later deadlines" not in fragment
 
 
 def test_the_queue_count_needs_a_signed_in_user(client, world) -> None:
@@ -445,3 +445,4 @@ def test_a_sign_in_links_token_reaches_no_page_of_a_viewer_nor_the_audit_trail(c
         html = client.get(page).content.decode()
         assert "S3CRET-LINK" not in html, page
     assert "https://accounts.example.com" in client.get(f"/audit/calls/{call.pk}/").content.decode()
+

@@ -245,7 +245,7 @@ def _ui_strings() -> dict[str, str]:
         "deadlinePassed": _("The deadline passed: this request can no longer be answered."),
         "waiting": _("waiting %(time)s"),
         "newRequest": _("New request from %(server)s: %(tool)s"),
-        "newBehind": _("New request from %(server)s: %(tool)s, waiting behind the oldest shown"),
+        "newBehind": _("New request from %(server)s: %(tool)s, waiting behind the ones due sooner"),
         "decided": _("A request was answered"),
         "problem": _("There is a problem"),
         "required": _("This field is required"),

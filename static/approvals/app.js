@@ -237,7 +237,9 @@
   // Swapping the whole list would drop a card decided meanwhile without its greyed stage, take the focus and
   // the selection away and jump what is in view. Instead: a card still waiting is redrawn in place; one the
   // list no longer holds is read (`settleVanished`): decided, it stays greyed with who decided, then folds;
-  // new cards come in at their place, oldest first; focus, selection, open folds and the view stay.
+  // new cards come in at their place (the list's order: soonest deadline first); a card whose deadline moved
+  // goes to its new place unless it holds the focus or the pointer; focus, selection, open folds and the
+  // view stay.
   function mergeQueue(queue, fresh, asked) {
     const list = $("[data-queue-list]", queue);
     if (!list || !fresh?.matches("[data-queue-list]")) return;
@@ -250,8 +252,8 @@
       list.dataset.pendingTotal = fresh.dataset.pendingTotal || "0";
       if (fresh.dataset.capped) list.dataset.capped = fresh.dataset.capped;
       else delete list.dataset.capped;
-      // From the newest back: a new card goes just before the next card that was already shown, so it lands
-      // after every older one, a card decided meanwhile included.
+      // From the last back: a card goes just before the next card of the list, so it lands after every card
+      // the list puts before it, a card decided meanwhile included.
       let next = null;
       $$(":scope > .card", fresh).reverse().forEach((card) => {
         const round = card.dataset.round;
@@ -273,7 +275,8 @@
         if (old) {
           shown.delete(round);
           keepOpenFolds(old, card);
-          old.replaceWith(card);
+          if (held(old) || old.dataset.order === card.dataset.order) old.replaceWith(card);
+          else { list.insertBefore(card, next); old.remove(); } // its deadline moved: to its new place
         } else {
           card.classList.add("is-new");
           list.insertBefore(card, next);
@@ -297,6 +300,27 @@
     }
     tick();
     updateCount();
+  }
+
+  // The queue's order (selectors.RoundCard.order): soonest deadline first, a round without one last.
+  const sortsBefore = (card, other) => (card.dataset.order || "") < (other.dataset.order || "");
+
+  // What a card arriving live goes just before: the first card of the list that sorts after it (else the
+  // list's closing note, or its end).
+  function placeOf(list, card) {
+    return $$(":scope > .card", list).find((other) => other !== card && sortsBefore(card, other))
+      || $(":scope > [data-queue-more]", list);
+  }
+
+  // A card shown out of its place (its deadline moved): the one before it sorts after it, or the next before.
+  function misplaced(card) {
+    const prev = card.previousElementSibling, next = card.nextElementSibling;
+    return (prev?.matches(".card") && sortsBefore(card, prev)) || (next?.matches(".card") && sortsBefore(next, card));
+  }
+
+  // The card holds the keyboard focus or is under the pointer: it is not moved.
+  function held(card) {
+    return card.contains(document.activeElement) || card.matches(":hover");
   }
 
   // The open "show all" folds of a card stay open when it is redrawn.
@@ -411,30 +435,35 @@
       if (existing) {
         const selected = $(".request-row.is-selected", existing)?.dataset.request;
         const focused = focusKey(existing);
+        const stay = held(existing);
         keepOpenFolds(existing, card);
         existing.replaceWith(card);
+        if (!stay && message.pending && misplaced(card)) {
+          // Its deadline moved (extended): it goes to its place, the view held where it was.
+          const list = card.parentElement;
+          keepInView(list, () => list.insertBefore(card, placeOf(list, card)), card);
+        }
         if (selected) select($(`[data-request="${CSS.escape(selected)}"]`, card), false);
         restoreFocus(card, focused);
         if (!message.pending) fold(card);
         // A progress report or a deadline extended redraws the card quietly; only a decision is announced.
         if (!QUIET_EVENTS.includes(message.event)) announce(T.decided);
-      } else if (capped()) {
-        // The page shows only the rounds that waited longest: a newer one waits behind them, counted.
-        if (message.event === "round.opened" && message.pending && matchesFilters(card)) {
-          const server = $(".server-name", card)?.textContent || "";
-          const tool = $(".tool", card)?.textContent || "";
-          announce(fmt(T.newBehind, { server, tool }));
-        }
       } else if (message.pending && matchesFilters(card)) {
-        // Oldest first: a new round goes to the end, so nothing moves under the pointer or the focus.
         const list = $("[data-queue-list]", queue);
-        $("[data-empty]", list)?.remove();
-        card.classList.add("is-new");
-        list.appendChild(card);
         const server = $(".server-name", card)?.textContent || "";
         const tool = $(".tool", card)?.textContent || "";
-        announce(fmt(T.newRequest, { server, tool }));
-        showNewPill(card);
+        const last = $$(":scope > .card", list).pop();
+        if (capped() && (!last || !sortsBefore(card, last))) {
+          // The page shows only the rounds with the soonest deadlines: a later one waits behind them, counted.
+          if (message.event === "round.opened") announce(fmt(T.newBehind, { server, tool }));
+        } else {
+          // At its place in the list; what the reviewer looks at stays where it is on the screen.
+          $("[data-empty]", list)?.remove();
+          card.classList.add("is-new");
+          keepInView(list, () => list.insertBefore(card, placeOf(list, card)));
+          announce(fmt(T.newRequest, { server, tool }));
+          showNewPill(card);
+        }
       }
       if (capped()) countSoon(); // rounds not shown came or went: the server counts them
       updateCount();
@@ -507,7 +536,7 @@
         card.remove();
         updateCount();
         const list = capped();
-        // Half of the rounds shown are answered: the next that waited longest come in at the end.
+        // Half of the rounds shown are answered: the next ones due come in at their place.
         if (list && $$(".card", list).length < Number(list.dataset.capped) / 2) resync();
         else ensureEmpty();
       }, 450);

@@ -343,7 +343,7 @@ def test_a_backlog_past_the_page_counts_everything_and_the_next_rounds_come_in_a
     )
     expect(cards).to_have_count(3)
     expect(count).to_have_text("4")
-    expect(more).to_contain_text("Newer rounds wait behind the 3 oldest shown here")
+    expect(more).to_contain_text("Rounds with later deadlines wait behind the 3 shown here")
     assert page.locator(f"article.card[data-call='{calls[3].pk}']").count() == 0
     # Count the page's fetches of its whole list from here on.
     page.evaluate(
@@ -362,7 +362,7 @@ def test_a_backlog_past_the_page_counts_everything_and_the_next_rounds_come_in_a
     expect(cards).to_have_count(3)
     assert page.evaluate("window.__lists") == 0
     expect(page.locator("#announcer")).to_have_text(
-        "New request from Deploy bot: schedule_meeting, waiting behind the oldest shown"
+        "New request from Deploy bot: schedule_meeting, waiting behind the ones due sooner"
     )
 
     # The oldest is answered elsewhere: it folds away, and the count follows.
