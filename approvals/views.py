@@ -348,7 +348,12 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     pending = ir.status == InputRequest.Status.PENDING and not _overdue(ir)
     if pending and action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
         schema = ir.form_schema
-        content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
+        try:
+            content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
+        except schema_forms.UnsupportedSchema as exc:
+            # The page drew no form for this schema (a check stricter than the one it was stored under):
+            # an accept can only come from a stale or forged page. The page says why, as its GET does.
+            return _request_page(request, ir, error="; ".join(exc.problems), status=422)
         if errors:
             form = answer_form(schema, tz=tz, data=request.POST, errors=errors)
             return _request_page(request, ir, form=form, status=422)

@@ -446,3 +446,21 @@ def test_a_sign_in_links_token_reaches_no_page_of_a_viewer_nor_the_audit_trail(c
         assert "S3CRET-LINK" not in html, page
     assert "https://accounts.example.com" in client.get(f"/audit/calls/{call.pk}/").content.decode()
 
+
+def test_accepting_a_request_whose_schema_makes_no_form_is_a_readable_refusal(client, world) -> None:
+    """A request stored before a stricter schema check (titled choices under draft 4, which has no const)
+    draws no form; an accept posted anyway (a stale or forged page) is refused on the page, not a 500."""
+    ir = ask(world)
+    choices = [{"const": "keep", "title": "Keep"}, {"const": "drop", "title": "Drop"}]
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {"c": {"type": "string", "oneOf": choices}},
+    }
+    InputRequest.objects.filter(pk=ir.pk).update(requested_schema=schema)
+    client.force_login(world.alice)
+    response = client.post(f"/requests/{ir.pk}/respond/", {"action": "accept", "f-c": "anything"})
+    assert response.status_code == 422
+    assert "titled choices need JSON Schema draft 6 or later" in response.content.decode()
+    ir.refresh_from_db()
+    assert ir.status == InputRequest.Status.PENDING
