@@ -49,6 +49,7 @@ from mcp.server.streamable_http import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, decode_header_value
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
@@ -174,10 +175,14 @@ class Guard:
     sees it."""
 
     def __init__(
-        self, app: StreamableHTTPASGIApp, manager: StreamableHTTPSessionManager | None = None
+        self,
+        app: StreamableHTTPASGIApp,
+        manager: StreamableHTTPSessionManager | None = None,
+        in_flight: InFlight | None = None,
     ) -> None:
         self.app = app
         self.manager = manager
+        self.in_flight = in_flight or InFlight()
         self._opening: dict[int, int] = {}  # per agent: its `initialize` requests in the session manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -222,16 +227,26 @@ class Guard:
                 await malformed(scope, receive, send)
                 return
             receive = door.replay(body, receive)
-        opening = self._opens_session(scope, message)
         agent_id = scope[SCOPE_KEY]["agent"]
+        request_key = None
+        if isinstance(message, dict) and _valid_id(message.get("id")) and "method" in message:
+            request_key = _session_request(Request(scope), agent_id, message["id"])
+        if request_key is not None and self.in_flight.busy(request_key):
+            await _duplicate_id(message["id"])(scope, receive, send)
+            return
+        opening = self._opens_session(scope, message)
         if opening:  # counted until the manager has admitted (or discarded) its session
             self._opening[agent_id] = self._opening.get(agent_id, 0) + 1
+        if request_key is not None:  # until its answer is sent, or its handler ends if that is later
+            self.in_flight.enter(request_key)
         called = scope[SCOPE_KEY].get("called")
         token = _CALLED.set(None if called is None else (called[0], called[2]))
         try:
             await self.app(scope, receive, send)
         finally:
             _CALLED.reset(token)
+            if request_key is not None:
+                self.in_flight.leave(request_key)
             if opening:
                 self._opening[agent_id] -= 1
                 if not self._opening[agent_id]:
@@ -317,6 +332,82 @@ class Guard:
         # the session's id gets 404. Only the agent's id is kept, never its token.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=f"agent:{agent.pk}", scopes=[]))
         return None
+
+
+RequestKey = tuple[int, str, Any]  # (agent, handshake-era session, request id as the SDK correlates it)
+
+
+def _session_request(request: Request, agent_id: int, request_id: Any) -> RequestKey | None:
+    """The key of a request on a handshake-era session, None for any other. The id as the SDK correlates it
+    (`coerce_request_id`: 7 and "7" are one id), and the agent in the key, so that another agent's request
+    naming the session is refused by the session manager as before."""
+    session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+    version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if session_id is None or (version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS):
+        return None  # no session, or a 2026-07-28 request: each POST is its own
+    return agent_id, session_id, coerce_request_id(request_id)
+
+
+class InFlight:
+    """The requests of handshake-era sessions still being answered in this process: counted from the guard
+    (until the request's HTTP exchange ends) and from the server (until its handler ends, which for a
+    tools/call whose client went away is when the call is final). The session's transport and dispatcher
+    keep one stream per request id, so a second request with the id of one in flight would take its
+    stream: one tool's result would answer another request, or no one."""
+
+    def __init__(self) -> None:
+        self._counts: dict[RequestKey, int] = {}
+
+    def busy(self, key: RequestKey) -> bool:
+        return key in self._counts
+
+    def enter(self, key: RequestKey) -> None:
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def leave(self, key: RequestKey) -> None:
+        left = self._counts.get(key, 0) - 1
+        if left > 0:
+            self._counts[key] = left
+        else:
+            self._counts.pop(key, None)
+
+
+def request_ids(in_flight: InFlight) -> ServerMiddleware[Any]:
+    """A server middleware that counts each handshake-era request on ``in_flight`` while its handler runs,
+    which outlasts its HTTP exchange when the client goes away (the call goes on, and its answer is still
+    sent to that request's id)."""
+
+    async def counting(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        request, request_id = ctx.request, ctx.request_id
+        key = None
+        if (
+            isinstance(request, Request)
+            and request_id is not None
+            and SCOPE_KEY in request.scope
+            and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        ):
+            key = _session_request(request, request.scope[SCOPE_KEY]["agent"], request_id)
+        if key is None:
+            return await call_next(ctx)
+        in_flight.enter(key)
+        try:
+            return await call_next(ctx)
+        finally:
+            in_flight.leave(key)
+
+    return counting
+
+
+def _duplicate_id(request_id: Any) -> Response:
+    """-32600 for a request whose id is that of a request of the same session still being answered. The
+    session's transport and dispatcher keep one stream per id: passed on, the new request would take the
+    first one's stream, and the first one's answer (a tool's result) would reach the new request or no one.
+    The error names no id: a client matching it by id would take it for the first request's answer."""
+    return _rpc_error(
+        types.INVALID_REQUEST,
+        f"The request id {shown(str(request_id))!r} is that of a request of this session still being "
+        "answered: send each request with an id of its own. The first request goes on.",
+    )
 
 
 def _rpc_error(
@@ -430,9 +521,28 @@ def _malformed(message: Any) -> Response | None:
         return _rpc_error(types.INVALID_REQUEST, "A request's id must be a string or an integer.")
     if message.get("params") is not None and not isinstance(message["params"], dict):
         return _rpc_error(types.INVALID_PARAMS, "params must be an object.", message.get("id"))
-    problem = _params_problem(message["method"], message.get("params") or {})
+    problem = _meta_problem(message.get("params") or {}) or _params_problem(
+        message["method"], message.get("params") or {}
+    )
     if problem is not None:
         return _rpc_error(types.INVALID_PARAMS, problem, message.get("id"))
+    return None
+
+
+def _meta_problem(params: dict[str, Any]) -> str | None:
+    """What is wrong with a message's `params._meta`, in words, or None. The SDK's answer to a `_meta` that
+    is not an object, or to a progress token that is neither a string nor an integer, is "Invalid request
+    parameters", without saying which."""
+    meta = params.get("_meta")
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        return (
+            "params._meta must be an object (in MCP 2026-07-28, one carrying "
+            "'io.modelcontextprotocol/protocolVersion' and 'io.modelcontextprotocol/clientCapabilities')."
+        )
+    if "progressToken" in meta and not _valid_id(meta["progressToken"]):
+        return "params._meta.progressToken must be a string or an integer."
     return None
 
 
@@ -1055,7 +1165,9 @@ def build_app() -> Starlette:
         max_sessions=settings.ELICIT_GATEWAY_MAX_SESSIONS,
     )
     server.middleware.insert(0, session_watcher(watch, manager))
-    guarded = Guard(StreamableHTTPASGIApp(manager), manager)
+    in_flight = InFlight()
+    server.middleware.insert(0, request_ids(in_flight))
+    guarded = Guard(StreamableHTTPASGIApp(manager), manager, in_flight)
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
