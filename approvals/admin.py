@@ -14,6 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.serializers.json import DjangoJSONEncoder
+from django.core.validators import validate_email
 from django.db import models, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.constants import LOOKUP_SEP
@@ -48,6 +49,7 @@ from approvals.models import (
 )
 from approvals.services import config_audit, tokens
 from approvals.services import stdio as stdio_rules
+from approvals.services.notifications import ADDRESS_BREAK
 from approvals.services.sending import check_call_timeout, check_tool_timeouts
 from approvals.services.servers import (
     LEARNED,
@@ -146,6 +148,22 @@ class AuditedAdmin(HubAdmin):
         if checked and self.has_change_permission(request, obj):
             fields.append(SEEN_STATE)
         return fields
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        """The list's editable columns (``list_editable``) compared with the values the page showed (each with
+        its hidden initial value), not with those stored as the list is saved: a row is saved only where
+        this admin changed it. Compared with the stored row, every row someone else changed since the page
+        was shown (a gate switched on) would count as changed, be put back as shown, unseen, and recorded as
+        this admin's change."""
+        base = super().get_changelist_form(request, **kwargs)
+
+        class ComparedAsShown(base):  # type: ignore[valid-type,misc]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                for field in self.fields.values():
+                    field.show_hidden_initial = True
+
+        return ComparedAsShown
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         form.audit_before = config_audit.stored(obj) if change else None  # before the form's values land
@@ -578,7 +596,9 @@ class McpServerAdmin(AuditedAdmin):
         if result is None:
             return
         found = server_probe(obj, result=result, actor=Actor.user(request.user))
-        summary = f"Probe of {obj.slug}: {probe_summary(found)}"
+        # What the server said (its name, its error) quoted as the list and the server's page quote it: a
+        # direction override or a control character must not make a failed probe read as a good one.
+        summary = f"Probe of {obj.slug}: {rules.shown(probe_summary(found))}"
         if found.get("ok"):
             self.message_user(request, summary, messages.SUCCESS)
             return
@@ -586,7 +606,8 @@ class McpServerAdmin(AuditedAdmin):
         hint = f" Hint: {found['hint']}." if found.get("hint") else ""
         self.message_user(
             request,
-            f"{summary}. {error.get('message', '')}.{hint} The server is registered all the same.",
+            f"{summary}. {rules.shown(str(error.get('message', '')))}.{hint} The server is registered all "
+            "the same.",
             messages.WARNING,
         )
 
@@ -686,6 +707,11 @@ class WriteOnlyUrlInput(forms.URLInput):
         return None
 
 
+# A team's notice addresses: separated as notices separate them (`notifications.ADDRESS_BREAK`).
+MAX_NOTIFY_ADDRESSES = 50
+MAX_NOTIFY_CHARS = 10_000
+
+
 class TeamForm(SeenStateForm):
     clear_chat_webhook_url = forms.BooleanField(label="Remove the chat webhook", required=False)
 
@@ -709,6 +735,31 @@ class TeamForm(SeenStateForm):
                 "given to another team. Choose another slug."
             )
         return slug
+
+    def clean_notify_emails(self) -> str:
+        """The addresses as notices are sent to them (split as `notifications` splits them: commas, semicolons
+        or white space), each a plain address, stored one a line. A typo or a display name ("Ops <ops@…>",
+        split at its spaces) would otherwise be sent to as it is, unseen: mail to a local mailbox or to no
+        one, while the team waits for notices that never come."""
+        text = str(self.cleaned_data.get("notify_emails") or "")
+        if len(text) > MAX_NOTIFY_CHARS:
+            raise forms.ValidationError(f"At most {MAX_NOTIFY_CHARS} characters of addresses.")
+        addresses = list(dict.fromkeys(part for part in ADDRESS_BREAK.split(text) if part))
+        if len(addresses) > MAX_NOTIFY_ADDRESSES:
+            raise forms.ValidationError(f"At most {MAX_NOTIFY_ADDRESSES} addresses.")
+        wrong = []
+        for address in addresses:
+            try:
+                validate_email(address)
+            except forms.ValidationError:
+                wrong.append(address)
+        if wrong:
+            shown = ", ".join(f"“{rules.shown(address[:80])}”" for address in wrong[:5])
+            raise forms.ValidationError(
+                f"Not an email address: {shown}. Give plain addresses (no names), separated by commas or "
+                "one a line."
+            )
+        return "\n".join(addresses)
 
     def clean_chat_webhook_url(self) -> str:
         url = self.cleaned_data.get("chat_webhook_url") or ""

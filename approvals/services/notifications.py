@@ -191,11 +191,11 @@ def _moot(ir: InputRequest) -> str:
 
 # Between a team's addresses: commas, semicolons or white space (the admin's field is a text area, filled in
 # one address a line as often as not); an address holds none of them.
-_ADDRESS_BREAK = re.compile(r"[,;\s]+")
+ADDRESS_BREAK = re.compile(r"[,;\s]+")
 
 
 def _recipients(team: Team) -> list[str]:
-    return [address for address in _ADDRESS_BREAK.split(team.notify_emails) if address]
+    return [address for address in ADDRESS_BREAK.split(team.notify_emails) if address]
 
 
 def _unaddressed(notice: Notification) -> str:
