@@ -71,7 +71,8 @@ class AuditFilterForm(forms.Form):
         required=False,
         max_length=200,
         help_text=_(
-            'Words in the event; "exact phrase", or, -word. A call or input request id finds its events.'
+            'Words in the event; "exact phrase", or, -word. A call or input request id finds its events '
+            "and every event that mentions it."
         ),
     )
     since = LocalDateTimeField(label=_("From"), required=False, latest=False)
@@ -120,3 +121,9 @@ class AuditFilterForm(forms.Form):
 class CursorForm(forms.Form):
     before = forms.IntegerField(required=False, min_value=1)
     after = forms.IntegerField(required=False, min_value=0)
+
+
+class TimelineCursorForm(forms.Form):
+    """Where a page of a call's timeline starts: an event id (the first page when absent)."""
+
+    start = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1)

@@ -35,13 +35,16 @@ _EVENT_ID = re.compile(r"^#(\d{1,18})$")
 def filter_events(qs: QuerySet[AuditEvent], filters: dict[str, Any]) -> QuerySet[AuditEvent]:
     q = (filters.get("q") or "").strip()
     if q:
+        words = Q(search=SearchQuery(q, config="simple", search_type="websearch"))
         if is_uuid(q):
+            # The call or input request it names, and every event that mentions it: a UUID is also a
+            # resource's id in a call's arguments, and 32 hex digits a trace id or a checksum.
             ident = uuid.UUID(q)
-            qs = qs.filter(Q(call_id=ident) | Q(input_request_id=ident))
+            qs = qs.filter(Q(call_id=ident) | Q(input_request_id=ident) | words)
         elif match := _EVENT_ID.match(q):
             qs = qs.filter(id=int(match.group(1)))
         else:
-            qs = qs.filter(search=SearchQuery(q, config="simple", search_type="websearch"))
+            qs = qs.filter(words)
     if filters.get("since"):
         qs = qs.filter(at__gte=filters["since"])
     if filters.get("until"):
@@ -230,17 +233,35 @@ def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f} %" if whole else "–"  # noqa: RUF001
 
 
-def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[str, Any]]]:
-    """Every visible event of a call in order, with what reviewers saw and sent and what the server said."""
-    events = list(visible_audit_events(user).filter(call_id=call_id).defer("search").order_by("id"))
+# Events a page of a call's timeline shows at most. A call may have 50 rounds of 50 input requests, each
+# shown with its schema (up to ELICIT_MAX_SCHEMA) and each round with the server's answer (up to
+# ELICIT_MAX_RESULT): read and shown at once, one call's timeline was hundreds of megabytes.
+TIMELINE_PAGE = 100
+
+
+def timeline(
+    user: Any, call_id: uuid.UUID, start: int = 0
+) -> tuple[ToolCall | None, list[dict[str, Any]], int | None]:
+    """A page of a call's visible events in order, from the event ``start`` on, with what reviewers saw and
+    sent and what the server said, and the id of the event the next page starts at if there is one."""
+    qs = visible_audit_events(user).filter(call_id=call_id, id__gte=start).defer("search").order_by("id")
+    events = list(qs[: TIMELINE_PAGE + 1])
+    later = events[TIMELINE_PAGE].id if len(events) > TIMELINE_PAGE else None
+    events = events[:TIMELINE_PAGE]
     call = ToolCall.objects.select_related("server").filter(pk=call_id).first()
     if call is not None and not can_view_call(user, call):
         call = None  # the events the user may see are shown; the call's own rows are not
     rounds: dict[int, Round] = {}
     requests: dict[uuid.UUID, InputRequest] = {}
     if call is not None:
-        rounds = {rnd.number: rnd for rnd in call.rounds.all()}
-        requests = {ir.pk: ir for ir in InputRequest.objects.filter(round__call=call)}
+        # Only the rounds and requests this page's events show.
+        numbers = [event.data.get("round") for event in events if event.verb == "round.opened"]
+        shown = [event.input_request_id for event in events if event.input_request_id]
+        rounds = {
+            rnd.number: rnd
+            for rnd in call.rounds.filter(number__in=[n for n in numbers if isinstance(n, int)])
+        }
+        requests = {ir.pk: ir for ir in InputRequest.objects.filter(round__call=call, pk__in=shown)}
     entries = []
     for event in events:
         entry: dict[str, Any] = {"event": event, "data": _pretty(event.data)}
@@ -272,7 +293,7 @@ def timeline(user: Any, call_id: uuid.UUID) -> tuple[ToolCall | None, list[dict[
             answer = call.result if call.result is not None else call.error
             entry["server_answer"] = _pretty(links_hidden(redact(answer)))
         entries.append(entry)
-    return call, entries
+    return call, entries, later
 
 
 def links_hidden(value: Any) -> Any:

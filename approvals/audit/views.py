@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET
 from approvals import schema_forms, throttling
 from approvals.audit import core as audit
 from approvals.audit import export as audit_export
-from approvals.audit.forms import AuditFilterForm, CursorForm
+from approvals.audit.forms import AuditFilterForm, CursorForm, TimelineCursorForm
 from approvals.audit.queries import (
     analytics,
     events_for,
@@ -153,12 +153,20 @@ def _newest_id() -> int:
 @login_required
 @_on_reviewers_clock
 def call_timeline(request: HttpRequest, call_id: uuid.UUID) -> HttpResponse:
-    call, entries = timeline(request.user, call_id)
+    cursor = TimelineCursorForm(request.GET)
+    if not cursor.is_valid():
+        return HttpResponse(
+            "The page of the timeline is not valid: "
+            + "; ".join(str(m) for ms in cursor.errors.values() for m in ms),
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    start = cursor.cleaned_data["start"] or 0
+    call, entries, later = timeline(request.user, call_id, start)
     if not entries and call is None:
         raise Http404("No audit events for this call.")
-    return render(
-        request, "approvals/audit/timeline.html", {"call": call, "call_id": call_id, "entries": entries}
-    )
+    context = {"call": call, "call_id": call_id, "entries": entries, "start": start, "later": later}
+    return render(request, "approvals/audit/timeline.html", context)
 
 
 # Exports per person (ELICIT_AUDIT_EXPORT_RATE, 60 an hour): each is an audit event and a read of all the
@@ -176,6 +184,7 @@ class ExportRate(SlidingWindowMixin):
         return self.cache_format % {"scope": self.scope, "ident": hashlib.sha256(ident.encode()).hexdigest()}
 
 
+@never_cache  # the file holds every event the reader may see: no browser or proxy keeps a copy
 @require_GET
 @login_required
 @_on_reviewers_clock
