@@ -81,11 +81,15 @@ def holder_beat(*, holder_id: int, sessions: int) -> bool:
 def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str]:
     """Claim up to `limit` queued calls for this holder (one UPDATE; concurrent holders skip each other's
     rows). stdio servers' calls only when `stdio` (this holder can run stdio servers) and the server's lease
-    is free or this holder's."""
+    is free, this holder's, or held by a holder whose heartbeat is stale."""
     if limit <= 0:
         return []
     transports = "" if stdio else "AND s.transport = 'http'"
-    lease = "AND (s.transport = 'http' OR s.stdio_holder_id IS NULL OR s.stdio_holder_id = %s)"
+    # A lease held by a holder whose heartbeat is stale does not keep the server's calls waiting for beat's
+    # sweep: the holder that claims one takes the lease over (`stdio.stdio_lease_take`).
+    lease = """AND (s.transport = 'http' OR s.stdio_holder_id IS NULL OR s.stdio_holder_id = %s OR EXISTS (
+        SELECT 1 FROM approvals_holder h WHERE h.id = s.stdio_holder_id AND h.heartbeat_at < %s
+    ))"""
     # A stdio server runs one call at a time (`StdioSupervisor.session`): its queued calls are claimed one by
     # one, the oldest once none of its calls is open here. Claimed all at once, they would wait for the one
     # session as "running" calls that were never sent, and fill this holder's room while other servers'
@@ -120,7 +124,8 @@ def holder_claim(*, holder_id: int, limit: int, stdio: bool = False) -> list[str
         if _live(holder_id).select_for_update(no_key=True).values_list("pk", flat=True).first() is None:
             return []
         with connection.cursor() as cursor:
-            cursor.execute(sql, [holder_id, holder_id, finals, limit, holder_id])
+            stale = timezone.now() - timedelta(seconds=settings.ELICIT_HOLDER_STALE)
+            cursor.execute(sql, [holder_id, stale, holder_id, finals, limit, holder_id])
             ids = [str(row[0]) for row in cursor.fetchall()]
         holder = Holder.objects.get(pk=holder_id)
         for call in ToolCall.objects.filter(pk__in=ids):
