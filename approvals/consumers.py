@@ -19,6 +19,7 @@ import asyncio
 import functools
 import logging
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
@@ -176,6 +177,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = []
         self.seqs = {}
         self.missing: dict[str, dict[int, float]] = {}  # per group: numbers skipped, and until when to wait
+        self.given_up: dict[str, set[int]] = {}  # per group: numbers skipped, resynced for, not heard since
         self._gap_timer: asyncio.TimerHandle | None = None
         self.watched = set()
         self._scope_value: permissions.Scope | None = None
@@ -377,7 +379,11 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         """Every group whose sequence this socket follows: its queues' and its watched calls'."""
         return [*self._listening(), *self._watched_groups()]
 
-    async def _watch_call(self, call_id: str) -> None:
+    async def _watch_call(self, requested: str) -> None:
+        # The call's group is named by its id as the hub writes it: another spelling of the same UUID
+        # (capitals, braces, a URN, no hyphens) found the call, then joined a group no notice reaches, or one
+        # the channel layer refuses to name (the consumer failed).
+        call_id = str(uuid.UUID(requested)) if is_uuid(requested) else requested
         if len(self.watched) >= MAX_WATCHED_CALLS or call_id in self.watched:
             return
         if not await database_sync_to_async(self._may_view_call)(call_id):
@@ -400,7 +406,8 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
 
     def _in_sequence(self, event: dict[str, Any]) -> bool:
         """False when the event shows a notice was lost (or the counter started again). A number skipped
-        is given GAP_GRACE to arrive late (`_gaps_overdue`); one that does is in sequence."""
+        is given GAP_GRACE to arrive late (`_gaps_overdue`); one that does is in sequence, and so is one that
+        arrives after the resync its absence caused."""
         group, seq = event.get("group", ""), event.get("seq")
         last = self.seqs.get(group)
         if not isinstance(seq, int) or last is None:
@@ -419,8 +426,16 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             return True
         if missing.pop(seq, None) is not None:
             return True  # a late one: its place was kept
+        given_up = self.given_up.get(group)
+        if given_up is not None and seq in given_up:
+            # Later than GAP_GRACE: the page resynced when its grace ran out, and read its change (committed
+            # before its number was taken). The number stays: set back, it made the next notice look like a
+            # gap, and the page resynced twice more.
+            given_up.discard(seq)
+            return True
         self.seqs[group] = seq
         missing.clear()
+        self.given_up.pop(group, None)
         return False
 
     def _check_gaps_later(self) -> None:
@@ -440,6 +455,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             group for group, missing in self.missing.items() if any(due <= now for due in missing.values())
         ]
         for group in lost:
+            floor = self.seqs.get(group, 0) - GAP_MAX
+            given_up = self.given_up.get(group, set()) | set(self.missing[group])
+            self.given_up[group] = {seq for seq in given_up if seq > floor}
             self.missing[group].clear()
         if any(self.missing.values()):
             self._check_gaps_later()
