@@ -347,7 +347,14 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         for group in behind:
             self.seqs[group] = current[group]
         if behind:
-            await self._join()
+            try:
+                await self._join()
+            except RedisError:
+                # The memberships are renewed at a later ping; the page reads what it missed over HTTP all
+                # the same (the resync below).
+                logger.warning(
+                    "a ping could not renew the groups: Redis unavailable; the next ping tries again"
+                )
             if self.signed_out:
                 return
         if left or behind:

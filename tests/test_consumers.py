@@ -14,6 +14,7 @@ from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 from django.test import Client
+from redis.exceptions import RedisError
 
 from approvals import broadcast, consumers
 from approvals.models import Membership
@@ -661,3 +662,28 @@ def test_a_card_too_large_for_a_notice_is_read_by_the_sockets(world, monkeypatch
         await alice.disconnect()
 
     run(scenario)
+
+
+def test_a_ping_that_finds_a_counter_moved_while_redis_goes_away_still_resyncs() -> None:
+    """Redis answered the counters, then failed as the socket rejoined its groups: the socket is not torn
+    down with a traceback; the page is told to resync (it reads over HTTP) and the next ping rejoins."""
+    consumer = consumers.QueueConsumer()
+    consumer.seqs, consumer._groups_version = {"queue-team-1": 1}, 5
+    consumer._joined_at, consumer._session_ends, consumer.signed_out = time.monotonic(), None, False
+    sent: list[dict[str, Any]] = []
+
+    async def counters(groups: list[str]) -> dict[str, int]:
+        return {"queue-team-1": 2, broadcast.SCOPES: 5}
+
+    async def join() -> list[str]:
+        raise RedisError("Connection refused")
+
+    async def send_json(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    consumer._heard = lambda: ["queue-team-1"]  # type: ignore[method-assign]
+    consumer._counters = counters  # type: ignore[method-assign]
+    consumer._join = join  # type: ignore[method-assign]
+    consumer.send_json = send_json  # type: ignore[method-assign]
+    asyncio.run(consumer._check_counters())
+    assert sent == [{"type": "resync", "reason": "counter", "groups": ["queue-team-1"]}]
