@@ -519,11 +519,22 @@ def url_round_done(*, round_id: int) -> tuple[bool, dict[str, Any]]:
 
 def _lose(holder: Holder, why: str) -> int:
     """End every call `holder` held: unsent ones go back to the queue, sent ones fail ``holder_lost``."""
+    return holder_calls_lost(holder_id=holder.pk, why=why)
+
+
+def holder_calls_lost(*, holder_id: int, why: str, server_id: int | None = None) -> int:
+    """End the open calls the holder held (on `server_id` only, when given) as a lost holder's: one not sent
+    yet goes back to the queue; one sent fails ``holder_lost``, its tool may have run, and it is never sent
+    again. Each call is locked, so a call the holder ended meanwhile (it was only slow) is left as it ended.
+    Returns how many failed."""
+    calls = ToolCall.objects.filter(holder_id=holder_id).open()
+    if server_id is not None:
+        calls = calls.filter(server_id=server_id)
     ended = 0
-    for call_id in ToolCall.objects.filter(holder=holder).open().values_list("pk", flat=True):
+    for call_id in calls.values_list("pk", flat=True):
         with transaction.atomic():
             call = _locked_open_call(call_id)
-            if call is None or call.holder_id != holder.pk:
+            if call is None or call.holder_id != holder_id:
                 continue
             sent = call.started_at is not None
             if not sent:

@@ -28,9 +28,8 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.mcp_client import toollist
 from approvals.mcp_client.wire import quoted
-from approvals.models import Holder, McpServer, ToolCall
+from approvals.models import Holder, McpServer
 from approvals.services import holding
-from approvals.services.calls import call_finish
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +131,8 @@ def stdio_lease_take(*, server_id: int, holder_name: str) -> bool:
     """Take the lease on a stdio server for this holder: True if it now holds it (or already did).
 
     One taken over from a holder whose heartbeat is stale ends that holder's calls on the server, as the sweep
-    that declares the holder lost would (`_end_stale_calls`): its process (and the server it ran) is presumed
-    dead, and those calls would otherwise stay open, held by it, until beat's sweep ran."""
+    that declares the holder lost would (`holding.holder_calls_lost`): its process (and the server it ran) is
+    presumed dead, and those calls would otherwise stay open, held by it, until beat's sweep ran."""
     with transaction.atomic():
         server = (
             McpServer.objects.select_for_update(of=("self",), no_key=True)
@@ -160,40 +159,14 @@ def stdio_lease_take(*, server_id: int, holder_name: str) -> bool:
             },
         )
     if current is not None:
-        _end_stale_calls(server_id, current.pk, current.name)
+        # Its process (and the server it ran) is presumed dead: its calls on the server end as the sweep that
+        # declares it lost would end them, not held by it until the sweep runs.
+        holding.holder_calls_lost(
+            holder_id=current.pk,
+            why=f"its holder process {current.name} stopped answering",
+            server_id=server_id,
+        )
     return True
-
-
-def _end_stale_calls(server_id: int, holder_id: int, holder_name: str) -> None:
-    """End the open calls on the server held by the stale holder the lease was taken from, under the sweep's
-    rules (`holding._lose`): one not sent yet goes back to the queue; one sent fails ``holder_lost``, its tool
-    may have run, and it is never sent again. Each call is locked, so a call the old holder ended meanwhile
-    (it was only slow) is left as it ended."""
-    why = f"its holder process {holder_name} stopped answering"
-    open_calls = ToolCall.objects.filter(server_id=server_id, holder_id=holder_id).open()
-    for call_id in open_calls.values_list("pk", flat=True):
-        with transaction.atomic():
-            call = holding._locked_open_call(call_id)
-            if call is None or call.holder_id != holder_id:
-                continue
-            if call.started_at is None:
-                ToolCall.objects.filter(pk=call.pk).update(
-                    holder=None, status=ToolCall.Status.QUEUED, updated_at=timezone.now()
-                )
-                holding.notify()
-                continue
-            holding._close_open_rounds(call, why=why)
-            ToolCall.objects.filter(pk=call.pk).update(holder=None)
-            call_finish(
-                call=call,
-                status=ToolCall.Status.FAILED,
-                error={
-                    "code": "holder_lost",
-                    "message": f"The session running this call ended ({why}). tools/call had been sent, so "
-                    "the tool may have run; the hub does not send it again.",
-                    "tool_may_have_run": True,
-                },
-            )
 
 
 def stdio_lease_held(*, server_id: int, holder_name: str) -> bool:
