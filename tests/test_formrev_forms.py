@@ -366,3 +366,30 @@ def test_labels_that_read_alike_still_show_their_values(labels: list[str], shown
     (field,) = schema_forms.fields(form({"pick": {"type": "string", "oneOf": options}}))
 
     assert [label for _value, label in field.choices] == shown
+
+
+@pytest.mark.parametrize(
+    ("options", "shown"),
+    [
+        # A title written as another option's label once that one shows its value.
+        (
+            [("a", "Keep (keep)"), ("keep", "Keep"), ("archive", "Keep")],
+            ["Keep (keep) (a)", "Keep (keep) (keep)", "Keep (archive)"],
+        ),
+        # Titles written to match the values shown twice over: every label numbered by its place.
+        (
+            [("a", "X"), ("b", "X"), ("c", "X (a)"), ("d", "X (a) (a)")],
+            ["1. X (a) (a)", "2. X (b)", "3. X (a) (c)", "4. X (a) (a)"],
+        ),
+    ],
+)
+def test_labels_a_server_wrote_to_read_alike_are_still_told_apart(
+    options: list[tuple[str, str]], shown: list[str]
+) -> None:
+    one_of = [{"const": value, "title": label} for value, label in options]
+
+    (field,) = schema_forms.fields(form({"pick": {"type": "string", "oneOf": one_of}}))
+
+    labels = [label for _value, label in field.choices]
+    assert len({" ".join(label.casefold().split()) for label in labels}) == len(options)
+    assert labels == shown

@@ -171,17 +171,24 @@ def _has_line_break(text: str) -> bool:
 
 def _distinct_labels(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Choices a reviewer can tell apart: a blank label shows its value, and labels that read alike (case,
-    spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)")."""
-    labels, readings = [], []
-    for value, label in choices:
-        read = reading(label)
-        labels.append(label if read else value)
-        readings.append(read if read else reading(value))
-    counts = Counter(readings)
-    return [
-        (value, f"{label.strip()} ({value})" if counts[read] > 1 and label != value else label)
-        for (value, _label), label, read in zip(choices, labels, readings, strict=True)
-    ]
+    spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)").
+
+    A server may write a title that reads as another option's label once that one shows its value (titles
+    "Keep (keep)", "Keep" and "Keep" for values a, keep and archive): labels that still read alike show their
+    values once more, and if any still do, every label is numbered by its place ("1. ", "2. "), which no
+    title can take."""
+    labels = [label if reading(label) else value for value, label in choices]
+    for again in (False, True):
+        counts = Counter(reading(label) for label in labels)
+        if max(counts.values(), default=0) < 2:
+            return list(zip((value for value, _label in choices), labels, strict=True))
+        for index, (value, _label) in enumerate(choices):
+            label = labels[index]
+            if counts[reading(label)] > 1 and (again or label != value):
+                labels[index] = f"{label.strip()} ({value})"
+    if max(Counter(reading(label) for label in labels).values(), default=0) > 1:
+        labels = [f"{index}. {label}" for index, label in enumerate(labels, start=1)]
+    return list(zip((value for value, _label in choices), labels, strict=True))
 
 
 def reading(text: str) -> str:
