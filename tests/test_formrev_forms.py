@@ -393,3 +393,15 @@ def test_labels_a_server_wrote_to_read_alike_are_still_told_apart(
     labels = [label for _value, label in field.choices]
     assert len({" ".join(label.casefold().split()) for label in labels}) == len(options)
     assert labels == shown
+
+
+def test_field_titles_a_server_wrote_to_read_alike_are_still_told_apart() -> None:
+    props = {
+        "a": {"type": "boolean", "title": "Go (b)"},
+        "b": {"type": "boolean", "title": "Go"},
+        "c": {"type": "boolean", "title": "Go"},
+    }
+
+    labels = [field.label for field in schema_forms.fields(form(props))]
+
+    assert labels == ["Go (b) (a)", "Go (b) (b)", "Go (c)"]

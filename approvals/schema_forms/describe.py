@@ -85,11 +85,8 @@ def fields(schema: object, *, tz: str | None = None, prefix: str = "") -> list[F
         for index, (name, prop) in enumerate(props.items())
     ]
     # Fields a reviewer cannot tell apart by their labels ("Dry run" twice) name their keys too.
-    counts = Counter(reading(each.label) for each in described)
-    return [
-        replace(each, label=f"{each.label} ({each.name})") if counts[reading(each.label)] > 1 else each
-        for each in described
-    ]
+    labels = told_apart([each.label for each in described], [each.name for each in described])
+    return [replace(each, label=label) for each, label in zip(described, labels, strict=True)]
 
 
 def is_confirmation(schema: object) -> bool:
@@ -171,24 +168,31 @@ def _has_line_break(text: str) -> bool:
 
 def _distinct_labels(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Choices a reviewer can tell apart: a blank label shows its value, and labels that read alike (case,
-    spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)").
-
-    A server may write a title that reads as another option's label once that one shows its value (titles
-    "Keep (keep)", "Keep" and "Keep" for values a, keep and archive): labels that still read alike show their
-    values once more, and if any still do, every label is numbered by its place ("1. ", "2. "), which no
-    title can take."""
+    spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)"), as
+    `told_apart` tells them apart."""
+    values = [value for value, _label in choices]
     labels = [label if reading(label) else value for value, label in choices]
+    return list(zip(values, told_apart(labels, values, keyed=True), strict=True))
+
+
+def told_apart(labels: list[str], keys: list[str], *, keyed: bool = False) -> list[str]:
+    """`labels` a reviewer can tell apart: those that read alike show their keys ("Keep (keep)"; with
+    `keyed`, not a label that is its key already). A server may write a title that reads as another label
+    once that one shows its key (titles "Keep (keep)", "Keep" and "Keep" for keys a, keep and archive): those
+    that still read alike show their keys once more, and if any still do, every label is numbered by its
+    place ("1. ", "2. "), which no title can take."""
+    labels = list(labels)
     for again in (False, True):
         counts = Counter(reading(label) for label in labels)
         if max(counts.values(), default=0) < 2:
-            return list(zip((value for value, _label in choices), labels, strict=True))
-        for index, (value, _label) in enumerate(choices):
+            return labels
+        for index, key in enumerate(keys):
             label = labels[index]
-            if counts[reading(label)] > 1 and (again or label != value):
-                labels[index] = f"{label.strip()} ({value})"
+            if counts[reading(label)] > 1 and (again or not keyed or label != key):
+                labels[index] = f"{label.strip()} ({key})"
     if max(Counter(reading(label) for label in labels).values(), default=0) > 1:
         labels = [f"{index}. {label}" for index, label in enumerate(labels, start=1)]
-    return list(zip((value for value, _label in choices), labels, strict=True))
+    return labels
 
 
 def reading(text: str) -> str:
