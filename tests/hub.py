@@ -141,11 +141,13 @@ class Received:
 @dataclass
 class WebhookReceiver:
     """A loopback HTTP endpoint that records every POST; ``fail_first`` answers 500 that many times, or
-    ``statuses`` answers each POST with the next of them (the last once they run out). ``query`` ends the
-    URL (a receiver's token, say)."""
+    ``statuses`` answers each POST with the next of them (the last once they run out), with the headers of
+    the same place in ``headers`` (a ``Retry-After``, say). ``query`` ends the URL (a receiver's token,
+    say)."""
 
     fail_first: int = 0
     statuses: tuple[int, ...] = ()
+    headers: tuple[dict[str, str], ...] = ()
     query: str = ""
     received: list[Received] = field(default_factory=list)
 
@@ -155,6 +157,10 @@ class WebhookReceiver:
             return self.statuses[min(count, len(self.statuses)) - 1]
         return 500 if count <= self.fail_first else 204
 
+    def _headers(self) -> dict[str, str]:
+        count = len(self.received)
+        return self.headers[min(count, len(self.headers)) - 1] if self.headers else {}
+
     def __enter__(self) -> WebhookReceiver:
         receiver = self
 
@@ -163,6 +169,8 @@ class WebhookReceiver:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 receiver.received.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(receiver._status())
+                for name, value in receiver._headers().items():
+                    self.send_header(name, value)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -30,7 +29,7 @@ from starlette.routing import Route
 from approvals.models import Notification, Team, ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.services import notifications, sending, webhooks
 from tests import factories
-from tests.hub import set_up_handshake_hub
+from tests.hub import WebhookReceiver, set_up_handshake_hub
 from tests.live import HolderRunner, child_env, free_port, wait_until
 from tests.test_call_fate import TOOLS, Script, ScriptedServer
 from tests.test_notifications import pending_request
@@ -38,42 +37,13 @@ from tests.test_notifications import pending_request
 pytestmark = pytest.mark.timeout(120)
 
 
-class Receiver:
+def answering(*answers: tuple[int, dict[str, str]]) -> WebhookReceiver:
     """A loopback endpoint answering each POST with the next of `answers` (the last once they run out): a
     status, and its headers."""
-
-    def __init__(self, *answers: tuple[int, dict[str, str]]) -> None:
-        self.answers = list(answers)
-        self.posts: list[float] = []  # when each POST came (time.monotonic())
-
-    def __enter__(self) -> Receiver:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                receiver.posts.append(time.monotonic())
-                status, headers = receiver.answers[min(len(receiver.posts), len(receiver.answers)) - 1]
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+    return WebhookReceiver(
+        statuses=tuple(status for status, _headers in answers),
+        headers=tuple(headers for _status, headers in answers),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -128,10 +98,10 @@ def test_a_webhook_receiver_that_asks_to_wait_is_not_tried_sooner_nor_past_the_c
     status: int, retry_after: str | None, low: float, high: float
 ) -> None:
     asked = retry_after if retry_after is not None else http_date(330)
-    with Receiver((status, {"retry-after": asked})) as agent:
+    with answering((status, {"retry-after": asked})) as agent:
         delivery = delivery_to(agent.url)
         countdown = webhooks.webhook_attempt(delivery_id=delivery.pk)
-    assert len(agent.posts) == 1
+    assert len(agent.received) == 1
     assert countdown is not None and low <= countdown <= high, countdown
     (attempt,) = WebhookAttempt.objects.filter(delivery=delivery)
     assert attempt.status_code == status and attempt.error.startswith(f"HTTP {status}")
@@ -145,7 +115,7 @@ def test_a_webhook_receiver_that_asks_to_wait_is_not_tried_sooner_nor_past_the_c
 def test_webhooks_failing_together_do_not_retry_together() -> None:
     """Twelve deliveries refused at once, asking for the same wait or for none: their retries spread."""
     countdowns: dict[str, list[float]] = {"asked": [], "backoff": []}
-    with Receiver((429, {"retry-after": "60"})) as limited, Receiver((500, {})) as broken:
+    with answering((429, {"retry-after": "60"})) as limited, answering((500, {})) as broken:
         for number in range(12):
             for kind, receiver in (("asked", limited), ("backoff", broken)):
                 delivery = delivery_to(receiver.url, slug=f"{kind}-{number}")
@@ -160,10 +130,10 @@ def test_webhooks_failing_together_do_not_retry_together() -> None:
 @pytest.mark.django_db
 def test_a_webhook_receiver_that_keeps_asking_to_wait_is_given_up_after_its_attempts(settings: Any) -> None:
     settings.ELICIT_WEBHOOK_MAX_ATTEMPTS = 3
-    with Receiver((503, {"retry-after": "45"})) as agent:
+    with answering((503, {"retry-after": "45"})) as agent:
         delivery = delivery_to(agent.url)
         countdowns = [webhooks.webhook_attempt(delivery_id=delivery.pk) for _ in range(4)]
-    assert len(agent.posts) == 3
+    assert len(agent.received) == 3
     assert [c is not None and 45 <= c <= 50 for c in countdowns[:2]] == [True, True]
     assert countdowns[2:] == [None, None]
     delivery.refresh_from_db()
@@ -176,7 +146,7 @@ def test_a_webhook_receiver_that_keeps_asking_to_wait_is_given_up_after_its_atte
 def test_the_sweep_does_not_queue_again_a_delivery_waiting_out_the_receivers_retry_after() -> None:
     """Its retry waits up to the cap: queued again STALE_AFTER past its backoff (8 s), it would be posted
     before the receiver's time, beside the retry still waiting."""
-    with Receiver((429, {"retry-after": "600"})) as agent:
+    with answering((429, {"retry-after": "600"})) as agent:
         delivery = delivery_to(agent.url)
         assert webhooks.webhook_attempt(delivery_id=delivery.pk) is not None
     last = WebhookAttempt.objects.get(delivery=delivery).at
@@ -199,7 +169,7 @@ def chat_notice(url: str) -> Notification:
 
 @pytest.mark.django_db
 def test_a_chat_that_asks_to_wait_is_not_posted_again_sooner_nor_swept_early() -> None:
-    with Receiver((429, {"retry-after": http_date(240)})) as chat:
+    with answering((429, {"retry-after": http_date(240)})) as chat:
         notice = chat_notice(chat.url)
         countdown = notifications.notification_send(notification_id=notice.pk)
     assert countdown is not None and 238 <= countdown <= 265, countdown
@@ -217,7 +187,7 @@ def test_a_chat_that_asks_to_wait_is_not_posted_again_sooner_nor_swept_early() -
 @pytest.mark.django_db
 def test_chat_notices_failing_together_do_not_retry_together() -> None:
     countdowns = []
-    with Receiver((503, {"retry-after": "20"})) as chat:
+    with answering((503, {"retry-after": "20"})) as chat:
         ir = pending_request(factories.team("release"))
         for number in range(10):
             team = factories.team(f"team-{number}")
@@ -268,7 +238,7 @@ def test_the_worker_retries_a_webhook_after_the_wait_its_receiver_asked(worker: 
     again within it, and the delivery is made on the third try, every wait asked for on the record."""
     from approvals import tasks
 
-    with Receiver((503, {"retry-after": "3600"}), (429, {"retry-after": "1"}), (204, {})) as agent:
+    with answering((503, {"retry-after": "3600"}), (429, {"retry-after": "1"}), (204, {})) as agent:
         delivery = delivery_to(agent.url)
         tasks.deliver_webhook.delay(str(delivery.pk))
         wait_until(
@@ -277,7 +247,7 @@ def test_the_worker_retries_a_webhook_after_the_wait_its_receiver_asked(worker: 
             0.1,
             what="the delivery marked delivered",
         )
-    assert len(agent.posts) == 3
+    assert len(agent.received) == 3
     errors = list(WebhookAttempt.objects.filter(delivery=delivery).order_by("number").values_list("error"))
     assert errors == [
         ("HTTP 503; the receiver asked to wait 3600 s",),
