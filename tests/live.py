@@ -69,6 +69,23 @@ def start_script(
             time.sleep(0.1)
 
 
+@contextmanager
+def script_mcp_url(script: Path | str, what: str) -> Iterator[str]:
+    """The MCP URL of a test server script run as ``python SCRIPT PORT`` on a free loopback port, once its
+    ``GET /_ready`` answers; the script is stopped afterwards."""
+    base = f"http://127.0.0.1:{free_port()}"
+
+    def ready() -> None:
+        urllib.request.urlopen(base + "/_ready", timeout=2).close()
+
+    proc = start_script(script, [base.rsplit(":", 1)[1]], ready, what)
+    try:
+        yield base + "/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 class CountingServer:
     """A test MCP server script on a free loopback port that counts what it receives (``GET /_counts``)."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,22 +72,13 @@ from approvals.mcp_client.session import Dispatcher, http_transport, list_tools_
 from approvals.models import AuditEvent, McpServer  # noqa: E402
 from approvals.services import servers  # noqa: E402
 from tests import factories  # noqa: E402
-from tests.live import free_port, start_script  # noqa: E402
+from tests.live import script_mcp_url  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def twice_url() -> Iterator[str]:
-    base = f"http://127.0.0.1:{free_port()}"
-
-    def ready() -> None:
-        urllib.request.urlopen(base + "/_ready", timeout=2).close()
-
-    proc = start_script(Path(__file__), [base.rsplit(":", 1)[1]], ready, "the server listing names twice")
-    try:
-        yield base + "/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with script_mcp_url(Path(__file__), "the server listing names twice") as url:
+        yield url
 
 
 def _kept(server: McpServer) -> list[tuple[str, str]]:

@@ -8,7 +8,6 @@ whose name holds a right-to-left override."""
 from __future__ import annotations
 
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,22 +50,13 @@ from django.contrib.messages import get_messages  # noqa: E402
 from django.test import Client  # noqa: E402
 
 from approvals.models import McpServer  # noqa: E402
-from tests.live import free_port, start_script  # noqa: E402
+from tests.live import script_mcp_url  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def named_url() -> Iterator[str]:
-    base = f"http://127.0.0.1:{free_port()}"
-
-    def ready() -> None:
-        urllib.request.urlopen(base + "/_ready", timeout=2).close()
-
-    proc = start_script(Path(__file__), [base.rsplit(":", 1)[1]], ready, "the server with a hostile name")
-    try:
-        yield base + "/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with script_mcp_url(Path(__file__), "the server with a hostile name") as url:
+        yield url
 
 
 @pytest.mark.django_db
