@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -22,10 +23,15 @@ from typing import Self
 from urllib.parse import quote
 
 import httpx
+import uvicorn
 from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections
 from django.test import override_settings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "artifacts" / "logs"
@@ -84,6 +90,37 @@ def script_mcp_url(script: Path | str, what: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+class LoopbackMcpServer:
+    """An MCP endpoint (``/mcp``) served in this process on a free loopback port, in a thread, while the
+    ``with`` block runs; a subclass answers its requests (`endpoint`)."""
+
+    what = "the loopback MCP server"
+
+    def __init__(self) -> None:
+        app = Starlette(routes=[Route("/mcp", self.endpoint, methods=["GET", "POST", "DELETE"])])
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        )
+
+    async def endpoint(self, request: Request) -> Response:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def __enter__(self) -> Self:
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, 10, 0.02, what=self.what)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
 
 
 class CountingServer:

@@ -10,24 +10,19 @@ The hub sends through the real MCP client, and through a Celery worker where the
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import pytest
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from approvals.mcp_client import McpError, ServerConfig, call_tool, run
 from approvals.models import AuditEvent, McpServer, Round
 from tests.hub import Hub, set_up_hub
-from tests.live import free_port
+from tests.live import LoopbackMcpServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,31 +61,12 @@ def _sse(*events: str, pause: float = 0.0) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackMcpServer):
+    what = "the scripted server"
+
     def __init__(self) -> None:
         self.script = Script()
-        app = Starlette(routes=[Route("/mcp", self.endpoint, methods=["GET", "POST", "DELETE"])])
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def __enter__(self) -> ScriptedServer:
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the scripted server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__()
 
     async def endpoint(self, request: Request) -> Response:
         script = self.script

@@ -12,25 +12,21 @@ import email.utils
 import json
 import re
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import uvicorn
 from django.utils import timezone
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from approvals.models import Notification, Team, ToolCall, WebhookAttempt, WebhookDelivery
 from approvals.services import notifications, sending, webhooks
 from tests import factories
 from tests.hub import WebhookReceiver, set_up_handshake_hub
-from tests.live import HolderRunner, child_env, free_port, wait_until
+from tests.live import HolderRunner, LoopbackMcpServer, child_env, wait_until
 from tests.test_call_fate import TOOLS, Script, ScriptedServer
 from tests.test_notifications import pending_request
 
@@ -259,33 +255,17 @@ def test_the_worker_retries_a_webhook_after_the_wait_its_receiver_asked(worker: 
 # ---- the holder's sessions ------------------------------------------------------------------------------
 
 
-class BusyServer:
+class BusyServer(LoopbackMcpServer):
     """A handshake-era MCP server (2025-11-25 over Streamable HTTP, in this process) whose ``tools/call``
     answers the next of `refusals` (a 429 with Retry-After) while they last, then the tool's result."""
+
+    what = "the busy MCP server"
 
     def __init__(self, *refusals: str) -> None:
         self.refusals = list(refusals)
         self.calls = 0
         self.sessions: set[str] = set()
-        app = Starlette(routes=[Route("/mcp", self.endpoint, methods=["GET", "POST", "DELETE"])])
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def __enter__(self) -> BusyServer:
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        wait_until(lambda: self.server.started, 10, 0.02, what="the busy MCP server")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__()
 
     async def endpoint(self, request: Request) -> Response:
         if request.method == "GET":

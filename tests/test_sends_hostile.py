@@ -8,22 +8,17 @@ what the hub stores, audits and sends back matters.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from approvals.mcp_client import Completed, McpError, ServerConfig, call_tool, run
 from approvals.models import AuditEvent, InputRequest, McpServer
 from tests.hub import Hub, set_up_hub
-from tests.live import free_port
+from tests.live import LoopbackMcpServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,35 +81,16 @@ SAMPLING = {
 ROOTS = {"method": "roots/list"}
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackMcpServer):
+    what = "the scripted server"
+
     def __init__(self) -> None:
         self.steps: list[Step] = [done]
         self.calls: list[dict[str, Any]] = []
-        app = Starlette(routes=[Route("/mcp", self.endpoint, methods=["GET", "POST", "DELETE"])])
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        super().__init__()
 
     def script(self, *steps: Step) -> None:
         self.steps, self.calls = list(steps), []
-
-    def __enter__(self) -> ScriptedServer:
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the scripted server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
     async def endpoint(self, request: Request) -> Response:
         if request.method != "POST":
