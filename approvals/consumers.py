@@ -20,12 +20,12 @@ import functools
 import logging
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import import_module
 from types import SimpleNamespace
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 from urllib.parse import urlsplit
 
 from channels.consumer import get_handler_name
@@ -80,6 +80,11 @@ MESSAGES_PER_SECOND = 1.0
 TOO_MANY_MESSAGES = 4429
 # Standard close codes (RFC 6455) for frames the page never sends.
 UNSUPPORTED_DATA, INVALID_PAYLOAD, TOO_BIG = 1003, 1007, 1009
+# A user's sockets open on one process at once (each a tab; a page has one): more are closed with
+# TOO_MANY_SOCKETS as they open, so one account cannot hold a process's memory and its groups' traffic
+# with thousands of sockets. Counted per process, which is what they cost; the page tries again later.
+MAX_SOCKETS_PER_USER = 50
+TOO_MANY_SOCKETS = 4430
 # The close code of a socket whose user is no longer signed in (the page then reloads: the sign-in page).
 SIGNED_OUT = 4401
 # A scope that lets its holder answer nothing: a signed-out socket's.
@@ -156,6 +161,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
     groups_joined: list[str]
     seqs: dict[str, int]
     watched: set[str]
+    # Per user id: the sockets this process holds open for them (MAX_SOCKETS_PER_USER).
+    open_sockets: ClassVar[Counter[int]] = Counter()
+    _counted: int | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -171,6 +179,38 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
                 await self.accept()
             await self.close(code=SIGNED_OUT)
             return
+        if not self._admit(user.pk):
+            await self.accept()
+            await self.close(code=TOO_MANY_SOCKETS)
+            return
+        await self._open(user)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """The consumer's whole life: its socket stops counting as its user's however it ends (a close, a
+        disconnect, an exception in a handler, which skips ``disconnect``)."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+    def _admit(self, user_id: int) -> bool:
+        """Count this socket as one of its user's (True), unless they hold MAX_SOCKETS_PER_USER already. No
+        await between the check and the count: two sockets opening at once cannot both take the last one."""
+        if self.open_sockets[user_id] >= MAX_SOCKETS_PER_USER:
+            logger.warning("a socket was refused: its user has %d open on this process", MAX_SOCKETS_PER_USER)
+            return False
+        self.open_sockets[user_id] += 1
+        self._counted = user_id
+        return True
+
+    def _release(self) -> None:
+        user_id, self._counted = self._counted, None
+        if user_id is not None:
+            self.open_sockets[user_id] -= 1
+            if self.open_sockets[user_id] <= 0:
+                del self.open_sockets[user_id]
+
+    async def _open(self, user: Any) -> None:
         self.user = user
         self.language = _language(self.scope)
         self.own_group = broadcast.user_group(user.pk)  # the requests made for this user alone
@@ -203,6 +243,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         await handler(message)
 
     async def disconnect(self, code: int) -> None:
+        self._release()
         timer = getattr(self, "_gap_timer", None)
         if timer is not None:
             timer.cancel()
