@@ -105,6 +105,13 @@ def required_names(schema: dict[str, Any]) -> set[str]:
     return set(schema.get("required") or [])
 
 
+def blank_is_an_answer(prop: dict[str, Any]) -> bool:
+    """A plain text field whose server suggests "" (and allows it: no minLength): left blank, it answers "",
+    required or not. The server wrote that value itself; a required field the reviewer could not leave as
+    the server filled it would have to be made up."""
+    return kind_of(prop) == "text" and prop.get("default") == "" and not prop.get("minLength")
+
+
 def kind_of(prop: dict[str, Any]) -> str:
     """The field kind of a checked property (see Field.kind)."""
     prop_type = prop.get("type")

@@ -15,6 +15,7 @@ Decisions:
   that fills missing fields from its defaults would read the very options taken back. Plain
   text the server suggested and the reviewer emptied (posted empty) is "" for the same reason
   (when minLength allows it; an empty date, number or address is no valid value, and is omitted).
+  A required text field whose suggested value is "" itself may be left blank: it answers "".
 - Typed text is stripped and CRLF becomes LF (a textarea posts CRLF, which would count double
   against maxLength). Text left as the server's default had it (line breaks aside, which a browser
   sends as CRLF) is sent as the server wrote it: tidying it would change the server's own value.
@@ -44,7 +45,16 @@ import idna
 
 from approvals.safejson import text_problem
 
-from ._common import UnsupportedSchema, _, choices_of, kind_of, line_breaks, properties, required_names
+from ._common import (
+    UnsupportedSchema,
+    _,
+    blank_is_an_answer,
+    choices_of,
+    kind_of,
+    line_breaks,
+    properties,
+    required_names,
+)
 from .checking import check_schema
 from .timezones import split_datetime, to_rfc3339
 from .validation import validate
@@ -86,6 +96,9 @@ def coerce(
             values = as_choices(choices_of(prop), values)
         if _left_as_suggested(prop, values, tz):
             content[name] = prop["default"]
+            continue
+        if name in required and blank_is_an_answer(prop) and values in ([], [""]):
+            content[name] = ""  # the server's own value, shown as it is: blank
             continue
         value, error = _convert(kind_of(prop), values, name in required, tz)
         if value is _MISSING and not error:
