@@ -13,6 +13,7 @@ from typing import Any
 from ._common import (
     UnsupportedSchema,
     _,
+    blank_is_an_answer,
     choices_of,
     kind_of,
     ngettext,
@@ -81,7 +82,7 @@ def fields(schema: object, *, tz: str | None = None, prefix: str = "") -> list[F
     """
     props, required = _checked(schema)
     described = [
-        _describe(name, prop, name in required, index, tz, prefix)
+        _describe(name, prop, name in required and not blank_is_an_answer(prop), index, tz, prefix)
         for index, (name, prop) in enumerate(props.items())
     ]
     # Fields a reviewer cannot tell apart by their labels ("Dry run" twice) name their keys too.
@@ -171,26 +172,33 @@ def _distinct_labels(choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     spacing and invisible characters aside) show their values too ("Keep (keep)", "Keep (delete_all)"), as
     `told_apart` tells them apart."""
     values = [value for value, _label in choices]
-    labels = [label if reading(label) else value for value, label in choices]
-    return list(zip(values, told_apart(labels, values, keyed=True), strict=True))
+    read = [reading(label) for _value, label in choices]
+    labels = [label if read[index] else value for index, (value, label) in enumerate(choices)]
+    readings = [each or reading(value) for each, value in zip(read, values, strict=True)]
+    return list(zip(values, told_apart(labels, values, keyed=True, readings=readings), strict=True))
 
 
-def told_apart(labels: list[str], keys: list[str], *, keyed: bool = False) -> list[str]:
+def told_apart(
+    labels: list[str], keys: list[str], *, keyed: bool = False, readings: list[str] | None = None
+) -> list[str]:
     """`labels` a reviewer can tell apart: those that read alike show their keys ("Keep (keep)"; with
     `keyed`, not a label that is its key already). A server may write a title that reads as another label
     once that one shows its key (titles "Keep (keep)", "Keep" and "Keep" for keys a, keep and archive): those
     that still read alike show their keys once more, and if any still do, every label is numbered by its
-    place ("1. ", "2. "), which no title can take."""
+    place ("1. ", "2. "), which no title can take. `readings` are the labels' `reading`s, when the caller
+    has them already (each is read once: a large form's titles are thousands of characters each)."""
     labels = list(labels)
+    readings = [reading(label) for label in labels] if readings is None else list(readings)
     for again in (False, True):
-        counts = Counter(reading(label) for label in labels)
+        counts = Counter(readings)
         if max(counts.values(), default=0) < 2:
             return labels
         for index, key in enumerate(keys):
             label = labels[index]
-            if counts[reading(label)] > 1 and (again or not keyed or label != key):
+            if counts[readings[index]] > 1 and (again or not keyed or label != key):
                 labels[index] = f"{label.strip()} ({key})"
-    if max(Counter(reading(label) for label in labels).values(), default=0) > 1:
+                readings[index] = reading(labels[index])
+    if max(Counter(readings).values(), default=0) > 1:
         labels = [f"{index}. {label}" for index, label in enumerate(labels, start=1)]
     return labels
 
