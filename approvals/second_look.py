@@ -26,17 +26,30 @@ from django.core import signing
 from django.utils.translation import gettext as _
 
 from approvals import canonical, safejson
-from approvals.models import InputRequest, Policy, ToolCall
+from approvals.models import Gate, InputRequest, Policy, ToolCall
+from approvals.services.gate_checks import GATE_METHOD
 
 FIELD = "reviewed"
 MAX_AGE = 15 * 60
 _SALT = "approvals.second_look"
 
 
+def _bound_tool(ir: InputRequest) -> dict[str, Any] | None:
+    """The tool definition a gate's approval is bound to (its gate's, as the hub held it when the gate
+    opened), or None for a request that is no gate."""
+    if ir.method != GATE_METHOD:
+        return None
+    tool = Gate.objects.filter(round_id=ir.round_id).values_list("tool", flat=True).first()
+    return tool if isinstance(tool, dict) else None
+
+
 def reasons(ir: InputRequest, call: ToolCall, tool: dict[str, Any] | None = None) -> list[str]:
     """Why this request needs a second look (empty when it does not), in the reviewer's words. `tool`: a
     gate's tool definition, the one its approval is bound to; else the server's tool list as the hub holds
-    it now."""
+    it now. A gate is judged by its own tool definition whichever way it is answered: the server's list
+    may have changed since, and a claim it made when the call was stopped still asks for care."""
+    if tool is None:
+        tool = _bound_tool(ir)
     why = []
     policy = ir.policy
     if policy is not None and policy.risk == Policy.Risk.HIGH:
