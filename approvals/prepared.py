@@ -9,10 +9,11 @@ and remembers where the markers sit among the statement's parameters. Each run e
 the caller's values and builds the model instances with Django's own ``ModelIterable``, exactly as the
 queryset would (related objects from ``select_related``, deferred fields, converters; rows of ``values()``).
 
-Only what never changes shape fits: no ``__in`` with a list of varying length. A list of values fits as one
-parameter, through the ``any`` lookup (``team__any=[1, 2]``: ``team_id = ANY(%s::bigint[])``, the plan
-PostgreSQL makes of an ``IN`` list) and a :class:`Many` field. A value is converted as its field converts it
-(a UUID given as text, a key given as a model instance).
+Only what never changes shape fits: no ``__in`` with a list of varying length, and each value reaches the SQL
+as given (a pattern built from it, ``startswith`` or ``contains``, is refused when the read is compiled). A
+list of values fits as one parameter, through the ``any`` lookup (``team__any=[1, 2]``:
+``team_id = ANY(%s::bigint[])``, the plan PostgreSQL makes of an ``IN`` list) and a :class:`Many` field. A
+value is converted as its field converts it (a UUID given as text, a key given as a model instance).
 """
 
 from __future__ import annotations
@@ -111,6 +112,33 @@ def _marker(field: models.Field[Any, Any], index: int) -> Any:
     raise TypeError(f"a prepared read cannot bind {type(target).__name__} ({field.name})")
 
 
+def _texts(value: Any) -> list[str]:
+    """How a marker (or a list of them) reads inside a text parameter built from it."""
+    values = value if isinstance(value, list) else [value]
+    texts = []
+    for item in values:
+        if isinstance(item, str):
+            texts.append(item)  # with its delimiters: marker 1 is no part of marker 10
+        elif isinstance(item, uuid.UUID):
+            texts.extend((str(item), item.hex))
+    return texts
+
+
+def _changed_on_the_way(value: Any, params: Iterable[Any], positions: list[int]) -> bool:
+    """Whether the marker `value` also reaches the statement changed, in a parameter other than its own
+    (``positions``): a text parameter, or a list of them, that holds it."""
+    texts = _texts(value)
+    if not texts:
+        return False
+    for i, param in enumerate(params):
+        if i in positions:
+            continue
+        for item in param if isinstance(param, list) else [param]:
+            if isinstance(item, str) and any(text in item for text in texts):
+                return True
+    return False
+
+
 class PreparedRead(Generic[T]):
     """A queryset of fixed shape whose SQL is compiled once per process and database.
 
@@ -197,6 +225,17 @@ class PreparedRead(Generic[T]):
             missing = [name for name, positions in slots.items() if not positions]
             if missing:
                 raise TypeError(f"a prepared read's values must reach its SQL as parameters: {missing}")
+            changed = [
+                name for name, value in wanted.items() if _changed_on_the_way(value, params, slots[name])
+            ]
+            if changed:
+                # Each run sets the value at its slots only: a copy changed on its way (a LIKE pattern) would
+                # keep the marker, and its condition would silently never match (an exclude() that excludes
+                # nothing).
+                raise TypeError(
+                    f"a prepared read's values must reach its SQL as they are given, not changed by a lookup "
+                    f"(startswith, contains...): {changed}"
+                )
             # Each run sets its own thread's connection; the compiling thread's is not kept alive by this.
             compiler.connection = None
             self._compiled[db] = _Compiled(queryset, compiler, sql, tuple(params), slots)
