@@ -340,6 +340,10 @@ def request_state(request: HttpRequest, pk: UUID) -> HttpResponse:
 @decided_by_post
 def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     ir = _get_request_for_user(request.user, pk)
+    if gates.is_gate(ir):
+        # A gate is decided with its own form (``gate_decide``: approve, edit, decline), which keeps the
+        # arguments its form does not show and takes its own second look; no page posts a gate here.
+        return _gate_page(request, ir, error=_("Decide this call with its own buttons."), status=400)
     action = request.POST.get("action", "")
     content = None
     tz = request.POST.get(TZ_FIELD, "")

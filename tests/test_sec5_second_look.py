@@ -27,12 +27,13 @@ DESTRUCTIVE = {
 }
 
 
-def _gate(client: Client) -> tuple[McpServer, ToolCall, InputRequest]:
-    """A gate on a tool its server called destructive when the call was stopped; alice reviews it."""
+def _gate(client: Client, tool: dict[str, Any] = DESTRUCTIVE) -> tuple[McpServer, ToolCall, InputRequest]:
+    """A gate on a tool its server called destructive when the call was stopped (or `tool`); alice
+    reviews it."""
     alice = factories.user("alice")
     release = factories.team("release", (alice, Membership.Role.REVIEWER))
     deploy = factories.server("deploy", default_team=release)
-    deploy.tools = [DESTRUCTIVE]
+    deploy.tools = [tool]
     deploy.tools_fetched_at = timezone.now()
     deploy.save()
     RoutingRule.objects.create(name="scaling", server=deploy, tool_pattern="scale", gate=True, team=release)
@@ -65,7 +66,7 @@ def test_a_gate_posted_to_the_answer_form_is_not_sent_without_its_second_look(cl
 
     forged: Any = client.post(f"/requests/{gate.pk}/respond/", {"action": "accept", "f-replicas": "300"})
 
-    assert forged.status_code == 200
+    assert forged.status_code == 400
     gate.refresh_from_db()
     call.refresh_from_db()
     assert gate.status == InputRequest.Status.PENDING
@@ -92,3 +93,19 @@ def test_a_request_that_is_no_gate_is_judged_by_the_servers_list(client: Client)
     _server_now_says_harmless(deploy)
     ir = InputRequest.objects.select_related("round__call__server", "policy").get(round=other)
     assert second_look.reasons(ir, ir.round.call) == []
+
+
+def test_a_gate_posted_to_the_answer_form_is_refused_and_keeps_its_arguments(client: Client) -> None:
+    """The answer form's route read a gate's approval as a form of its tool's inputSchema: the arguments
+    the schema does not describe were dropped ({"replicas": 2, "zone": "eu"} went out as {"replicas": 300}).
+    Only the gate's own form decides it."""
+    _deploy, call, gate = _gate(client, {**DESTRUCTIVE, "annotations": {"destructiveHint": False}})
+
+    for posted in ({"action": "accept", "f-replicas": "300"}, {"action": "decline", "reason": "no"}):
+        response = client.post(f"/requests/{gate.pk}/respond/", posted)
+        assert response.status_code == 400
+        assert "Decide this call with its own buttons." in response.text
+    gate.refresh_from_db()
+    call.refresh_from_db()
+    assert gate.status == InputRequest.Status.PENDING
+    assert call.arguments == {"replicas": 2, "zone": "eu"}
