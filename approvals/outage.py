@@ -5,10 +5,13 @@
 - Dashboard pages get the readable ``503.html`` (``OutageMiddleware``, and ``handler500`` for faults raised
   outside a view): a page reloads itself, a refused form says to send it again.
 - Writes need both engines: a write's side effects (Celery tasks, live notices) go through Redis after its
-  transaction commits, so an unsafe request first checks that Redis answers, and while it does not, is
-  refused before anything is stored. Reads need only PostgreSQL, and so does signing out.
-- The API's rate limits are kept in Redis; while Redis is away they are counted in each process's memory
-  (``approvals.ratelimit``), so they neither fail the request nor stop limiting.
+  transaction commits, so an unsafe request first checks that Redis takes a write, and while it does not
+  (unreachable, or out of memory, read-only, unable to save), is refused before anything is stored. Reads
+  need only PostgreSQL, and so does signing out.
+- The API's rate limits are kept in Redis; while Redis is away or refuses writes they are counted in each
+  process's memory (``approvals.ratelimit``), so they neither fail the request nor stop limiting.
+- Redis "down" includes a Redis that answers but refuses writes (``REDIS_ERRORS``, ``REDIS_REFUSALS``), and
+  PostgreSQL "down" a server that takes no writes (a standby after a failover).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import kombu.exceptions
 import psycopg.errors
 import redis.exceptions
 from django.core.cache import cache
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, InternalError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -46,7 +49,21 @@ class EngineUnavailable(Exception):
         self.engine = engine
 
 
-REDIS_ERRORS: tuple[type[Exception], ...] = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+# Redis unreachable, or answering but refusing to serve: out of memory under `maxmemory` (OOM), a replica
+# since a failover (READONLY), a replica cut off from its primary (MASTERDOWN), a cluster that lost a shard
+# (CLUSTERDOWN). Each refuses every write for as long as it lasts, as an outage does; while still loading
+# its data (LOADING) Redis answers with a ConnectionError already.
+REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+)
+# The same kind of refusal, which redis-py raises as a plain ResponseError, told apart by its code: a Redis
+# that failed to save its snapshot (MISCONF: every write, and PING, refused until a save succeeds), or one
+# short of the replicas `min-replicas-to-write` asks for (NOREPLICAS).
+REDIS_REFUSALS = frozenset({"MISCONF", "NOREPLICAS"})
 # Connection failures, a pool that found no free connection in time (psycopg_pool.PoolTimeout arrives
 # as OperationalError), a connection lost mid-request (InterfaceError).
 DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
@@ -62,6 +79,10 @@ def engine_of(exc: object) -> str | None:
     """The engine an exception says is down ("postgresql", "redis"), or None for any other exception."""
     if isinstance(exc, EngineUnavailable):
         return exc.engine
+    if isinstance(exc, InternalError) and isinstance(exc.__cause__, psycopg.errors.ReadOnlySqlTransaction):
+        # A server that takes no writes (a standby the address leads to after a failover, or one set
+        # default_transaction_read_only): every write fails until it is a primary again, as in an outage.
+        return "postgresql"
     if isinstance(exc, DATABASE_ERRORS):
         # A limit of PostgreSQL's own (SQLSTATE class 54: a value too large for a search vector or an index
         # row) is an OperationalError too, but no outage: the same request fails the same way every time, so
@@ -70,6 +91,8 @@ def engine_of(exc: object) -> str | None:
             return None
         return "postgresql"
     if isinstance(exc, (*REDIS_ERRORS, kombu.exceptions.OperationalError)):
+        return "redis"
+    if isinstance(exc, redis.exceptions.ResponseError) and exc.status_code in REDIS_REFUSALS:
         return "redis"
     return None
 
@@ -113,21 +136,35 @@ def page_response(request: HttpRequest) -> HttpResponse:
 
 
 def install(api: NinjaAPI) -> None:
-    """Answer engine faults in the API with a JSON 503."""
+    """Answer engine faults in the API with a JSON 503. An error of the same classes that is no outage (a
+    limit of PostgreSQL's own, an internal error other than a read-only server's) goes on to the handler the
+    API has for its class's bases (its JSON 500), as a dashboard page's goes on to the 500 page."""
 
     def on_engine_error(request: HttpRequest, exc: Exception | type[Exception]) -> HttpResponse:
-        engine = engine_of(exc) or "postgresql"
+        engine = engine_of(exc)
+        if engine is None:
+            handlers: dict[type[Exception], Any] = api._exception_handlers
+            for cls in exc.__mro__ if isinstance(exc, type) else type(exc).__mro__:
+                handler = handlers.get(cls)
+                if handler is not None and handler is not on_engine_error:
+                    return handler(request, exc)
+            raise exc
         logger.warning("API %s %s: %s unavailable (%s)", request.method, request.path, engine, _named(exc))
         return api_response(engine)
 
-    for error in ENGINE_ERRORS:
+    for error in (*ENGINE_ERRORS, InternalError, redis.exceptions.ResponseError):
         api.add_exception_handler(error, on_engine_error)
 
 
 def redis_answers() -> bool:
+    """Whether Redis takes writes now: one small write, which a Redis that is out of memory, read-only or
+    unable to save (MISCONF) refuses while it still answers PING."""
+    key = cache.make_and_validate_key("outage-probe")
+    refused: tuple[type[Exception], ...] = (*REDIS_ERRORS, redis.exceptions.ResponseError)  # any refusal
     try:
-        return bool(cache._cache.get_client(write=True).ping())  # type: ignore[attr-defined]
-    except REDIS_ERRORS:
+        client = cache._cache.get_client(key, write=True)  # type: ignore[attr-defined]
+        return bool(client.set(key, b"1", ex=60))
+    except refused:
         return False
 
 

@@ -15,9 +15,10 @@ off the count again: a client that waits as told gets in.
 Without a credential a client is counted by its address (``client_network``): an IPv6 address by its /64,
 which a single host is given whole and may send from any address of.
 
-While Redis is away the same counters are kept in this process's memory (the same limit per process), so
-the limit neither fails the request nor stops limiting; the log says so once per outage, and again when
-Redis is back.
+While Redis is away, or answers but refuses writes (``approvals.outage.engine_of``: out of memory, read-only,
+unable to save), the same counters are kept in this process's memory (the same limit per process), so the
+limit neither fails the request nor stops limiting; the log says so once per outage, and again when Redis is
+back.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ import math
 import threading
 from typing import Any
 
+import redis.exceptions
 from django.core.cache import cache as default_cache
 from django.core.cache.backends.locmem import LocMemCache
 from django.db import models
 from django.http import HttpRequest
 from ninja.throttling import AnonRateThrottle, AuthRateThrottle, SimpleRateThrottle
 
-from approvals.outage import REDIS_ERRORS
+from approvals.outage import engine_of
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +103,9 @@ class SlidingWindowMixin(SimpleRateThrottle):
         try:
             store: Any = self.cache
             previous, current = self._count(store, current_key, previous_key)
-        except REDIS_ERRORS:
+        except redis.exceptions.RedisError as exc:
+            if engine_of(exc) is None:
+                raise  # no outage: a fault of the hub's
             if not _redis_away.is_set():  # once per outage: every request of it comes here
                 _redis_away.set()
                 logger.warning("rate limit counted in process memory: Redis unavailable")
@@ -146,8 +150,10 @@ class SlidingWindowMixin(SimpleRateThrottle):
             store.decr(current_key)
         except ValueError:
             pass  # expired meanwhile: nothing left to take off
-        except REDIS_ERRORS:
-            pass  # Redis just went away: the refused request stays counted
+        except redis.exceptions.RedisError as exc:
+            if engine_of(exc) is None:
+                raise
+            # Redis just went away: the refused request stays counted
 
 
 class TokenRateThrottle(SlidingWindowMixin, AuthRateThrottle):
