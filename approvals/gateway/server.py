@@ -188,7 +188,11 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             refusal = await self._refusal(scope)
-        except outage.ENGINE_ERRORS as exc:
+        except Exception as exc:
+            # An engine down, or one that answers but refuses writes (a Redis out of memory or MISCONF, a
+            # read-only PostgreSQL): the 503. Anything else is the server's fault, and raised.
+            if outage.engine_of(exc) is None:
+                raise
             refusal = _unavailable(exc)
         if refusal is None and scope.get("method") != "POST":
             refusal = _not_modern(scope)

@@ -62,8 +62,10 @@ class HubCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
-        except outage.ENGINE_ERRORS as exc:
-            engine = outage.engine_of(exc) or "postgresql"
+        except Exception as exc:
+            engine = outage.engine_of(exc)  # down, or refusing writes (MISCONF, a read-only PostgreSQL)
+            if engine is None:
+                raise
             what = "PostgreSQL (DATABASE_URL)" if engine == "postgresql" else "Redis (REDIS_URL)"
             # The class only: a driver's message may quote the address or a value.
             raise CommandError(
