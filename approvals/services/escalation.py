@@ -33,6 +33,12 @@ _ESCALATES_AT = ExpressionWrapper(
 )
 
 
+def _server_waits(now: datetime) -> Q:
+    """Requests whose server still waits for them at `now`: it named no wait of its own, or that wait is
+    still running."""
+    return Q(round__server_deadline__isnull=True) | Q(round__server_deadline__gt=now)
+
+
 def escalate_due(*, now: datetime, limit: int = 500) -> int:
     """Escalate the pending requests whose policy's delay has passed (at most ``limit`` per run, the longest
     waiting first). Returns how many. The delay is compared in the query: a backlog still within its delay
@@ -43,7 +49,9 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
     and shown a request it cannot answer (a delay as long as the round's clock made that the rule). Nor is a
     URL-mode request made for one person (its assignee): it is theirs alone, so the fallback team's reviewers
     could not open it, and their notice would link to a page they are refused. Nor is one whose policy's
-    fallback is the team it waits in already."""
+    fallback is the team it waits in already. Nor is a question a server asked on an open session once the
+    server stopped waiting for it (`Round.server_deadline`): its holder closes the round ``gone`` when it
+    sees that, and until then the fallback team would be sent to a request that goes as they open it."""
     candidates = (
         InputRequest.objects.pending()
         .filter(
@@ -54,6 +62,7 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
             policy__escalate_after__isnull=False,
             policy__escalation_team__isnull=False,
         )
+        .filter(_server_waits(now))
         # A policy whose fallback is the request's own team (set on the policy after its rules were made)
         # would ask no one new: the team would only be told again, as if the request had come to it anew.
         .exclude(team=F("policy__escalation_team"))
@@ -107,6 +116,7 @@ def warn_expiring(*, now: datetime) -> int:
             round__deadline__gt=now,
             for_requester=False,
         )
+        .filter(_server_waits(now))  # one its server stopped waiting for is gone: no deadline to warn of
         # Its team, or the team it was escalated to: a request whose team was deleted while it waited is
         # still answered by its fallback team, which must hear of the deadline.
         .filter(Q(team__isnull=False) | Q(escalation_team__isnull=False))

@@ -31,6 +31,7 @@ from approvals.services.webhooks import (
     STALE_AFTER,
     asked_wait,
     failed_status,
+    failure,
     longest_countdown,
     retry_countdown,
 )
@@ -87,13 +88,40 @@ def notifications_recover(*, now: datetime) -> int:
     return requeued
 
 
+# Characters that change how text reads without being seen, as the dashboard shows them (as codes): C0
+# controls but tab and newline, DEL and the C1 controls, the soft hyphen, bidi marks, embeddings, overrides
+# and isolates, zero-width spaces, invisible operators and the BOM (not the zero-width joiners, which
+# Persian words and emoji are spelt with).
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u2069\ufeff]+"
+)
+# A run longer than this is one code naming each kind in it and its length, as on the dashboard.
+_RUN_SHOWN = 3
+
+
+def _code(run: str) -> str:
+    if len(run) <= _RUN_SHOWN:
+        return "".join(f"\u27e8U+{ord(char):04X}\u27e9" for char in run)
+    named = " ".join(f"U+{ord(char):04X}" for char in sorted(set(run)))
+    return f"\u27e8{named} \u00d7{len(run)}\u27e9"
+
+
+def _visible(text: str) -> str:
+    """`text` from a server or an agent with its invisible and direction-changing characters as visible codes
+    (``\u27e8U+202E\u27e9``), as the dashboard shows them: a tool's name holding U+202E would otherwise turn
+    the rest of the subject line around (the hub's own words after it, read backwards), and a zero-width
+    space make a name look like another."""
+    return _HIDDEN.sub(lambda found: _code(found.group()), text)
+
+
 def _text(notice: Notification) -> tuple[str, str]:
     ir = notice.input_request
     call = ir.round.call
     event = notice.event.partition(".")[0]  # expiring.N: the warning before the deadline of extension N
     headline = HEADLINES.get(event, notice.event).format(team=notice.team.name)
     # One line: the tool's name is the agent's or the server's to choose, and a mail header holds no break.
-    subject = " ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split())
+    subject = _visible(" ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split()))
     link = f"{settings.ELICIT_PUBLIC_URL.rstrip('/')}/requests/{ir.pk}/"
     rnd = ir.round
     deadline = f"Deadline: {rnd.deadline.isoformat()}\n"
@@ -101,7 +129,7 @@ def _text(notice: Notification) -> tuple[str, str]:
         # A server that asked on an open session stops waiting then (the request is gone), as the request's
         # page says: the team told only of the later deadline would answer too late.
         deadline += f"The server waits until: {rnd.server_deadline.isoformat()}\n"
-    body = f"{subject}\n\n{ir.message[:500]}\n\n{deadline}Review: {link}\n"
+    body = f"{subject}\n\n{_visible(ir.message[:500])}\n\n{deadline}Review: {link}\n"
     return subject, body
 
 
@@ -129,6 +157,11 @@ def _chat_text(text: str) -> str:
 
 class ReceiverGone(RuntimeError):
     """A chat webhook answered 410 Gone: it takes no more posts, so the notice is not tried again."""
+
+
+class ReceiverFailed(RuntimeError):
+    """A chat webhook answered with a status that is not a success: recorded as a webhook's failed attempt is
+    (``HTTP 429; the receiver asked to wait 120 s``), and tried again."""
 
 
 class MailTimeout(TimeoutError):
@@ -181,12 +214,28 @@ def _moot(ir: InputRequest) -> str:
     """Why a notice of `ir` is no longer worth sending, or "". Every notice asks the team to answer a request
     still waiting: one answered, cancelled or expired meanwhile (its task waited in a backlog, or out a
     retry's backoff), or past its deadline (no answer is taken then), would send a team to a request it can
-    no longer answer, "still unanswered" when it was answered."""
+    no longer answer, "still unanswered" when it was answered. So would one whose server stopped waiting
+    for it (a question asked on an open session, past the server's own wait)."""
     if ir.status != InputRequest.Status.PENDING:
         return f"not sent: the request was no longer waiting ({ir.get_status_display().lower()})"
-    if ir.round.deadline <= timezone.now():
+    now = timezone.now()
+    if ir.round.deadline <= now:
         return "not sent: the request's deadline passed before the notice went out"
+    if ir.round.server_deadline is not None and ir.round.server_deadline <= now:
+        # A question asked on an open session: its holder closes the round `gone` once it sees the wait end.
+        return "not sent: the server stopped waiting for the request before the notice went out"
     return ""
+
+
+def _superseded(notice: Notification) -> str:
+    """Why an expiry warning is no longer worth sending, or "": the deadline it warns of was extended before
+    it went out (its task waited in a backlog, or out a retry's backoff). "Expires soon" would then stand
+    beside a deadline far off; the new deadline has a warning of its own (`expiring_event`)."""
+    if notice.event.partition(".")[0] != "expiring":
+        return ""
+    if notice.event == expiring_event(notice.input_request.round.extensions):
+        return ""
+    return "not sent: the deadline it warned of was extended before the notice went out"
 
 
 # Between a team's addresses: commas, semicolons or white space (the admin's field is a text area, filled in
@@ -208,6 +257,9 @@ def _unaddressed(notice: Notification) -> str:
     return ""
 
 
+LAST_TRY_LOST = "given up: its last try ended without an outcome"
+
+
 def notification_send(*, notification_id: Any) -> float | None:
     """Try one notice. Returns a countdown when it should be tried again.
 
@@ -226,10 +278,17 @@ def _send(notification_id: Any) -> float | None:
     )
     if notice is None:
         return None
-    moot = _moot(notice.input_request) or _unaddressed(notice)
+    moot = _moot(notice.input_request) or _superseded(notice) or _unaddressed(notice)
     if moot:
         Notification.objects.filter(pk=notice.pk, status=Notification.Status.PENDING).update(
             status=Notification.Status.FAILED, last_error=moot
+        )
+        return None
+    if notice.attempts >= settings.ELICIT_NOTIFY_MAX_ATTEMPTS:
+        # Its last try ended with its worker (no outcome recorded) and the sweep queued it again: given up,
+        # as that try would have been, rather than sent once more than the teams were promised.
+        Notification.objects.filter(pk=notice.pk, status=Notification.Status.PENDING).update(
+            status=Notification.Status.FAILED, last_error=LAST_TRY_LOST
         )
         return None
     Notification.objects.filter(pk=notice.pk).update(attempts=F("attempts") + 1)
@@ -250,11 +309,11 @@ def _send(notification_id: Any) -> float | None:
                 raise ReceiverGone(GONE_ERROR)
             if not response.is_success:  # not raise_for_status(): its message holds the URL, a secret
                 retry_after = asked_wait(response)
-                raise RuntimeError(failed_status(response.status_code, retry_after))
-    except ReceiverGone as exc:
-        error, final = str(exc), True
+                raise ReceiverFailed(failed_status(response.status_code, retry_after))
+    except (ReceiverGone, ReceiverFailed) as exc:
+        error, final = str(exc), isinstance(exc, ReceiverGone)
     except Exception as exc:  # any other failure of the transport is retried, then recorded
-        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        error = failure(exc)  # on one line, as a webhook's attempt records it; never the URL
         final = isinstance(exc, netguard.OutboundRefused) and not exc.transient
     if error:
         countdown = (
