@@ -7,11 +7,14 @@ few checks cover it; a general JSON Schema validator would cost the demo seconds
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
-from datetime import date, datetime
+from datetime import date
 from typing import Any
 from urllib.parse import urlsplit
+
+QUOTED_LENGTH = 60
 
 
 def schema_problem(content: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
@@ -35,7 +38,11 @@ def _field_problem(value: Any, prop: Mapping[str, Any]) -> str | None:
     if kind in ("number", "integer"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             return "expected a number"
-        if kind == "integer" and not float(value).is_integer():
+        # Floats only: JSON has no NaN nor infinity, but a lenient parser lets them through, and NaN passes
+        # any bound. An int is compared as it is: one too large for a float has no float to be turned into.
+        if isinstance(value, float) and not math.isfinite(value):
+            return "expected a number"
+        if kind == "integer" and isinstance(value, float) and not value.is_integer():
             return "expected a whole number"
         return _bounds(value, prop.get("minimum"), prop.get("maximum"), "")
     if kind == "array":
@@ -48,7 +55,7 @@ def _field_problem(value: Any, prop: Mapping[str, Any]) -> str | None:
         return "expected text"
     fmt = prop.get("format")
     if fmt in _FORMATS and not _FORMATS[fmt](value):
-        return f"{value!r} is not a valid {fmt}"
+        return f"{_quoted(value)} is not a valid {fmt}"
     return _choice_problem([value], _choices(prop)) or _bounds(
         len(value), prop.get("minLength"), prop.get("maxLength"), " characters"
     )
@@ -63,7 +70,12 @@ def _choices(prop: Mapping[str, Any]) -> set[str] | None:
 
 def _choice_problem(values: list[str], allowed: set[str] | None) -> str | None:
     wrong = [value for value in values if allowed is not None and value not in allowed]
-    return f"{wrong[0]!r} is not one of the choices" if wrong else None
+    return f"{_quoted(wrong[0])} is not one of the choices" if wrong else None
+
+
+def _quoted(value: str) -> str:
+    """The value as the re-asked form quotes it: shortened, since it can be as long as a request body."""
+    return repr(value if len(value) <= QUOTED_LENGTH else value[: QUOTED_LENGTH - 3] + "...")
 
 
 def _bounds(size: float, low: float | None, high: float | None, unit: str) -> str | None:
@@ -79,25 +91,48 @@ def _is_email(value: str) -> bool:
 
 
 def _is_uri(value: str) -> bool:
+    # RFC 3986 has no room for spaces or control characters anywhere in a URI.
+    if any(char.isspace() or not char.isprintable() for char in value):
+        return False
     parts = urlsplit(value)
     return bool(parts.scheme and (parts.netloc or parts.path))
 
 
+# RFC 3339 `full-date` and `date-time` exactly: Python's fromisoformat also takes week dates ("2026-W01-1"),
+# ordinal dates, the basic format and times without seconds, none of which the formats allow.
+_FULL_DATE = r"(\d{4})-(\d{2})-(\d{2})"
+_DATE = re.compile(_FULL_DATE, re.ASCII)
+_DATE_TIME = re.compile(
+    _FULL_DATE + r"[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))", re.ASCII
+)
+
+
 def _is_date(value: str) -> bool:
-    try:
-        date.fromisoformat(value)
-    except ValueError:
-        return False
-    return len(value) == 10
+    match = _DATE.fullmatch(value)
+    return match is not None and _real_date(*match.groups())
 
 
 def _is_date_time(value: str) -> bool:
-    # RFC 3339: a full date, a "T", a time and an explicit offset.
+    match = _DATE_TIME.fullmatch(value)
+    if match is None:
+        return False
+    year, month, day, hour, minute, second, offset_hour, offset_minute = match.groups()
+    return (
+        _real_date(year, month, day)
+        and int(hour) <= 23
+        and int(minute) <= 59
+        and int(second) <= 60  # a leap second
+        and int(offset_hour or 0) <= 23
+        and int(offset_minute or 0) <= 59
+    )
+
+
+def _real_date(year: str, month: str, day: str) -> bool:
     try:
-        moment = datetime.fromisoformat(value)
+        date(int(year), int(month), int(day))
     except ValueError:
         return False
-    return "T" in value.upper() and moment.tzinfo is not None
+    return True
 
 
 _FORMATS: dict[str, Callable[[str], bool]] = {

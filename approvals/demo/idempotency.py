@@ -1,10 +1,11 @@
 """`Idempotency-Key` support for POSTs to the MCP endpoint.
 
 The hub re-sends a round only when a crash left its outcome unknown, always with the same key.
-The first answer for a key is kept (in memory, bounded) and replayed to any later request with that
-key, so the tool runs once; a request arriving while the first is still running waits for it. Only a
-2026-07-28 request has such an answer: a handshake-era call's answer is an event stream on its session
-(with the server's questions in it), which cannot be held back until the call ends, nor replayed.
+The first answer for a key is kept (in memory, bounded in count and in bytes: the oldest answers go
+first) and replayed to any later request with that key, so the tool runs once; a request arriving
+while the first is still running waits for it. Only a 2026-07-28 request has such an answer: a
+handshake-era call's answer is an event stream on its session (with the server's questions in it),
+which cannot be held back until the call ends, nor replayed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from approvals.demo._asgi import (
 )
 
 REPLAY_HEADER = (b"idempotent-replayed", b"true")
+# Each answer (and request fingerprint) is at most a few MiB, the request body limit: without a bound in bytes
+# as well, the count alone would let a client keep gigabytes here.
+MAX_STORED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,16 @@ class _Stored:
 
 
 class IdempotencyStore:
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(self, max_entries: int = 1024, max_bytes: int = MAX_STORED_BYTES) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._answers: OrderedDict[str, _Stored] = OrderedDict()
+        self._bytes = 0
         self._running: dict[str, anyio.Event] = {}
 
     def clear(self) -> None:
         self._answers.clear()
+        self._bytes = 0
 
     async def settled(self, key: str) -> _Stored | None:
         """The stored answer for `key` once no request with that key is running."""
@@ -59,13 +66,22 @@ class IdempotencyStore:
         done = self._running[key] = anyio.Event()
         try:
             response = await run()
-            self._answers[key] = _Stored(fingerprint, response)
-            while len(self._answers) > self.max_entries:
-                self._answers.popitem(last=False)
+            self._keep(key, _Stored(fingerprint, response))
         finally:
             del self._running[key]
             done.set()
         return response
+
+    def _keep(self, key: str, stored: _Stored) -> None:
+        self._answers[key] = stored
+        self._bytes += _size(stored)
+        while len(self._answers) > self.max_entries or self._bytes > self.max_bytes:
+            _, dropped = self._answers.popitem(last=False)
+            self._bytes -= _size(dropped)
+
+
+def _size(stored: _Stored) -> int:
+    return len(stored.fingerprint) + len(stored.response.body)
 
 
 class IdempotencyMiddleware:

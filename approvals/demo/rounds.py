@@ -120,8 +120,9 @@ def response(ctx: Context, key: str) -> Any:
 class Reply:
     """One form or URL answer, read against the schema the tool asked with.
 
-    `content` is set only for an accepted answer that satisfies the schema; `problem` says why an
-    accepted answer was not usable, so the re-asked form can tell the reviewer.
+    `content` is set only for an accepted answer that satisfies the schema, and holds only the properties
+    the schema names; `problem` says why an accepted answer was not usable, so the re-asked form can tell
+    the reviewer.
     """
 
     action: Action | None
@@ -148,7 +149,11 @@ def reply(ctx: Context, key: str, schema: Mapping[str, Any] | None = None) -> Re
         return Reply(action="accept")
     content = answer.content or {}
     problem = schema_problem(content, schema)
-    return Reply(action="accept", content=None if problem else dict(content), problem=problem)
+    if problem:
+        return Reply(action="accept", problem=problem)
+    # Only what the form asked for: a key the schema does not name was never checked, nor seen by a reviewer.
+    asked = schema.get("properties", {})
+    return Reply(action="accept", content={name: value for name, value in content.items() if name in asked})
 
 
 def with_problem(message: str, problem: str | None) -> str:

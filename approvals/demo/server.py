@@ -1,12 +1,13 @@
 """Assembly of the demo MCP server: the SDK's MCPServer, its tools, and the HTTP layers around it.
 
-Request path, outermost first: request recording (test hooks) -> Idempotency-Key replay ->
-holds (test hooks) -> the SDK's Streamable HTTP app at /mcp (JSON answers; 2026-07-28 stateless, the
-handshake era on a session).
+Request path, outermost first: the body size limit -> request recording (test hooks) -> Idempotency-Key
+replay -> holds (test hooks) -> the SDK's Streamable HTTP app at /mcp (JSON answers; 2026-07-28 stateless,
+the handshake era on a session).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -15,6 +16,7 @@ from typing import Any
 from mcp.server.context import ServerMiddleware
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, RequestBodyLimitMiddleware
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -34,7 +36,15 @@ DEFAULT_STATE_KEY = "elicit-hub-demo-request-state-key-for-development-only"
 
 
 def state_ttl() -> float:
-    return float(os.environ.get("ELICIT_DEMO_STATE_TTL") or 600)
+    """ELICIT_DEMO_STATE_TTL in seconds (600 when unset); a ValueError naming it when it is not usable."""
+    raw = os.environ.get("ELICIT_DEMO_STATE_TTL") or "600"
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = math.nan
+    if not (math.isfinite(ttl) and ttl > 0):
+        raise ValueError(f"ELICIT_DEMO_STATE_TTL must be a positive number of seconds, not {raw!r}")
+    return ttl
 
 
 def state_security() -> RequestStateSecurity:
@@ -87,7 +97,9 @@ def build_app(*, host: str = "127.0.0.1", test_hooks: bool | None = None) -> ASG
     app = IdempotencyMiddleware(app, store)
     if test_hooks:
         app = RecordRequests(app, hooks)
-    return app
+    # The SDK limits the bodies its own app reads, but the layers above buffer a body before it gets there:
+    # without the same limit outermost, one request with an Idempotency-Key could fill the memory.
+    return RequestBodyLimitMiddleware(app, DEFAULT_MAX_REQUEST_BODY_SIZE)
 
 
 class EraRouter:
