@@ -7,11 +7,14 @@ again instead of offering to revoke it once more, and a browser signed out keeps
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import TextField
+from django.db.models.functions import Cast, Left
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -23,16 +26,20 @@ from approvals import permissions, safejson
 from approvals.models import Grant
 from approvals.services import grants
 from approvals.services.errors import ServiceError
-from approvals.templatetags.approvals_ui import reveal
+from approvals.templatetags.approvals_ui import pretty_json, reveal
 
 PAGE_MAX = 500
+# Characters of an exact grant's arguments the list shows (the approved call, one click away, shows them
+# whole): arguments may be as large as a call's body, and a page holds up to PAGE_MAX grants.
+ARGUMENTS_SHOWN = 1200
 
 
 def _filters(request: HttpRequest) -> grants.Filters:
     def text(name: str, limit: int) -> str:
-        value = request.GET.get(name, "")[:limit]
-        # No slug, name or tool holds a NUL (PostgreSQL refuses it in a query): such a filter matches nothing.
-        return value if not safejson.text_problem(value) else "\ufffd"
+        value = request.GET.get(name, "")
+        # No slug, name or tool is longer than its limit or holds a NUL (PostgreSQL refuses it in a query):
+        # such a filter matches nothing (cut to the limit, it could name another tool and show its grants).
+        return value if len(value) <= limit and not safejson.text_problem(value) else "\ufffd"
 
     state = request.GET.get("state", "active")
     return grants.Filters(
@@ -50,6 +57,21 @@ def _get_grant_for_user(user: Any, pk: UUID) -> Grant:
     return grant
 
 
+def _shown_arguments(found: list[Grant]) -> None:
+    """Set ``arguments_shown`` on each exact grant of the list: its arguments as JSON, cut short (and
+    ``arguments_cut``) past ARGUMENTS_SHOWN characters. Read from ``arguments_text``, the start of their text
+    as the database holds it, so that no page reads every grant's arguments whole."""
+    for grant in found:
+        if grant.arguments_mode != Grant.Arguments.EXACT:
+            continue
+        text = getattr(grant, "arguments_text", None)
+        if text is not None and len(text) > ARGUMENTS_SHOWN:
+            grant.arguments_shown = text[:ARGUMENTS_SHOWN] + "\u2026"  # type: ignore[attr-defined]
+            grant.arguments_cut = True  # type: ignore[attr-defined]
+        else:
+            grant.arguments_shown = pretty_json(json.loads(text) if text is not None else None)  # type: ignore[attr-defined]
+
+
 def _revocable(user: Any, found: list[Grant]) -> set[UUID]:
     """The grants on the page this user may revoke (``permissions.can_revoke_grant``, in one query)."""
     if user.is_superuser:
@@ -63,7 +85,13 @@ def _revocable(user: Any, found: list[Grant]) -> set[UUID]:
 @require_http_methods(["GET"])
 def grant_list(request: HttpRequest) -> HttpResponse:
     filters = _filters(request)
-    found = list(grants.listing(user=request.user, filters=filters)[: PAGE_MAX + 1])
+    listed = (
+        grants.listing(user=request.user, filters=filters)
+        .defer("arguments")
+        .annotate(arguments_text=Left(Cast("arguments", TextField()), ARGUMENTS_SHOWN + 1))
+    )
+    found = list(listed[: PAGE_MAX + 1])
+    _shown_arguments(found)
     # The filters' choices: each distinct value once, read in the database, not a row per grant ever made.
     visible = grants.listing(user=request.user).order_by()
 

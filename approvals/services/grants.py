@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import (
     BooleanField,
@@ -58,6 +59,9 @@ MODES = tuple(Grant.Arguments.values)
 MAX_CONDITIONS = 20
 MAX_CONDITION_VALUE = 2000  # characters of one condition's value, as canonical JSON
 STATES = ("active", "expired", "revoked")
+
+# Set by ``find`` on a grant it locked: the moment it judged the grant active (``use`` reads it).
+_FOUND_AT = "_grant_found_at"
 
 # The browser form's field names (approvals/_grant_fields.html).
 FIELD_FOR = "grant_for"
@@ -110,10 +114,17 @@ def grantor_stands() -> Q:
     team or a superuser. A grant is that person's word for later calls, so it holds only while they could
     give it: removed from the team, lowered to viewer, deactivated or deleted, and it lets nothing through
     (as their standing approval of an N-of-M request no longer counts)."""
+    # Subqueries on the grant's own row, not a join: an UPDATE filtered by them (``use``) then tests the
+    # grant's state on the row it changes. Through a join, Django updates ``WHERE id IN (SELECT ...)``, and
+    # a revoke committed while that UPDATE waited for the row is not seen by the subquery's older copy.
+    superuser = get_user_model().objects.filter(pk=OuterRef("granted_by"), is_active=True, is_superuser=True)
     reviewer = Membership.objects.filter(
-        user=OuterRef("granted_by"), team=OuterRef("team"), role__in=permissions.ANSWERING_ROLES
+        user=OuterRef("granted_by"),
+        user__is_active=True,
+        team=OuterRef("team"),
+        role__in=permissions.ANSWERING_ROLES,
     )
-    return Q(granted_by__is_active=True) & (Q(granted_by__is_superuser=True) | Q(Exists(reviewer)))
+    return Q(Exists(superuser)) | Q(Exists(reviewer))
 
 
 def grantor_gone(grant: Grant) -> str | None:
@@ -146,7 +157,8 @@ def find(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -
         return None
     if rule is not None and outranked_by(rule):
         return None
-    candidates = Grant.objects.active(timezone.now()).filter(
+    now = timezone.now()
+    candidates = Grant.objects.active(now).filter(
         grantor_stands(),
         agent_id=call.agent_id,
         server_id=call.server_id,
@@ -158,10 +170,14 @@ def find(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -
         candidates = candidates.filter(team_id=rule.team_id)
     # Exact grants first, then the one made first: the same call always meets the same grant.
     candidates = candidates.order_by("-arguments_mode", "created_at")
-    if connection.in_atomic_block:
+    locked = connection.in_atomic_block
+    if locked:
         candidates = candidates.select_for_update(of=("self",), no_key=True)
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
-    return next((grant for grant in candidates if covers(grant, arguments)), None)
+    found = next((grant for grant in candidates if covers(grant, arguments)), None)
+    if found is not None and locked:
+        setattr(found, _FOUND_AT, now)  # ``use`` in this transaction counts it as of this moment
+    return found
 
 
 def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None) -> str | None:
@@ -200,15 +216,21 @@ def lapsed(*, call: ToolCall, tool_digest: str, rule: RoutingRule | None = None)
 def use(grant: Grant, call: ToolCall) -> None:
     """Record that ``grant`` let ``call`` through: its use count, the grant on the call, and ``gate.granted``.
 
-    Raises Conflict when the grant was revoked or expired since ``find``, or its grantor could no longer make
-    it (outside a transaction only)."""
+    Found by ``find`` in the same transaction, the grant is locked, and was judged (active, its grantor
+    standing) as that moment: the call was let through then, even if the grant expired or its grantor was
+    removed the instant after (the first send checks the grant again, ``lapsed``). Otherwise raises
+    Conflict when the grant was revoked or expired since ``find``, or its grantor could no longer make it."""
     now = timezone.now()
+    found_at = getattr(grant, _FOUND_AT, None) if connection.in_atomic_block else None
+    if hasattr(grant, _FOUND_AT):
+        delattr(grant, _FOUND_AT)  # one use per ``find``
+    usable = (
+        Grant.objects.active(found_at)
+        if found_at is not None
+        else Grant.objects.active(now).filter(grantor_stands())
+    )
     with transaction.atomic():
-        updated = (
-            Grant.objects.active(now)
-            .filter(grantor_stands(), pk=grant.pk)
-            .update(uses=F("uses") + 1, last_used_at=now)
-        )
+        updated = usable.filter(pk=grant.pk).update(uses=F("uses") + 1, last_used_at=now)
         if not updated:
             raise Conflict(
                 "This grant was revoked or expired, or its grantor can no longer approve for its team; the "
@@ -437,7 +459,8 @@ def _team_of(call: ToolCall) -> Team | None:
 def describe_end(grant: Grant) -> str:
     """ "revoked by alice at 10:42" / "expired at 11:00" — what a second revoke is told."""
     if grant.revoked_at is not None:
-        who = grant.revoked_by.get_username() if grant.revoked_by else "the hub"
+        # Only a person revokes (``revoke``): none named is one deleted since, not the hub.
+        who = grant.revoked_by.get_username() if grant.revoked_by else "a user since deleted"
         return f"revoked by {who} at {moment(grant.revoked_at)}"
     if grant.expires_at is not None:
         return f"expired at {moment(grant.expires_at)}"
