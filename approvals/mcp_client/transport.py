@@ -5,7 +5,9 @@
   answer (a missing ``resultType`` reaches the SDK as ``complete``), the HTTP status / content type /
   Retry-After of the POST that carried the request (never of the SDK's own GET or DELETE), and the
   ``Idempotency-Key`` header on ``tools/call``.
-- `TeeTransport`: an SDK `Transport` wrapping ``streamable_http_client`` with a `Wire`.
+- `TeeTransport`: an SDK `Transport` wrapping `http_stream` with a `Wire`.
+- `OwnAnswersTransport`: the SDK's Streamable HTTP transport, refusing what cannot be a request's answer
+  (another request's id on its SSE stream, a result and an error at once).
 - log filters that keep the SDK transport from logging whole messages (arguments, requestState), and every
   line the SDK logs short.
 """
@@ -17,11 +19,14 @@ import json
 import logging
 import secrets
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx2
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import StreamableHTTPTransport
+from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 from mcp_types import (
     PARSE_ERROR,
@@ -30,13 +35,15 @@ from mcp_types import (
     JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
+    RequestId,
 )
 
 from approvals import netguard
 from approvals.mcp_client.wire import HttpFacts, parse_retry_after
 
 _JS_SAFE_INT = 2**53 - 1
-# The error an answer naming another request's id becomes (`Wire.inbound`): a malformed answer (`wire`).
+# The error an answer naming another request's id becomes (`Wire.inbound`, `OwnAnswersTransport`): a
+# malformed answer (`wire`).
 ANOTHER_ID = "Failed to parse the answer: it names another request's id"
 MAX_SAID = 1000  # characters of a server's error message kept for classifying it (it is scrubbed when shown)
 
@@ -397,16 +404,123 @@ def _zlib_header(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
-def http_stream(url: str, http: httpx2.AsyncClient) -> Any:
-    """The SDK's Streamable HTTP transport to `url` on the hub's client `http`. It reads an event of an SSE
-    answer up to the size the hub reads of any answer (``ELICIT_MAX_MCP_RESPONSE``), not the SDK's 1 MiB: a
-    result is as large in an event stream as in a JSON answer, and one cut short is lost after the tool
-    ran."""
-    return streamable_http_client(url, http_client=http, max_sse_event_size=netguard.max_response())
+class OwnAnswersTransport(StreamableHTTPTransport):
+    """The SDK's Streamable HTTP transport, except that what cannot be a request's answer is not taken for it.
+
+    - An answer on a request's SSE stream that names another request's id: the SDK gives every answer on a
+      request's stream the request's id, whatever id it names (meant for a replayed stream), so another
+      request's result (a proxy that mixed up two streams, a server answering from the wrong state) would be
+      taken for this call's. It is a malformed answer instead, as a JSON answer naming another id is
+      (`Wire.inbound`). An error with a null id (JSON-RPC's answer to a request whose id the server could not
+      read) is still the request's.
+    - An answer carrying both a result and an error (JSON-RPC allows exactly one): the SDK reads it as the
+      error, and the call as refused, when the result says the tool ran. It is a malformed answer instead.
+    """
+
+    async def _handle_sse_event(
+        self,
+        sse: httpx2.ServerSentEvent,
+        read_stream_writer: Any,
+        original_request_id: RequestId | None = None,
+        resumption_callback: Callable[[str], Awaitable[None]] | None = None,
+    ) -> bool:
+        if original_request_id is not None and sse.event == "message" and sse.data:
+            problem = answer_problem(sse.data, original_request_id)
+            if problem is not None:
+                error = JSONRPCError(
+                    jsonrpc="2.0", id=original_request_id, error=ErrorData(code=PARSE_ERROR, message=problem)
+                )
+                data = error.model_dump_json(by_alias=True, exclude_none=True)
+                sse = httpx2.ServerSentEvent(event=sse.event, data=data, id=sse.id, retry=sse.retry)
+        return await super()._handle_sse_event(
+            sse, read_stream_writer, original_request_id, resumption_callback
+        )
+
+    async def _handle_json_response(
+        self, response: httpx2.Response, read_stream_writer: Any, *, request_id: RequestId
+    ) -> None:
+        try:
+            content = await response.aread()
+        except httpx2.StreamError as exc:
+            # What the SDK does with an answer it cannot read (it cannot be read twice).
+            error = ErrorData(code=PARSE_ERROR, message=f"Failed to parse JSON response: {exc}")
+            await read_stream_writer.send(
+                SessionMessage(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+            )
+            return
+        # Another id is judged by `Wire.inbound`, which knows the requests in flight.
+        problem = answer_problem(content, None)
+        if problem is not None:
+            error = ErrorData(code=PARSE_ERROR, message=problem)
+            await read_stream_writer.send(
+                SessionMessage(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+            )
+            return
+        await super()._handle_json_response(response, read_stream_writer, request_id=request_id)
+
+
+# The error an answer carrying both a result and an error becomes (`OwnAnswersTransport`): a malformed answer.
+RESULT_AND_ERROR = "Failed to parse the answer: it carries both a result and an error"
+
+
+def answer_problem(data: str | bytes, request_id: RequestId | None) -> str | None:
+    """Why a JSON-RPC answer (JSON text) to request `request_id` cannot be that request's answer: it carries
+    both a result and an error (`RESULT_AND_ERROR`), or names another id (`ANOTHER_ID`; not judged when
+    `request_id` is None; a null id is JSON-RPC's answer to a request whose id the server could not read).
+    None for anything else, unreadable text included (the SDK reports that itself)."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or ("result" not in message and "error" not in message):
+        return None
+    if "result" in message and "error" in message:
+        return RESULT_AND_ERROR
+    named = message.get("id")
+    if request_id is None or named is None:
+        return None
+    return ANOTHER_ID if type(named) is not type(request_id) or named != request_id else None
+
+
+@asynccontextmanager
+async def http_stream(url: str, http: httpx2.AsyncClient) -> AsyncIterator[Any]:
+    """The SDK's Streamable HTTP transport to `url` on the hub's client `http` (``streamable_http_client``,
+    with `OwnAnswersTransport`). It reads an event of an SSE answer up to the size the hub reads of any answer
+    (``ELICIT_MAX_MCP_RESPONSE``), not the SDK's 1 MiB: a result is as large in an event stream as in a JSON
+    answer, and one cut short is lost after the tool ran."""
+    transport = OwnAnswersTransport(url, max_sse_event_size=netguard.max_response())
+    read_stream_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = create_context_streams[SessionMessage](0)
+    async with (
+        read_stream_writer,
+        read_stream,
+        write_stream,
+        write_stream_reader,
+        anyio.create_task_group() as tg,
+    ):
+
+        def start_get_stream() -> None:
+            tg.start_soon(transport.handle_get_stream, http, read_stream_writer)
+
+        tg.start_soon(
+            transport.post_writer,
+            http,
+            write_stream_reader,
+            read_stream_writer,
+            write_stream,
+            start_get_stream,
+            tg,
+        )
+        try:
+            yield read_stream, write_stream
+        finally:
+            if transport.session_id:
+                await transport.terminate_session(http)
+            tg.cancel_scope.cancel()
 
 
 class TeeTransport:
-    """An SDK `Transport` wrapping ``streamable_http_client`` with a `Wire`."""
+    """An SDK `Transport` wrapping `http_stream` with a `Wire`."""
 
     def __init__(self, inner: Any, wire: Wire) -> None:
         self._inner = inner

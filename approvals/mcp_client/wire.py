@@ -250,6 +250,16 @@ VERSION_REFUSALS = ("unsupported protocol version", "unsupported mcp-protocol-ve
 SDK_STAND_IN = "Server returned an error response"
 # How the SDK's transport says an event of an SSE answer went past its bound (httpx2's SSEError).
 SSE_EVENT_TOO_LARGE = "Server-sent event exceeded the"
+# How the SDK says, with code CONNECTION_CLOSED (-32000), that a request's answer can no longer arrive: its
+# session or connection closed, its SSE stream ended or broke. A server's own error may carry -32000 too
+# (JSON-RPC's first "server error" code, which many servers use for any failure): that is its answer.
+SDK_CLOSED = ("Connection closed", "SSE stream ended", "SSE stream failed")
+
+
+def sdk_closed(message: str | None) -> bool:
+    """Whether an error with code CONNECTION_CLOSED is the SDK's word that the connection or stream closed
+    (not a server's own -32000 error)."""
+    return message is not None and message.startswith(SDK_CLOSED)
 
 
 _UNKNOWN_TOOL = re.compile(
@@ -388,7 +398,8 @@ def classify_rpc_error(
         )
     if (
         code == CONNECTION_CLOSED
-        and SSE_EVENT_TOO_LARGE in (message or "")
+        and sdk_closed(message)
+        and SSE_EVENT_TOO_LARGE in message
         and (status is None or status < 400)
     ):
         # One event of the answer's stream went past the bound (`transport.http_stream`): it would again.
@@ -397,7 +408,7 @@ def classify_rpc_error(
             f"an event of the server's answer to {what} is larger than {netguard.max_response()} bytes, the "
             "most the hub reads (ELICIT_MAX_MCP_RESPONSE); it was not read",
         )
-    if code == CONNECTION_CLOSED and (status is None or status < 400):
+    if code == CONNECTION_CLOSED and sdk_closed(message) and (status is None or status < 400):
         return TransientError("network_error", f"the connection closed before {what} was answered ({text})")
     if status in (401, 403):
         return PermanentError("auth_failed", f"the server refused our credentials for {what} (HTTP {status})")
