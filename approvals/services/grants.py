@@ -113,7 +113,9 @@ def grantor_stands() -> Q:
     """The grants whose grantor could make them still: an active account, a reviewer (or admin) of the grant's
     team or a superuser. A grant is that person's word for later calls, so it holds only while they could
     give it: removed from the team, lowered to viewer, deactivated or deleted, and it lets nothing through
-    (as their standing approval of an N-of-M request no longer counts)."""
+    (as their standing approval of an N-of-M request no longer counts). Nor while they own its agent: made
+    the agent's owner since, they would be approving their own agent's calls, which no reviewer may do at
+    the gate (the person a grant acts for is never its grantor: they could not approve the call)."""
     # Subqueries on the grant's own row, not a join: an UPDATE filtered by them (``use``) then tests the
     # grant's state on the row it changes. Through a join, Django updates ``WHERE id IN (SELECT ...)``, and
     # a revoke committed while that UPDATE waited for the row is not seen by the subquery's older copy.
@@ -124,7 +126,8 @@ def grantor_stands() -> Q:
         team=OuterRef("team"),
         role__in=permissions.ANSWERING_ROLES,
     )
-    return Q(Exists(superuser)) | Q(Exists(reviewer))
+    owns_the_agent = AgentClient.objects.filter(pk=OuterRef("agent"), owner=OuterRef("granted_by"))
+    return (Q(Exists(superuser)) | Q(Exists(reviewer))) & ~Q(Exists(owns_the_agent))
 
 
 def grantor_gone(grant: Grant) -> str | None:
@@ -135,6 +138,8 @@ def grantor_gone(grant: Grant) -> str | None:
     who = grantor.get_username()
     if not grantor.is_active:
         return f"{who}, who granted it, was deactivated"
+    if AgentClient.objects.filter(pk=grant.agent_id, owner=grantor).exists():
+        return f"{who}, who granted it, now owns the agent"
     if grantor.is_superuser:
         return None
     reviewer = Membership.objects.filter(
