@@ -14,7 +14,7 @@ from approvals.models import Membership, ToolCall
 from approvals.services import sending
 from tests import factories
 from tests.browser import conftest as browser_fixtures
-from tests.browser.conftest import browser, wait_live  # noqa: F401  (fixtures: used by name)
+from tests.browser.conftest import browser, reload_live, wait_live  # noqa: F401  (fixtures: used by name)
 
 new_page = browser_fixtures.new_page  # the fixture, by its name
 
@@ -36,7 +36,9 @@ def running_request(web: Any) -> Any:
 def test_a_card_redrawn_under_the_keyboard_focus_keeps_it(running_request, new_page) -> None:
     ir = running_request
     page = new_page("alice")
-    wait_live(page)
+    # Once the list the page reads on hello is drawn: redrawn by it after being marked below, the card would
+    # be new and keep the focus without any notice.
+    reload_live(page)
     link = page.locator(f"[data-request='{ir.pk}'] [data-open]")
     link.focus()
     page.locator(f"#round-{ir.round_id}").evaluate("(card) => { card.dataset.old = '1'; }")

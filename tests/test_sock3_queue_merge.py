@@ -17,7 +17,7 @@ from approvals.models import InputRequest, Membership, Round, ToolCall
 from approvals.services import answers
 from tests import factories
 from tests.browser import conftest as browser_fixtures
-from tests.browser.conftest import browser, wait_live  # noqa: F401  (fixtures: used by name)
+from tests.browser.conftest import browser, reload_live  # noqa: F401  (fixtures: used by name)
 
 new_page = browser_fixtures.new_page  # the fixture, by its name
 
@@ -67,14 +67,6 @@ def _deaf_line(page: Any) -> dict[str, Any]:
     return line
 
 
-def _reload_live(page: Any) -> None:
-    """Reload the page and wait until its socket is live and the list it reads on hello has been drawn by
-    the hub: a change made before then may already be in that list (greyed at once, not after a resync)."""
-    with page.expect_response(re.compile(r"/queue/list/")):
-        page.reload()
-    wait_live(page)
-
-
 def _until_dropped(page: Any, line: dict[str, Any], cards: int) -> None:
     """Wait (pumping the browser's events) until the deaf line has dropped this many card notices."""
     for _ in range(150):
@@ -94,7 +86,7 @@ def test_a_resync_keeps_decided_cards_greyed_and_brings_new_ones_in_place(queue,
     first, second, third = queue["requests"]
     page = new_page("alice", viewport={"width": 1000, "height": 520})
     line = _deaf_line(page)
-    _reload_live(page)
+    reload_live(page)
     assert _rounds_in_order(page) == [str(first.round_id), str(second.round_id), str(third.round_id)]
 
     # The reviewer moves to the second request by keyboard, with the page scrolled down a little.
@@ -162,7 +154,7 @@ def test_a_resync_drops_the_cards_the_reviewer_may_no_longer_see(queue, new_page
     theirs = _running_request(infra, "drain_node", ops)
     page = new_page("alice")
     line = _deaf_line(page)
-    _reload_live(page)
+    reload_live(page)
     card = page.locator(f"#round-{theirs.round_id}")
     expect(card).to_be_visible()
 
@@ -182,7 +174,7 @@ def test_a_resync_after_everything_was_decided_keeps_them_greyed_then_says_nothi
 ) -> None:
     page = new_page("alice")
     line = _deaf_line(page)
-    _reload_live(page)
+    reload_live(page)
     page.mouse.move(5, 5)
     line["deaf"] = True
     for ir in queue["requests"]:
@@ -207,7 +199,7 @@ def test_a_list_that_crossed_newer_notices_on_a_slow_line_does_not_undo_them(que
     first = queue["requests"][0]
     page = new_page("alice")
     line = _deaf_line(page)
-    _reload_live(page)
+    reload_live(page)
     page.mouse.move(5, 5)
     held: list[Any] = []
 

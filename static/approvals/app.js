@@ -202,14 +202,7 @@
 
   function resync() {
     const queue = $("[data-queue]");
-    if (queue) {
-      const asked = performance.now();
-      fetchHtml(queue.dataset.listUrl + location.search).then((html) => {
-        const wrapper = document.createElement("div");
-        wrapper.innerHTML = html;
-        mergeQueue(queue, wrapper.firstElementChild, asked);
-      }).catch(() => {});
-    }
+    if (queue) readQueue(queue);
     const review = $("[data-review]");
     if (review && review.hasAttribute("data-open-request")) {
       fetchHtml(review.dataset.stateUrl).then((html) => {
@@ -218,14 +211,33 @@
     }
     if (review && review.hasAttribute("data-watch-request")) readWatchedState(review);
     const callPage = $("[data-call-page]");
-    if (callPage) {
-      fetchHtml(callPage.dataset.bodyUrl)
-        .then((html) => { callPage.innerHTML = html; localiseTimes(callPage); })
-        .catch(goneUnlessFound);
-    }
+    if (callPage) readCallBody(callPage).catch(goneUnlessFound);
+  }
+
+  // The call page's body, and as of when it was shown (performance.now()): a read answers as of when it was
+  // asked, so one answered after a notice heard, or after a read asked later, would undo them.
+  let callShownAt = -1;
+  function showCallBody(callPage, html, at) {
+    if (at < callShownAt) return;
+    callShownAt = at;
+    callPage.innerHTML = html;
+    localiseTimes(callPage);
+  }
+  function readCallBody(callPage) {
+    const asked = performance.now();
+    return fetchHtml(callPage.dataset.bodyUrl).then((html) => showCallBody(callPage, html, asked));
   }
 
   // --- a resync merges the list as the server draws it now into the one shown -------------------------
+
+  function readQueue(queue) {
+    const asked = performance.now();
+    fetchHtml(queue.dataset.listUrl + location.search).then((html) => {
+      const wrapper = document.createElement("div");
+      wrapper.innerHTML = html;
+      mergeQueue(queue, wrapper.firstElementChild, asked);
+    }).catch(() => {});
+  }
 
   // What the page last learnt of each round, and when (performance.now()): a card notice, a list merged (as of
   // when it was asked for), a card read decided. A list answers as of when it was asked for: a round the page
@@ -475,9 +487,7 @@
       refreshStatusLine(review);
     }
     const callPage = $("[data-call-page]");
-    if (callPage && callPage.dataset.callPage === message.call) {
-      fetchHtml(callPage.dataset.bodyUrl).then((html) => { callPage.innerHTML = html; localiseTimes(callPage); });
-    }
+    if (callPage && callPage.dataset.callPage === message.call) readCallBody(callPage).catch(() => {});
   }
 
   // A card or the list redrawn under the keyboard focus keeps it: on the same request's link, the same
@@ -543,15 +553,11 @@
     }, 4000);
   }
 
+  // The list emptied: the server's note says why (nothing waits, or nothing matches the filters). Merged, not
+  // swapped in: a card that came in while the list was read stays.
   function ensureEmpty() {
     const list = $("[data-queue-list]");
-    if (list && !$(".card", list) && !$("[data-empty]", list)) {
-      fetchHtml($("[data-queue]").dataset.listUrl + location.search).then((html) => {
-        const wrapper = document.createElement("div");
-        wrapper.innerHTML = html;
-        list.replaceWith(wrapper.firstElementChild);
-      }).catch(() => {});
-    }
+    if (list && !$(".card", list) && !$("[data-empty]", list)) readQueue($("[data-queue]"));
   }
 
   // --- a queue page showing only the rounds that waited longest (data-capped: at most that many) -----
@@ -598,8 +604,7 @@
   function onCall(message) {
     const callPage = $("[data-call-page]");
     if (callPage && callPage.dataset.callPage === message.call && message.html) {
-      callPage.innerHTML = message.html;
-      localiseTimes(callPage);
+      showCallBody(callPage, message.html, performance.now());
     }
     const watched = $("[data-review][data-watch-request]");
     if (watched && watched.dataset.call === message.call) readWatchedState(watched);

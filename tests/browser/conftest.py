@@ -17,6 +17,10 @@ from tests.hub import Hub, set_up_hub
 
 CHROMIUM = os.environ.get("ELICIT_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+# An assertion waits as long as an action does (the contexts' default timeout below): on a loaded machine a
+# notice or a read can take more than the 5 seconds Playwright's assertions wait by default.
+expect.set_options(timeout=15_000)
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -95,6 +99,52 @@ def screenshot(page: Any, name: str) -> None:
 
 def wait_live(page: Any) -> None:
     page.wait_for_selector("#live-status[data-state='live']")
+
+
+# What the page reads over HTTP as its socket says hello (app.js, resync()), as absolute addresses: the
+# queue its list, a request still open or watched its state, a call page its body.
+HELLO_READS = """() => {
+  const at = (url) => new URL(url, location.href).href;
+  const reads = [];
+  const queue = document.querySelector("[data-queue]");
+  if (queue) reads.push(at(queue.dataset.listUrl + location.search));
+  const review = document.querySelector("[data-review]");
+  if (review && (review.hasAttribute("data-open-request") || review.hasAttribute("data-watch-request"))) {
+    reads.push(at(review.dataset.stateUrl));
+  }
+  const call = document.querySelector("[data-call-page]");
+  if (call) reads.push(at(call.dataset.bodyUrl));
+  return reads;
+}"""
+
+
+def reload_live(page: Any, url: str | None = None) -> None:
+    """Load the page again (or go to ``url``) and wait until its socket is live and the hub has answered what
+    the page reads as the socket says hello. The page says "Live" before it reads: a change made meanwhile
+    may be in that read already, and reach the page drawn by it instead of by its own notice."""
+    answered: set[str] = set()
+
+    def heard(response: Any) -> None:
+        answered.add(response.url)
+
+    def navigated(frame: Any) -> None:
+        if frame == page.main_frame:  # what the page left was still reading does not count
+            answered.clear()
+
+    page.on("response", heard)
+    page.on("framenavigated", navigated)
+    try:
+        if url is None:
+            page.reload()
+        else:
+            page.goto(url)
+        wait_live(page)
+        for read in page.evaluate(HELLO_READS):
+            if read not in answered:
+                page.wait_for_event("response", lambda response, read=read: response.url == read)
+    finally:
+        page.remove_listener("response", heard)
+        page.remove_listener("framenavigated", navigated)
 
 
 def confirm_second_look(page: Any, *, by_keyboard: bool = False) -> str:

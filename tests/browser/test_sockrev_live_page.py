@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from approvals.models import Membership, ToolCall
 from approvals.services import answers, presence
 from tests import factories
-from tests.browser.conftest import wait_live
+from tests.browser.conftest import reload_live, wait_live
 from tests.live import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,6 +27,34 @@ def _top(card: Any) -> float:
     may redraw the card at any moment (in place), and a measure made of two steps (`bounding_box`: find the
     element, then measure it) finds no box when the element it found was replaced in between."""
     return card.evaluate("(el) => el.getBoundingClientRect().top")
+
+
+def _until(page: Any, condition: Any, what: str) -> None:
+    """Wait, letting the browser's events (its sockets, routed through the test) reach the test, until
+    ``condition()`` holds."""
+    for _ in range(150):
+        if condition():
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# The page's sockets as the page itself sees them: how many it made, how many pongs it heard (counted by a
+# listener the socket holds before the page's own: by the time the count moves, the page has heard it too).
+COUNT_SOCKETS = """(() => {
+  const Native = window.WebSocket;
+  window.__sockets = 0;
+  window.__pongs = 0;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      window.__sockets += 1;
+      this.addEventListener("message", (e) => {
+        if (String(e.data).includes('"pong"')) window.__pongs += 1;
+      });
+    }
+  };
+})();"""
 
 
 def test_a_connection_that_went_silent_without_closing_is_given_up_and_made_again(web: Any, new_page) -> None:
@@ -52,7 +80,7 @@ def test_a_connection_that_went_silent_without_closing_is_given_up_and_made_agai
     expect(page.locator("#live-status")).to_have_attribute("data-state", "down")
     expect(region).to_have_text(re.compile("Reconnecting"))
     expect(page.locator("#live-status [data-live-ago]")).to_contain_text("Updated")
-    assert line["opened"] >= 2  # a new socket was made
+    _until(page, lambda: line["opened"] >= 2, "a new socket")
 
     line["silent"] = False  # the new socket opened on the dead line never said hello: it is given up too
     page.clock.run_for(40_000)
@@ -66,16 +94,17 @@ def test_a_connection_whose_pings_are_answered_stays_live_when_its_timers_run_on
     """A hidden tab's timers may run once a minute: the time between pings is no silence."""
     factories.user("alice")
     page = new_page("alice")
-    opened = []
-    page.route_web_socket(re.compile(r"/ws/"), lambda ws: (opened.append(ws), ws.connect_to_server()))
+    page.add_init_script(COUNT_SOCKETS)
     page.clock.install()
     page.reload()
     wait_live(page)
     for _ in range(4):
+        pongs = page.evaluate("window.__pongs")
         page.clock.fast_forward(60_000)  # one tick: a ping goes out
-        page.wait_for_timeout(500)  # and its pong comes back
+        # and its pong comes back, however long that takes, before the next tick looks for it
+        page.wait_for_function("(pongs) => window.__pongs > pongs", arg=pongs)
         expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
-    assert len(opened) == 1  # never given up and made again
+    assert page.evaluate("window.__sockets") == 1  # never given up and made again
 
 
 @pytest.fixture
@@ -96,8 +125,7 @@ def test_a_card_decided_elsewhere_does_not_fold_from_under_the_pointer(two_round
     first, second = two_rounds
     page = new_page("alice")
     page.clock.install()
-    page.reload()
-    wait_live(page)
+    reload_live(page)  # the list the page reads on hello was drawn before the decision below
     older, newer = page.locator(f"#round-{first.round_id}"), page.locator(f"#round-{second.round_id}")
     expect(newer).to_be_visible()
     newer.locator("[data-open]").hover()  # about to click the newer round's request
@@ -121,8 +149,7 @@ def test_a_card_decided_elsewhere_does_not_fold_from_above_the_keyboard_focus(tw
     first, second = two_rounds
     page = new_page("alice")
     page.clock.install()
-    page.reload()
-    wait_live(page)
+    reload_live(page)  # the list the page reads on hello was drawn before the decision below
     page.mouse.move(5, 5)
     older, newer = page.locator(f"#round-{first.round_id}"), page.locator(f"#round-{second.round_id}")
     newer.locator("[data-open]").focus()  # reached with the keyboard, below the card about to be decided

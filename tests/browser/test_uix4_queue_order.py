@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from approvals.models import AgentClient, InputRequest, Policy, Round, ToolCall
 from approvals.services import extensions
 from tests import factories
-from tests.browser.conftest import wait_live
+from tests.browser.conftest import reload_live, wait_live
 from tests.hub import Hub
 from tests.live import Daphne, child_env, wait_until
 
@@ -94,7 +94,8 @@ def test_a_round_whose_deadline_is_extended_moves_to_its_new_place(hub: Hub, new
         for rnd in rounds
     )
     page = new_page("alice")
-    wait_live(page)
+    # The list the page reads on hello drawn before the extension: else it may bring the new order itself.
+    reload_live(page)
     page.mouse.move(5, 5)
     cards = page.locator("article.card")
     expect(cards).to_have_count(3)
