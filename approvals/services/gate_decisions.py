@@ -19,7 +19,7 @@ from approvals.models import Gate, InputRequest, Round, ToolCall
 from approvals.queueing import RUN_CALL, enqueue_on_commit
 from approvals.services import answers, rounds
 from approvals.services.calls import call_finish
-from approvals.services.errors import Forbidden, Invalid, NotFound
+from approvals.services.errors import Forbidden, Invalid, NotFound, ServiceError
 from approvals.services.gate_checks import check_deadline
 from approvals.services.gates import SYSTEM, _audit_data, _grants, arguments_diff, call_digest, is_gate
 
@@ -86,18 +86,26 @@ def gate_decide(
             # assignee, decides this gate but makes no standing rule for a team they are not a reviewer of.
             # (One who may not answer at all is refused, and audited, by input_respond.)
             team = ir.team.slug if ir.team else "the gate's team"
-            raise Forbidden(
-                f"Only a reviewer of {team} can remember this approval as a grant. Approve without one.",
-                code="forbidden",
-                fields={"grant": "not a reviewer of the gate's team"},
+            raise _grant_refused(
+                ir,
+                user,
+                Forbidden(
+                    f"Only a reviewer of {team} can remember this approval as a grant. Approve without one.",
+                    code="forbidden",
+                    fields={"grant": "not a reviewer of the gate's team"},
+                ),
             )
         if choice is not None and ir.approvals_required > 1:
             # A grant is one reviewer's word for later calls: it cannot stand in for N-of-M.
-            raise Invalid(
-                f"No grant can be made here: this gate needs {ir.approvals_required} approvals, and a grant "
-                "would let later calls through on one reviewer's word. Approve without one.",
-                code="invalid_grant",
-                fields={"grant": "not on a gate needing several approvals"},
+            raise _grant_refused(
+                ir,
+                user,
+                Invalid(
+                    f"No grant can be made here: this gate needs {ir.approvals_required} approvals, and a "
+                    "grant would let later calls through on one reviewer's word. Approve without one.",
+                    code="invalid_grant",
+                    fields={"grant": "not on a gate needing several approvals"},
+                ),
             )
         if choice is not None:
             # Before deciding: a grant that could not be made for the arguments approved decides nothing.
@@ -116,16 +124,45 @@ def gate_decide(
     if check_only:
         return ir
     if choice is not None and grants is not None and ir.status == InputRequest.Status.ANSWERED:
-        with transaction.atomic():
-            gate = Gate.objects.select_related("call").get(round_id=ir.round_id)
-            grants.create_from_approval(
-                approver=user,
-                call=gate.call,
-                tool_digest=canonical.digest(gate.tool),
-                choice=choice,
-                team=ir.team,  # the team whose gate this was: the grant stands in for its gates only
-            )
+        try:
+            with transaction.atomic():
+                gate = Gate.objects.select_related("call").get(round_id=ir.round_id)
+                grants.create_from_approval(
+                    approver=user,
+                    call=gate.call,
+                    tool_digest=canonical.digest(gate.tool),
+                    choice=choice,
+                    team=ir.team,  # the team whose gate this was: the grant stands in for its gates only
+                )
+        except ServiceError as refusal:
+            # Recorded once the grant's own transaction is rolled back, or the record would go with it.
+            _grant_refused(ir, user, refusal)
+            raise
     return ir
+
+
+def _grant_refused(ir: InputRequest, user: Any, refusal: ServiceError) -> ServiceError:
+    """Record a grant asked for with a decision on gate ``ir`` and refused (``grant.refused``, as a refused
+    revoke is) in its own transaction, so the error that follows rolls nothing of it back; return
+    ``refusal`` to raise. The event names the gate's call, tool and team and the code the reviewer was
+    answered, never the arguments or the grant's conditions."""
+    call = ToolCall.objects.get(rounds__pk=ir.round_id)
+    team = ir.team.slug if ir.team else ""
+    with transaction.atomic():
+        audit.record(
+            actor=Actor.user(user),
+            verb="grant.refused",
+            call=call,
+            input_request=ir,
+            team_slug=team,
+            data={
+                "code": refusal.code,
+                "server": call.server_slug,
+                "tool": call.tool,
+                "team": team or None,
+            },
+        )
+    return refusal
 
 
 def may_grant(user: Any, ir: InputRequest) -> bool:

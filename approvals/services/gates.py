@@ -42,7 +42,7 @@ from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Policy, Round, RoutingRule, ToolCall
 from approvals.prepared import PreparedRead
 from approvals.services import notifications
-from approvals.services.errors import Invalid
+from approvals.services.errors import Conflict, Invalid
 from approvals.services.gate_checks import (  # noqa: F401  (part of this module's interface)
     GATE_KEY,
     GATE_METHOD,
@@ -190,7 +190,9 @@ def gate_on_submit(call: ToolCall) -> bool:
     """Inside `call_submit`'s transaction: True when a gate (or ``None``: a grant) decides the call first.
 
     No gate rule matches: False, the call is queued as usual. A grant covers it: the grant is used and
-    False. Otherwise a gate opens and True: the call is not queued until it is approved."""
+    False. Otherwise a gate opens and True: the call is not queued until it is approved. A grant found but
+    no longer usable (revoked, expired or its grantor removed since, ``grants.use``'s Conflict) is as none
+    found: the agent's submit never fails on it, a person decides the call."""
     rule, explanation = gate_rule(call)
     if rule is None:
         return False
@@ -199,8 +201,12 @@ def gate_on_submit(call: ToolCall) -> bool:
         digest = canonical.digest(tool_definition(call.server, call.tool))
         grant = grants.find(call=call, tool_digest=digest, rule=rule)
         if grant is not None:
-            grants.use(grant, call)
-            return False
+            try:
+                grants.use(grant, call)
+            except Conflict:
+                pass  # its own savepoint is rolled back: nothing of the use was recorded
+            else:
+                return False
     gate_open(call=call, rule=rule, explanation=explanation)
     return True
 
