@@ -965,7 +965,14 @@ def never_leaks(handler: H) -> H:
             return await handler(*args, **kwargs)
         except MCPError:
             raise
-        except Exception:
+        except Exception as exc:
+            engine = outage.engine_of(exc)
+            if engine is not None:
+                # An engine down, or refusing writes (a read-only PostgreSQL after a failover): its handler's
+                # transaction stored nothing, and the agent is told so (as the REST API's 503 says).
+                name = type(exc).__name__
+                logger.warning("gateway: %s: %s unavailable (%s)", handler.__name__, engine, name)
+                raise MCPError(types.INTERNAL_ERROR, outage.error_body(engine)["error"]["message"]) from None
             logger.exception("gateway: %s failed", handler.__name__)
             raise MCPError(
                 types.INTERNAL_ERROR, "The hub could not serve this request; a call it started goes on."

@@ -10,20 +10,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import InternalError, transaction
 from django.db.models import OuterRef
 from django.utils import timezone
 
-from approvals import broadcast, permissions
+from approvals import broadcast, outage, permissions
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, PersonalToken, Team
 from approvals.prepared import PreparedRead
 from approvals.services import config_audit
+
+logger = logging.getLogger(__name__)
 
 AGENT_PREFIX = "eha_"
 PERSONAL_PREFIX = "ehp_"
@@ -143,6 +146,26 @@ def _stale(last_used_at: datetime | None, now: datetime) -> bool:
     return last_used_at is None or now - last_used_at >= LAST_USED_PRECISION
 
 
+def _record_use(token: AgentClient | PersonalToken, now: datetime) -> None:
+    """Sets the token's ``last_used_at``, best effort: a server that takes no writes (a standby after a
+    failover) refuses it, and a read with the token still goes on, logged, with ``last_used_at`` unchanged.
+    The savepoint rolls back that statement alone, so the request's transaction stays usable. Any other
+    error is raised."""
+    try:
+        with transaction.atomic():
+            type(token).objects.filter(pk=token.pk).update(last_used_at=now)
+    except InternalError as exc:
+        if outage.engine_of(exc) != "postgresql":
+            raise
+        logger.warning(
+            "%s %s: last use not recorded, the database takes no writes",
+            type(token).__name__,
+            token.pk,
+        )
+        return
+    token.last_used_at = now
+
+
 # Every API request with a token reads one of these; compiled once per process.
 _AGENT_BY_HASH = PreparedRead(
     lambda token_hash: AgentClient.objects.filter(token_hash=token_hash, is_active=True).order_by("pk")[:1],
@@ -173,8 +196,7 @@ def authenticate(token: str) -> AgentClient | PersonalToken | None:
     if token.startswith(AGENT_PREFIX):
         agent = _AGENT_BY_HASH.first(token_hash=digest)
         if agent and _stale(agent.last_used_at, now):
-            AgentClient.objects.filter(pk=agent.pk).update(last_used_at=now)
-            agent.last_used_at = now
+            _record_use(agent, now)
         return agent
     if token.startswith(PERSONAL_PREFIX):
         personal = _PERSONAL_BY_HASH.first(token_hash=digest)
@@ -182,7 +204,6 @@ def authenticate(token: str) -> AgentClient | PersonalToken | None:
             # Read with the token: the request's first reads of the user's teams need no statement.
             permissions.remember_teams(personal.user, personal)
         if personal and _stale(personal.last_used_at, now):
-            PersonalToken.objects.filter(pk=personal.pk).update(last_used_at=now)
-            personal.last_used_at = now
+            _record_use(personal, now)
         return personal
     return None
