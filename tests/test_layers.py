@@ -26,6 +26,7 @@ CORE = (
     "approvals.canonical",
     "approvals.cards",
     "approvals.channel_layer",
+    "approvals.faults",
     "approvals.mcp_client",
     "approvals.netguard",
     "approvals.permissions",
@@ -38,6 +39,7 @@ CORE = (
     "approvals.selectors",
     "approvals.urlparts",
     "approvals.urlsafety",
+    "approvals.visible",
 )
 SERVICES = ("approvals.services",)
 MODELS = ("approvals.models",)

@@ -265,7 +265,8 @@ def _reveal_one_by_one(text: str, plain: bool) -> str:
     more than ``RUN_SHOWN`` characters to code is one code naming its kinds and its length."""
     from django.utils.html import escape
 
-    from approvals.templatetags.approvals_ui import _CONTROLS, RUN_SHOWN
+    from approvals.visible import CONTROLS as _CONTROLS
+    from approvals.visible import RUN_SHOWN
 
     def code(label: str) -> str:
         return f"\u27e8{label}\u27e9" if plain else f'<span class="ctl" title="{label}">{label}</span>'

@@ -3,7 +3,8 @@ length, so a title of a million zero-width spaces makes a line, not a page of te
 
 from __future__ import annotations
 
-from approvals.templatetags.approvals_ui import RUN_SHOWN, reveal
+from approvals.templatetags.approvals_ui import reveal
+from approvals.visible import RUN_SHOWN
 
 
 def test_a_few_invisible_characters_are_each_shown() -> None:

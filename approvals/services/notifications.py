@@ -20,7 +20,7 @@ from django.core.mail.backends import smtp
 from django.db.models import F, Q
 from django.utils import timezone
 
-from approvals import netguard
+from approvals import netguard, visible
 from approvals.models import InputRequest, Notification, Team
 from approvals.queueing import SEND_NOTIFICATION, enqueue_on_commit
 from approvals.services.locks import try_lock
@@ -88,40 +88,13 @@ def notifications_recover(*, now: datetime) -> int:
     return requeued
 
 
-# Characters that change how text reads without being seen, as the dashboard shows them (as codes): C0
-# controls but tab and newline, DEL and the C1 controls, the soft hyphen, bidi marks, embeddings, overrides
-# and isolates, zero-width spaces, invisible operators and the BOM (not the zero-width joiners, which
-# Persian words and emoji are spelt with).
-_HIDDEN = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064"
-    "\u2066-\u2069\ufeff]+"
-)
-# A run longer than this is one code naming each kind in it and its length, as on the dashboard.
-_RUN_SHOWN = 3
-
-
-def _code(run: str) -> str:
-    if len(run) <= _RUN_SHOWN:
-        return "".join(f"\u27e8U+{ord(char):04X}\u27e9" for char in run)
-    named = " ".join(f"U+{ord(char):04X}" for char in sorted(set(run)))
-    return f"\u27e8{named} \u00d7{len(run)}\u27e9"
-
-
-def _visible(text: str) -> str:
-    """`text` from a server or an agent with its invisible and direction-changing characters as visible codes
-    (``\u27e8U+202E\u27e9``), as the dashboard shows them: a tool's name holding U+202E would otherwise turn
-    the rest of the subject line around (the hub's own words after it, read backwards), and a zero-width
-    space make a name look like another."""
-    return _HIDDEN.sub(lambda found: _code(found.group()), text)
-
-
 def _text(notice: Notification) -> tuple[str, str]:
     ir = notice.input_request
     call = ir.round.call
     event = notice.event.partition(".")[0]  # expiring.N: the warning before the deadline of extension N
     headline = HEADLINES.get(event, notice.event).format(team=notice.team.name)
     # One line: the tool's name is the agent's or the server's to choose, and a mail header holds no break.
-    subject = _visible(" ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split()))
+    subject = visible.plain(" ".join(f"[Elicit Hub] {call.server_name}: {call.tool} {headline}".split()))
     link = f"{settings.ELICIT_PUBLIC_URL.rstrip('/')}/requests/{ir.pk}/"
     rnd = ir.round
     deadline = f"Deadline: {rnd.deadline.isoformat()}\n"
@@ -129,7 +102,7 @@ def _text(notice: Notification) -> tuple[str, str]:
         # A server that asked on an open session stops waiting then (the request is gone), as the request's
         # page says: the team told only of the later deadline would answer too late.
         deadline += f"The server waits until: {rnd.server_deadline.isoformat()}\n"
-    body = f"{subject}\n\n{_visible(ir.message[:500])}\n\n{deadline}Review: {link}\n"
+    body = f"{subject}\n\n{visible.plain(ir.message[:500])}\n\n{deadline}Review: {link}\n"
     return subject, body
 
 

@@ -20,7 +20,7 @@ from django.db import InternalError, transaction
 from django.db.models import OuterRef
 from django.utils import timezone
 
-from approvals import broadcast, outage, permissions
+from approvals import broadcast, faults, permissions
 from approvals.audit.core import Actor
 from approvals.models import AgentClient, McpServer, PersonalToken, Team
 from approvals.prepared import PreparedRead
@@ -155,7 +155,7 @@ def _record_use(token: AgentClient | PersonalToken, now: datetime) -> None:
         with transaction.atomic():
             type(token).objects.filter(pk=token.pk).update(last_used_at=now)
     except InternalError as exc:
-        if outage.engine_of(exc) != "postgresql":
+        if faults.engine_of(exc) != "postgresql":
             raise
         logger.warning(
             "%s %s: last use not recorded, the database takes no writes",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from datetime import datetime
 from typing import Any
 
@@ -15,62 +14,21 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
 from approvals import schema_forms
+from approvals.visible import SHOWN_AS_CODE, run_shown
 
 register = template.Library()
 
-# Characters that change how text reads without being visible: bidi overrides and isolates, zero-width
-# characters, the BOM. Shown as a visible code so "gpj.exe" reversed by U+202E cannot pass unnoticed.
-_CONTROLS = {
-    0x200B,  # zero-width space (not U+200C/U+200D, the joiners Persian words and emoji are spelt with)
-    *range(0x200E, 0x2010),  # LRM, RLM
-    *range(0x202A, 0x202F),  # embeddings and overrides
-    *range(0x2060, 0x2065),  # word joiner, invisible operators
-    *range(0x2066, 0x206A),  # isolates
-    0x061C,  # Arabic letter mark
-    0xFEFF,
-    0x00AD,  # soft hyphen
-}
-
 FOLD_LINES = 12
 FOLD_CHARS = 1200
-
-
-# Every character shown as a visible code: the invisible ones above, C0 controls but newline and tab, DEL
-# and the C1 controls.
-_SHOWN = sorted({*_CONTROLS, *range(0x20), *range(0x7F, 0xA0)} - {0x09, 0x0A})
-_SHOWN_AS_CODE = re.compile("[" + "".join(f"\\u{code:04x}" for code in _SHOWN) + "]+")
-# A run longer than this is shown as one code with its length: a server's text of a million zero-width
-# spaces would otherwise be a page of tens of megabytes.
-RUN_SHOWN = 3
-
-
-def _code(char: str, plain: bool) -> str:
-    code = ord(char)
-    return (
-        f"\u27e8U+{code:04X}\u27e9"
-        if plain
-        else f'<span class="ctl" title="U+{code:04X}">U+{code:04X}</span>'
-    )
-
-
-def _run(run: str, plain: bool) -> str:
-    """A run of characters to show as codes: each coded, or past `RUN_SHOWN` of them one code that names
-    every kind in it (there are fewer than a hundred kinds: a bidi override is never hidden in a run) and
-    how many characters the run holds."""
-    if len(run) <= RUN_SHOWN:
-        return "".join(_code(char, plain) for char in run)
-    named = " ".join(f"U+{ord(char):04X}" for char in sorted(set(run)))
-    label = f"{named} \u00d7{len(run)}"
-    return f"\u27e8{label}\u27e9" if plain else f'<span class="ctl" title="{label}">{label}</span>'
 
 
 def _reveal(text: str, plain: bool) -> str:
     """The text escaped as Django's ``escape`` does, run by run; each character to show as a code, coded.
     (Every string from a server or an agent passes here, on every page and queue card.)"""
     out, start = [], 0
-    for found in _SHOWN_AS_CODE.finditer(text):
+    for found in SHOWN_AS_CODE.finditer(text):
         out.append(html.escape(text[start : found.start()]))
-        out.append(_run(found.group(), plain))
+        out.append(run_shown(found.group(), plain))
         start = found.end()
     out.append(html.escape(text[start:]))
     return "".join(out)
