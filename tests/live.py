@@ -154,6 +154,12 @@ def test_database_url() -> str:
     )
 
 
+def read_only_database_url() -> str:
+    """`test_database_url` on connections whose transactions are read-only: the database as a standby
+    reached after a failover serves it (reads answer, every write is refused)."""
+    return test_database_url() + "?options=" + quote("-c default_transaction_read_only=on", safe="")
+
+
 def child_env(**extra: str) -> dict[str, str]:
     from django.conf import settings
 

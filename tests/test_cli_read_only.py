@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_a_command_on_a_read_only_database_says_so_in_one_line_and_exits_3(live_db: None) -> None:
     factories.user("alice")
-    read_only = live.test_database_url() + "?options=" + quote("-c default_transaction_read_only=on", safe="")
+    read_only = live.read_only_database_url()
     done = subprocess.run(
         [sys.executable, "manage.py", "create_token", "alice"],
         cwd=settings.BASE_DIR,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import httpx
 import pytest
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture
 def read_only_gateway(live_db: None) -> Iterator[Gateway]:
     """The gateway process on a connection whose transactions are read-only (the suite's database)."""
-    url = live.test_database_url() + "?options=" + quote("-c default_transaction_read_only=on", safe="")
+    url = live.read_only_database_url()
     process = Gateway(child_env(DATABASE_URL=url))
     process.start()
     try:
