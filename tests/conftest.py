@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests import shards
 from tests.live import CeleryWorker, Daphne, child_env, redis_unreachable, release_thread_connections
 
 
@@ -80,6 +81,30 @@ def _flush_past_the_append_only_triggers() -> None:
         ]
 
     flush.sql_flush = sql_flush_with_triggers_off  # type: ignore[assignment]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run only the K-th of N parts of the suite, split by file (tests/shards.py); CI runs 1/2, 2/2",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    spec = config.getoption("--shard")
+    if not spec:
+        return
+    try:
+        flags = shards.kept((item.path for item in items), spec)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    keep = [item for item, flag in zip(items, flags, strict=True) if flag]
+    left = [item for item, flag in zip(items, flags, strict=True) if not flag]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = keep
 
 
 def pytest_configure(config: pytest.Config) -> None:
