@@ -18,7 +18,9 @@ which a single host is given whole and may send from any address of.
 While Redis is away, or answers but refuses writes (``approvals.outage.engine_of``: out of memory, read-only,
 unable to save), the same counters are kept in this process's memory (the same limit per process), so the
 limit neither fails the request nor stops limiting; the log says so once per outage, and again when Redis is
-back.
+back. After a failure, this process counts in memory for ``RECHECK_AFTER`` seconds before it tries that Redis
+again: a Redis that hangs rather than refusing costs each try its timeout twice over (the cache retries once),
+which every request paid before it was counted.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import ipaddress
 import logging
 import math
 import threading
+import time
 from typing import Any
 
 import redis.exceptions
@@ -44,6 +47,16 @@ logger = logging.getLogger(__name__)
 _local = LocMemCache("elicit-hub-ratelimit", {"MAX_ENTRIES": 20000})
 # Set while this process counts in memory, so that an outage is logged once, not once per request.
 _redis_away = threading.Event()
+# Seconds after a failed try before a store is tried again; meanwhile its requests are counted in memory.
+RECHECK_AFTER = 5.0
+# id() of a store that failed -> the time.monotonic() from which to try it again.
+_retry_at: dict[int, float] = {}
+
+
+def _count_in_memory() -> None:
+    if not _redis_away.is_set():  # once per outage: every request of it comes here
+        _redis_away.set()
+        logger.warning("rate limit counted in process memory: Redis unavailable")
 
 
 def estimate(previous: int, current: int, elapsed: float) -> float:
@@ -100,21 +113,26 @@ class SlidingWindowMixin(SimpleRateThrottle):
         window = int(now // self.duration)
         elapsed = (now - window * self.duration) / self.duration
         current_key, previous_key = f"{key}:{window}", f"{key}:{window - 1}"
-        try:
-            store: Any = self.cache
-            previous, current = self._count(store, current_key, previous_key)
-        except redis.exceptions.RedisError as exc:
-            if engine_of(exc) is None:
-                raise  # no outage: a fault of the hub's
-            if not _redis_away.is_set():  # once per outage: every request of it comes here
-                _redis_away.set()
-                logger.warning("rate limit counted in process memory: Redis unavailable")
+        store: Any = self.cache
+        if _retry_at.get(id(store), 0.0) > time.monotonic():
+            _count_in_memory()  # failed a moment ago: not tried again yet
             store = _local
             previous, current = self._count_locally(current_key, previous_key)
         else:
-            if _redis_away.is_set():
-                _redis_away.clear()
-                logger.warning("rate limit counted in Redis again")
+            try:
+                previous, current = self._count(store, current_key, previous_key)
+            except redis.exceptions.RedisError as exc:
+                if engine_of(exc) is None:
+                    raise  # no outage: a fault of the hub's
+                _retry_at[id(store)] = time.monotonic() + RECHECK_AFTER
+                _count_in_memory()
+                store = _local
+                previous, current = self._count_locally(current_key, previous_key)
+            else:
+                _retry_at.pop(id(store), None)
+                if _redis_away.is_set():
+                    _redis_away.clear()
+                    logger.warning("rate limit counted in Redis again")
         if estimate(previous, current, elapsed) <= self.num_requests:
             self._last.wait = None
             return True

@@ -7,12 +7,17 @@ says so, and a later outage is logged again.
 from __future__ import annotations
 
 import logging
+import socket
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import RequestFactory
 
+from approvals import ratelimit
 from approvals.ratelimit import TokenRateThrottle
 from approvals.redis_cache import RedisCache
 from tests.live import unreachable_redis_url
@@ -62,3 +67,71 @@ def test_redis_away_is_logged_once_per_outage_not_per_request(caplog: pytest.Log
 
         assert up.allow_request(_request(token))  # leaves the process counting in Redis, as it found it
         assert _messages(caplog, BACK) == 2
+
+
+@pytest.fixture
+def hanging_redis_url() -> Iterator[str]:
+    """A Redis that takes connections and never answers (a stopped process, a full network path)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_hanging_redis_costs_one_wait_then_requests_count_in_memory_until_it_is_tried_again(
+    hanging_redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each try of a Redis that never answers waits out its timeout (with the cache's one retry, twice): paid
+    by every request, an API in front of a stopped Redis answered nothing faster than that. Now the first
+    request pays it, the next ones within RECHECK_AFTER are counted in memory at once, and after it Redis
+    is tried again."""
+    monkeypatch.setattr(ratelimit, "_retry_at", {}, raising=False)  # this test's pauses end with it
+    token = f"agent-{uuid.uuid4()}"
+    hanging = TokenRateThrottle("1000/m")
+    hanging.cache = RedisCache(
+        hanging_redis_url, {"OPTIONS": {"socket_connect_timeout": 0.3, "socket_timeout": 0.3}}
+    )
+    started = time.monotonic()
+    assert hanging.allow_request(_request(token))
+    assert time.monotonic() - started >= 0.3  # the first request waited for the timeout
+
+    calls: list[str] = []
+    counted = TokenRateThrottle._count
+
+    def count(self: Any, *args: Any) -> tuple[int, int]:
+        calls.append("redis")
+        return counted(self, *args)
+
+    monkeypatch.setattr(TokenRateThrottle, "_count", count)
+    assert all(hanging.allow_request(_request(token)) for _ in range(10))
+    assert calls == []  # not tried: counted in memory
+    limited = TokenRateThrottle("3/m")
+    limited.cache = hanging.cache
+    other = f"agent-{uuid.uuid4()}"
+    assert [limited.allow_request(_request(other)) for _ in range(4)] == [True, True, True, False]
+
+    monkeypatch.setattr(ratelimit, "RECHECK_AFTER", 0.0)
+    ratelimit._retry_at[id(hanging.cache)] = time.monotonic()  # the pause is over
+    assert hanging.allow_request(_request(token))
+    assert calls == ["redis"]  # tried again (and, still hanging, counted in memory)
+
+    up = TokenRateThrottle("1000/m")
+    assert up.allow_request(_request(token))  # leaves the process counting in Redis, as it found it
