@@ -177,8 +177,14 @@ def check_url(
     allow: Allow | None = None,
     resolve: Resolver | None = None,
     schemes: Iterable[str] = SCHEMES,
+    lookup_timeout: float | None = None,
 ) -> Checked:
-    """Judge `url`; raise `Refused` with a message fit for a field error, or return what was checked."""
+    """Judge `url`; raise `Refused` with a message fit for a field error, or return what was checked.
+
+    With `lookup_timeout`, the name's lookup waits that many seconds at most (on this process's resolver
+    threads; one that never ends is left to finish there): the system's resolver, with a name server that
+    does not answer, takes as long as its own retries (tens of seconds), which a request's timeout did not
+    cover. Not from a resolver thread itself (`acheck_url`), which would wait on its own pool."""
     allow = configured() if allow is None else allow
     try:
         parsed = httpx.URL(url)
@@ -205,7 +211,7 @@ def check_url(
         addresses = [str(literal)]
     else:
         try:
-            addresses = (resolve or resolver)(host, port)
+            addresses = _lookup(resolve or resolver, host, port, lookup_timeout)
         except (OSError, UnicodeError):
             raise Refused(f"the host {host} does not resolve", transient=True) from None
         if not addresses:
@@ -222,6 +228,17 @@ def check_url(
             reason = f"the host {shown} is {problem}"
             raise Refused(f"{reason}; the hub does not send requests there", reason=reason)
     return Checked(url, parsed.scheme, host, port, tuple(addresses))
+
+
+def _lookup(resolve: Resolver, host: str, port: int, timeout: float | None) -> list[str]:
+    if timeout is None:
+        return resolve(host, port)
+    lookup = _resolver_threads().submit(resolve, host, port)
+    try:
+        return lookup.result(timeout=timeout)
+    except TimeoutError:
+        lookup.cancel()  # still queued behind lookups that hang: never started
+        raise Refused(f"the host {host} did not resolve in time", transient=True) from None
 
 
 def _numeric_only(host: str, port: int) -> list[str]:
@@ -303,13 +320,17 @@ def _pinned(checked: Checked, request: Any) -> Any:
 class GuardedTransport(httpx.BaseTransport):
     """Sends each request to the address its host was checked at, just before sending (sync httpx)."""
 
-    def __init__(self, *, allow: Allow | None = None, **options: Any) -> None:
+    def __init__(
+        self, *, allow: Allow | None = None, lookup_timeout: float | None = None, **options: Any
+    ) -> None:
         self._allow = allow
+        self._lookup_timeout = lookup_timeout
         self._inner = httpx.HTTPTransport(trust_env=False, **options)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
-            pinned = _pinned(check_url(str(request.url), allow=self._allow), request)
+            checked = check_url(str(request.url), allow=self._allow, lookup_timeout=self._lookup_timeout)
+            pinned = _pinned(checked, request)
         except Refused as exc:
             raise OutboundRefused(exc.message, transient=exc.transient, request=request) from None
         return self._inner.handle_request(pinned)
@@ -431,9 +452,13 @@ class _Bounded(httpx2.AsyncByteStream):
 
 
 def client(*, timeout: float, allow: Allow | None = None) -> httpx.Client:
-    """A sync client for one outbound exchange: guarded, pinned, no redirects, no proxies from the env."""
+    """A sync client for one outbound exchange: guarded, pinned, no redirects, no proxies from the env; the
+    host's lookup, like the connection, waits `timeout` seconds at most."""
     return httpx.Client(
-        transport=GuardedTransport(allow=allow), timeout=timeout, follow_redirects=False, trust_env=False
+        transport=GuardedTransport(allow=allow, lookup_timeout=timeout),
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,
     )
 
 
