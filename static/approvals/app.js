@@ -414,8 +414,14 @@
   const QUIET_EVENTS = ["round.opened", "call.progress", "round.extended"];
 
   // The request's deadline moved (a reviewer extended it): the page's status line is drawn again, nothing else.
+  // Two extensions in quick succession ask twice; the answers may come back in either order, and the one asked
+  // first, drawn last, would show the earlier deadline: a page keeps the line of the latest read it asked for.
+  let statusAskedAt = -1;
   function refreshStatusLine(review) {
+    const asked = performance.now();
+    statusAskedAt = asked;
     fetchHtml(review.dataset.pageUrl).then((html) => {
+      if (asked !== statusAskedAt) return;
       const fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[data-review] .status-line");
       const line = $(".status-line", review);
       if (fresh && line) { line.replaceWith(fresh); localiseTimes(fresh); }
