@@ -1045,6 +1045,8 @@ class Notification(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # When its latest try began: the recovery sweep waits out that try's retry from here, not from creation.
+    last_attempt_at = models.DateTimeField(null=True, blank=True, editable=False)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

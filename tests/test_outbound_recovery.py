@@ -135,3 +135,27 @@ def test_the_sweep_leaves_notices_within_their_schedule_or_of_answered_requests(
     assert notifications.notifications_recover(now=now + timedelta(hours=1)) == 0
     Notification.objects.filter(pk=notice.pk).update(status=Notification.Status.SENT)
     assert notifications.notifications_recover(now=now + timedelta(hours=1)) == 0
+
+
+@pytest.mark.django_db
+def test_the_sweep_waits_out_the_retry_of_a_notices_latest_try_not_its_first() -> None:
+    """A chat that asked to wait (a 429 with Retry-After) and then failed (a 500) is retried 4 s after that
+    second try. Measured from the notice's creation, an hour old, the sweep found it overdue at once and
+    queued a second task beside the retry: the team's chat got the notice twice."""
+    team = factories.team("release")
+    now = timezone.now()
+    notice = Notification.objects.create(
+        team=team,
+        input_request=pending_request(team),
+        kind=Notification.Kind.EMAIL,
+        event="routed",
+        attempts=2,
+        last_error="HTTP 500",
+        created_at=now - timedelta(hours=1),
+        last_attempt_at=now - timedelta(seconds=10),
+    )
+    assert notifications.notifications_recover(now=now) == 0
+    # Its retry waits at most 4 s after the second try; STALE_AFTER past that, its task was lost.
+    due = notice.last_attempt_at + timedelta(seconds=4) + webhooks.STALE_AFTER
+    assert notifications.notifications_recover(now=due - timedelta(seconds=1)) == 0
+    assert notifications.notifications_recover(now=due) == 1

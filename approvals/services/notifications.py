@@ -68,23 +68,23 @@ def notify(*, ir: InputRequest, team: Team | None, event: str) -> None:
 
 def notifications_recover(*, now: datetime) -> int:
     """Queue again the pending notices of requests still waiting that no task is trying: STALE_AFTER past
-    the end of their whole retry schedule, their task was lost (as a webhook's can be). Returns how many.
-    The schedule is the longest one: of a notice whose chat asked to wait (a 429, a 503 with Retry-After),
-    the cap for every retry, as its retry may still be waiting out that long."""
-    most = settings.ELICIT_NOTIFY_MAX_ATTEMPTS
-    schedule = sum(longest_countdown(n, asked=False) for n in range(1, most))
-    asked = sum(longest_countdown(n, asked=True) for n in range(1, most))
-    overdue = Q(created_at__lte=now - timedelta(seconds=schedule) - STALE_AFTER)
-    waiting = Q(last_error__contains=ASKED_TO_WAIT)
-    ids = Notification.objects.filter(
-        (overdue & ~waiting) | Q(created_at__lte=now - timedelta(seconds=asked) - STALE_AFTER),
+    the longest their next try may wait after their latest one (or after they were made, if never tried),
+    their task was lost (as a webhook's can be). Returns how many. A notice whose chat asked to wait (a 429,
+    a 503 with Retry-After) may be waiting out the cap. Measured from the latest try, not from creation: a
+    notice whose chat first asked to wait and later failed otherwise came due while its retry still waited,
+    and went out twice over."""
+    fresh = now - STALE_AFTER
+    pending = Notification.objects.filter(
+        Q(last_attempt_at__lte=fresh) | Q(last_attempt_at__isnull=True, created_at__lte=fresh),
         input_request__in=InputRequest.objects.pending(),
         status=Notification.Status.PENDING,
-    ).values_list("pk", flat=True)
+    ).values_list("pk", "attempts", "created_at", "last_attempt_at", "last_error")
     requeued = 0
-    for notice_id in ids:
-        enqueue_on_commit(SEND_NOTIFICATION, notice_id)
-        requeued += 1
+    for notice_id, attempts, created_at, last_at, last_error in pending:
+        wait = longest_countdown(attempts, asked=ASKED_TO_WAIT in last_error) if attempts else 0
+        if (last_at or created_at) + timedelta(seconds=wait) + STALE_AFTER <= now:
+            enqueue_on_commit(SEND_NOTIFICATION, notice_id)
+            requeued += 1
     return requeued
 
 
@@ -264,7 +264,9 @@ def _send(notification_id: Any) -> float | None:
             status=Notification.Status.FAILED, last_error=LAST_TRY_LOST
         )
         return None
-    Notification.objects.filter(pk=notice.pk).update(attempts=F("attempts") + 1)
+    Notification.objects.filter(pk=notice.pk).update(
+        attempts=F("attempts") + 1, last_attempt_at=timezone.now()
+    )
     attempt = notice.attempts + 1
     subject, body = _text(notice)
     error, final = "", False
