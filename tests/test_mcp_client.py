@@ -900,3 +900,22 @@ def test_sends_after_the_first_start_no_thread(srv: LiveServer, monkeypatch: pyt
         outcome = run(call_tool(srv.config(), "echo", {"text": f"again {i}"}))
         assert isinstance(outcome, Completed)
     assert started == []
+
+
+def test_error_messages_scrub_a_quoted_piece_of_a_secret() -> None:
+    """A server that quotes only part of a requestState (its start, cut short; or a message cut through it)
+    gave that part away in the call's error, shown to agents and reviewers."""
+    state = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXN0YXRlLWZvci10aGUtc2VydmVy.sig-0123456789abcdef"
+    cut = classify_rpc_error(
+        -32602, f"invalid requestState '{state[:40]}...' (expired)", None, HttpFacts(200), secrets=[state]
+    )
+    assert state[:40] not in cut.message and state[:16] not in cut.message
+    assert cut.message.endswith(": invalid requestState '[redacted]...' (expired)")
+    middle = classify_rpc_error(-32602, f"bad: {state[20:50]}!", None, HttpFacts(200), secrets=[state])
+    assert middle.message.endswith(": bad: [redacted]!")
+    # Through the cut at MAX_MESSAGE characters: the part before the cut is still a piece of it.
+    long = classify_rpc_error(-32602, "x" * 280 + state, None, HttpFacts(200), secrets=[state])
+    assert state[:20] not in long.message and "[redacted]" in long.message
+    # Shorter runs are ordinary text: a message sharing a word with the secret keeps it.
+    plain = classify_rpc_error(-32602, "state for the server expired", None, HttpFacts(200), secrets=[state])
+    assert plain.message.endswith(": state for the server expired")

@@ -332,15 +332,39 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, delta)
 
 
+# A run of this many characters of a longer secret, quoted in a message, is taken for a piece of it.
+SECRET_PIECE = 16
+
+
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """Replace every secret (header values, requestState) occurring in `text`, make it storable (a server's
-    NUL or lone surrogate becomes U+FFFD), and shorten it."""
+    NUL or lone surrogate becomes U+FFFD), and shorten it. A server quoting part of a secret ("invalid state
+    eyJhbGciOi..." cut short, or the message cut here through it) gives away that part: any run of
+    `SECRET_PIECE` or more of a secret's characters is replaced too."""
     text = storable_text(text)
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
+    kept = [secret for secret in secrets if secret and len(secret) >= 4]
+    for secret in kept:
+        text = text.replace(secret, REDACTED)
     if len(text) > MAX_MESSAGE:
         text = text[:MAX_MESSAGE] + "..."
+    for secret in kept:
+        if len(secret) > SECRET_PIECE:
+            text = _pieces_redacted(text, secret)
+    return text
+
+
+def _pieces_redacted(text: str, secret: str) -> str:
+    """`text` with every run of at least `SECRET_PIECE` characters that also occurs in `secret` replaced."""
+    covered: list[list[int]] = []
+    for start in range(len(text) - SECRET_PIECE + 1):
+        if text[start : start + SECRET_PIECE] in secret:
+            end = start + SECRET_PIECE
+            if covered and start <= covered[-1][1]:
+                covered[-1][1] = end
+            else:
+                covered.append([start, end])
+    for start, end in reversed(covered):
+        text = text[:start] + REDACTED + text[end:]
     return text
 
 
