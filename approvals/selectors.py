@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet
-from django.db.models.functions import Least
+from django.db.models.functions import Coalesce, Least
 
 from approvals import safejson
 from approvals.models import (
     AuditEvent,
+    Decision,
     Gate,
     Grant,
     InputRequest,
@@ -231,14 +232,44 @@ def inbox_item(ir: InputRequest) -> dict[str, Any]:
     return item
 
 
+# Where `with_approvals` leaves a request's approvals so far, read with those of the rest of its page.
+_APPROVALS_READ = "_approvals_given"
+
+
+def _approvals_given(request_ids: list[Any]) -> list[Decision]:
+    """The approvals that count so far of these requests, oldest first, with their reviewers."""
+    return list(
+        Decision.objects.filter(
+            input_request__any=request_ids,
+            action=InputRequest.Action.ACCEPT,
+            superseded=False,
+            is_final=False,
+        )
+        .select_related("user")
+        .order_by("created_at", "pk")
+    )
+
+
+def with_approvals(requests: list[InputRequest]) -> list[InputRequest]:
+    """The requests, those needing several approvals with who approved so far (`approvals_summary`): one
+    statement for all of them, not one per request of an inbox page."""
+    several = [ir for ir in requests if ir.approvals_required > 1]
+    if not several:
+        return requests
+    given: dict[Any, list[Decision]] = {ir.pk: [] for ir in several}
+    for decision in _approvals_given(list(given)):
+        given[decision.input_request_id].append(decision)
+    for ir in several:
+        setattr(ir, _APPROVALS_READ, given[ir.pk])
+    return requests
+
+
 def approvals_summary(ir: InputRequest) -> dict[str, Any]:
     """For N-of-M policies: how many are needed, and who approved which values so far (later reviewers
     confirm those values, or send their own, which restarts the count)."""
-    given = (
-        ir.decisions.filter(action=InputRequest.Action.ACCEPT, superseded=False, is_final=False)
-        .select_related("user")
-        .order_by("created_at")
-    )
+    given = getattr(ir, _APPROVALS_READ, None)
+    if given is None:
+        given = _approvals_given([ir.pk])
     return {
         "required": ir.approvals_required,
         "given": [
@@ -402,7 +433,7 @@ def inbox_page(
     if position is not None:
         values["at"], values["key"], values["pk"] = position
     chosen = read(**values)
-    page = _INBOX_ITEMS(ids=[pk for pk, _, _ in chosen[:limit]]) if chosen else []
+    page = with_approvals(_INBOX_ITEMS(ids=[pk for pk, _, _ in chosen[:limit]])) if chosen else []
     if len(chosen) > limit:
         return page, inbox_cursor(*chosen[limit - 1])
     return page, None
@@ -504,7 +535,11 @@ def _queue_pending(user: Any, *, server: str, tool: str, mode: str, risk: str = 
     if risk in RISK_FILTERS:
         pending = pending.filter(policy__risk__in=RISK_FILTERS[risk])
     if server:
-        pending = pending.filter(round__call__server__slug=server)
+        # A relay for a server the hub does not know goes by the agent's label (its card's server).
+        pending = pending.filter(
+            Q(round__call__server__slug=server)
+            | Q(round__call__server__isnull=True, round__call__server_label=server)
+        )
     if tool:
         pending = pending.filter(round__call__tool=tool)
     if mode:
@@ -611,21 +646,48 @@ _ROUND_CARD = PreparedRead(
 )
 
 
-def queue_filter_choices(user: Any) -> dict[str, list[tuple[str, str]]]:
+# How many servers and tools the queue's filters offer at most: the names are the agents' and the servers' to
+# choose (a relay's tool and label are anything an agent writes), and every reviewer of the team reads the
+# list with every queue page. Those with the most requests waiting are offered; a link still filters by any.
+FILTER_CHOICES_MAX = 200
+
+
+def _most_waiting(rows: QuerySet[Any], value: str, shown: str) -> tuple[list[tuple[str, str]], bool]:
+    """(value, label) of the FILTER_CHOICES_MAX with the most pending requests among `rows`, by label; and
+    whether more wait."""
+    fields = list(dict.fromkeys((value, shown)))  # a tool is its own label
+    most = [
+        (row[0], row[-1])
+        for row in rows.values(*fields)
+        .annotate(waiting=Count("pk"))
+        .order_by("-waiting", shown, value)
+        .values_list(*fields)[: FILTER_CHOICES_MAX + 1]
+    ]
+    shown_first = sorted(most[:FILTER_CHOICES_MAX], key=lambda row: (row[1].casefold(), row[1], row[0]))
+    return shown_first, len(most) > FILTER_CHOICES_MAX
+
+
+def queue_filter_choices(user: Any) -> dict[str, Any]:
+    """The queue's filters' choices: the servers, tools and modes of what waits for this user (at most
+    FILTER_CHOICES_MAX servers and tools; ``more``: the names of the lists cut short)."""
     pending = answerable_input_requests(user).pending()
-    servers = (
-        pending.filter(round__call__server__isnull=False)
-        .values_list("round__call__server__slug", "round__call__server__name")
-        .distinct()
-        .order_by("round__call__server__name")
+    # Each server by its slug and name; a relay's for a server the hub does not know by the agent's label.
+    servers, more_servers = _most_waiting(
+        pending.annotate(
+            server_value=Coalesce("round__call__server__slug", "round__call__server_label"),
+            server_shown=Coalesce("round__call__server__name", "round__call__server_label"),
+        ),
+        "server_value",
+        "server_shown",
     )
-    tools = pending.values_list("round__call__tool", flat=True).distinct().order_by("round__call__tool")
+    tools, more_tools = _most_waiting(pending, "round__call__tool", "round__call__tool")
     modes = pending.values_list("mode", flat=True).distinct().order_by("mode")
     labels = dict(InputRequest.Mode.choices)
     return {
-        "servers": list(servers),
-        "tools": [(name, name) for name in tools],
+        "servers": servers,
+        "tools": tools,
         "modes": [(value, str(labels.get(value, value))) for value in modes],
+        "more": [name for name, cut in (("servers", more_servers), ("tools", more_tools)) if cut],
     }
 
 

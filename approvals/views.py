@@ -144,7 +144,7 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def _with_chosen(choices: dict[str, list[tuple[str, str]]], filters: dict[str, str]) -> dict[str, Any]:
+def _with_chosen(choices: dict[str, Any], filters: dict[str, str]) -> dict[str, Any]:
     """The filters' choices (what waits now), with the server and tool the page filters by among them even
     when nothing of theirs waits: the form then says what the list is filtered by, instead of "All"."""
     for name in ("server", "tool"):
@@ -298,6 +298,7 @@ def _gate_page(
 def queue(request: HttpRequest) -> HttpResponse:
     context = _queue_context(request)
     context["choices"] = _with_chosen(selectors.queue_filter_choices(request.user), context["filters"])
+    context["filter_choices_max"] = selectors.FILTER_CHOICES_MAX
     context["grant_suggestions"] = grants.suggestions(request.user)
     return render(request, "approvals/queue.html", context)
 

@@ -9,7 +9,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, Q, Value
+from django.db.models import (
+    Case,
+    CharField,
+    DateTimeField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Concat
 from django.db.models.signals import post_save, pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
@@ -17,7 +30,7 @@ from django.utils import timezone
 from approvals import broadcast
 from approvals.audit import core as audit
 from approvals.audit.core import Actor
-from approvals.models import ExpiryAction, Gate, InputRequest, Round, ToolCall
+from approvals.models import ExpiryAction, Gate, InputRequest, Notification, Round, Team, ToolCall
 from approvals.services import notifications
 from approvals.services.calls import call_finish
 from approvals.services.rounds import GONE_HANDLERS, expiry_action, notify_holders, round_mark_ready
@@ -103,11 +116,46 @@ def escalate_due(*, now: datetime, limit: int = 500) -> int:
     return escalated
 
 
+# The event of a round's expiry warning (`notifications.expiring_event`), computed by PostgreSQL.
+_EXPIRING_EVENT = Case(
+    When(round__extensions=0, then=Value("expiring")),
+    default=Concat(Value("expiring."), Cast("round__extensions", CharField())),
+    output_field=CharField(),
+)
+_NOTICE_KINDS = (("team", "team"), ("fallback", "escalation_team"))
+
+
+def _noticed(team: str, kind: str) -> Exists:
+    """Whether the request's `team` (a field) already has a notice of this `kind` for its current warning."""
+    return Exists(
+        Notification.objects.filter(
+            input_request=OuterRef("pk"), team=OuterRef(team), kind=kind, event=OuterRef("expiring_event")
+        )
+    )
+
+
+def _unwarned(team: Team | None, email: bool, chat: bool) -> bool:
+    """Whether `team` may still lack a notice of the warning: one of the kinds it asks for (by what it has
+    configured now) was not made yet. `notifications.notify` decides the rest, once per kind."""
+    if team is None:
+        return False
+    return (bool(team.notify_emails.strip()) and not email) or (bool(team.chat_webhook_url) and not chat)
+
+
 def warn_expiring(*, now: datetime) -> int:
     """Tell each team once per deadline when a round it holds will expire within ELICIT_EXPIRY_WARNING
     seconds: once, and once more after each extension (a team warned before a reviewer extended the round
-    would otherwise hear nothing before the new deadline)."""
+    would otherwise hear nothing before the new deadline). Returns how many requests are in that window.
+
+    Beat runs this every 15 s over the whole window: which teams were told already is read with the window,
+    in the same statement, so a run costs one statement plus the notices still to make, not a look for the
+    notices of every request in the window (of a backlog expiring within ten minutes, every run)."""
     soon = now + timedelta(seconds=settings.ELICIT_EXPIRY_WARNING)
+    noticed = {
+        f"{name}_{kind}": _noticed(field, kind)
+        for name, field in _NOTICE_KINDS
+        for kind in (Notification.Kind.EMAIL, Notification.Kind.CHAT)
+    }
     pending = (
         InputRequest.objects.pending()
         .filter(
@@ -120,14 +168,22 @@ def warn_expiring(*, now: datetime) -> int:
         # Its team, or the team it was escalated to: a request whose team was deleted while it waited is
         # still answered by its fallback team, which must hear of the deadline.
         .filter(Q(team__isnull=False) | Q(escalation_team__isnull=False))
+        .alias(expiring_event=_EXPIRING_EVENT)
+        .annotate(**noticed)
         .select_related("team", "escalation_team", "round")
     )
     warned = 0
     for ir in pending:
-        event = notifications.expiring_event(ir.round.extensions)
-        with transaction.atomic():
-            for team in {ir.team, ir.escalation_team} - {None}:
-                notifications.notify(ir=ir, team=team, event=event)
+        teams = [
+            team
+            for name, team in (("team", ir.team), ("fallback", ir.escalation_team))
+            if _unwarned(team, getattr(ir, f"{name}_email"), getattr(ir, f"{name}_chat"))
+        ]
+        if teams:
+            event = notifications.expiring_event(ir.round.extensions)
+            with transaction.atomic():
+                for team in dict.fromkeys(teams):
+                    notifications.notify(ir=ir, team=team, event=event)
         warned += 1
     return warned
 
