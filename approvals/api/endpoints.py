@@ -79,8 +79,32 @@ def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
+class _NotANumber(float):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a body (not JSON numbers), or a number too large for a
+    double (``1e400``, read as infinity), as parsed: kept so that `safejson.check` finds it where it is
+    (`on_http_error` names the place), and named as the body wrote it."""
+
+    shown: str
+
+    def __new__(cls, text: str) -> _NotANumber:
+        number = super().__new__(cls, text)
+        number.shown = text if len(text) <= 40 else text[:40] + "..."
+        return number
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+NOT_A_NUMBER = " is not a JSON number"  # safejson's reason for a value that is not finite
+
+
 def _not_a_number(name: str) -> Any:
-    raise safejson.Unstorable(f"{name} is not a JSON number")
+    return _NotANumber(name)
+
+
+def _a_number(text: str) -> float:
+    number = float(text)
+    return number if math.isfinite(number) else _NotANumber(text)
 
 
 class StrictJsonParser(Parser):
@@ -97,7 +121,9 @@ class StrictJsonParser(Parser):
         depth = settings.ELICIT_MAX_JSON_DEPTH
         text = request.body.decode("utf-8-sig")  # UnicodeDecodeError: a 400 (`on_http_error`)
         try:
-            value = json.loads(text, object_pairs_hook=_members, parse_constant=_not_a_number)
+            value = json.loads(
+                text, object_pairs_hook=_members, parse_constant=_not_a_number, parse_float=_a_number
+            )
         except RecursionError:
             raise safejson.Unstorable(f"nesting deeper than {depth} levels") from None
         except ValueError as exc:
@@ -238,13 +264,14 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     cause = exc.__cause__
     if isinstance(cause, safejson.Unstorable):
         where = cause.where.removeprefix("$").removeprefix(".") or "body"
-        return error(
-            request,
-            400,
-            "invalid_body",
-            f"The request body holds {cause.reason} at {cause.where}.",
-            {where: cause.reason},
-        )
+        message = f"The request body holds {cause.reason} at {cause.where}."
+        if cause.reason.endswith(NOT_A_NUMBER):
+            number = cause.reason.removesuffix(NOT_A_NUMBER)
+            if number in ("NaN", "Infinity", "-Infinity"):
+                message = f"The request body holds {number} at {cause.where}, which is not a JSON number."
+            else:
+                message = f"The request body holds {number} at {cause.where}, a number too large to store."
+        return error(request, 400, "invalid_body", message, {where: cause.reason})
     if isinstance(cause, DuplicateKey):
         return error(
             request,

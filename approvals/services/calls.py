@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
+import unicodedata
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -322,15 +325,85 @@ def _note_client(call: ToolCall, agent_client: dict[str, Any] | None) -> None:
         call.agent_client = agent_client
 
 
+# Letters of other scripts drawn as Latin ones (Cyrillic, Greek, Armenian), and the Latin letters and digits
+# drawn alike (I, l, 1, |; O, 0), each as the one letter they pass for: a label spelled with them reads as
+# the Latin name (`_as_drawn`).
+_DRAWN_AS = str.maketrans(
+    {
+        **dict.fromkeys("\u0430\u0410\u03b1\u0391", "a"),
+        **dict.fromkeys("\u0412\u0392", "b"),
+        **dict.fromkeys("\u0441\u0421\u03f2\u03f9", "c"),
+        **dict.fromkeys("\u0501", "d"),
+        **dict.fromkeys("\u0435\u0415\u0395", "e"),
+        **dict.fromkeys("\u04bb\u041d\u0397\u0570", "h"),
+        **dict.fromkeys("\u0456\u03b9", "i"),
+        **dict.fromkeys("\u0458\u0408\u037f", "j"),
+        **dict.fromkeys("\u041a\u039a\u03ba", "k"),
+        **dict.fromkeys("Il1|\u0406\u04c0\u04cf\u0399\u01c0", "l"),
+        **dict.fromkeys("\u041c\u039c", "m"),
+        **dict.fromkeys("\u039d\u0578", "n"),
+        **dict.fromkeys("0\u043e\u041e\u03bf\u039f\u0585\u0555", "o"),
+        **dict.fromkeys("\u0440\u0420\u03c1\u03a1", "p"),
+        **dict.fromkeys("\u051b\u051a", "q"),
+        **dict.fromkeys("\u0455\u0405", "s"),
+        **dict.fromkeys("\u0422\u03a4", "t"),
+        **dict.fromkeys("\u03c5\u057d", "u"),
+        **dict.fromkeys("\u03bd\u0474\u0475", "v"),
+        **dict.fromkeys("\u051d\u051c", "w"),
+        **dict.fromkeys("\u0445\u0425\u03a7\u03c7", "x"),
+        **dict.fromkeys("\u0443\u0423\u04af\u04ae\u03a5", "y"),
+        **dict.fromkeys("\u0396", "z"),
+    }
+)
+# Drawn as nothing though not format characters (which `reading` drops): the combining grapheme joiner,
+# variation selectors, Mongolian free variation selectors; and drawn as a blank, so read as a space: the
+# Hangul fillers (NFKC makes U+3164 and U+FFA0 U+1160) and the blank Braille pattern.
+_DRAWN_AS_NOTHING = re.compile("[\u034f\u17b4\u17b5\u180b-\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef]+")
+_DRAWN_AS_BLANK = re.compile("[\u115f\u1160\u3164\uffa0\u2800]")
+
+
+def _as_drawn(text: str) -> tuple[str, str]:
+    """`text` as a reviewer sees it drawn, twice: in any case (`reading`: case, runs of spaces, format
+    characters and full-width letters aside), then with letters drawn alike as one (`_DRAWN_AS`); and with
+    those letters read as one first, so a capital I passes for an l too, then in any case. Empty when it shows
+    as nothing."""
+    shown = unicodedata.normalize("NFKC", text)
+    shown = _DRAWN_AS_BLANK.sub(" ", _DRAWN_AS_NOTHING.sub("", shown))
+    return reading(shown).translate(_DRAWN_AS), reading(shown.translate(_DRAWN_AS))
+
+
 def _lookalike(agent: AgentClient, label: str) -> bool:
     """Whether a relay's label reads as a registered server the agent may not use: its slug or its name, in
     any case, spaces aside: as a reader takes it in (runs of spaces one, invisible characters none, full-width
-    letters plain)."""
-    text = reading(label)
-    if not text:
+    letters plain, a Cyrillic or Greek letter drawn as a Latin one that one: `_as_drawn`)."""
+    text = _as_drawn(label)
+    if not text[0]:
         return False
     others = McpServer.objects.exclude(pk__in=agent.servers.values("pk")).values_list("slug", "name")
-    return any(text in (reading(slug), reading(name)) for slug, name in others.iterator())
+    for slug, name in others.iterator():
+        for other in (_as_drawn(slug), _as_drawn(name)):
+            if text[0] == other[0] or text[1] == other[1]:
+                return True
+    return False
+
+
+def _malformed(problems: dict[str, str]) -> Invalid:
+    """The 400 of a relay's malformed input requests: each named, up to as many as a round may hold (a body
+    of thousands of keys would get an answer several times its size, naming each again)."""
+    limit = settings.ELICIT_MAX_INPUT_REQUESTS
+    message = "Some input requests are malformed."
+    if len(problems) > limit:
+        message = f"{len(problems)} input requests are malformed; the first {limit} are named."
+    return Invalid(message, code="invalid_body", fields=dict(itertools.islice(problems.items(), limit)))
+
+
+def _audited_keys(input_requests: dict[str, Any]) -> dict[str, Any]:
+    """A relay's keys as its audit event keeps them: all of them, or, past the most a round holds (a round
+    refused as a whole), as many as that and their count, as the round's own event (``round.opened``)."""
+    limit = settings.ELICIT_MAX_INPUT_REQUESTS
+    if len(input_requests) <= limit:
+        return {"keys": list(input_requests)}
+    return {"keys": list(itertools.islice(input_requests, limit)), "key_count": len(input_requests)}
 
 
 def relay_submit(
@@ -369,7 +442,7 @@ def relay_submit(
         if len(key) > MAX_KEY
     )
     if problems:
-        raise Invalid("Some input requests are malformed.", code="invalid_body", fields=problems)
+        raise _malformed(problems)
     if len(server_slug) > MAX_LABEL:
         raise Invalid(
             f"server is at most {MAX_LABEL} characters: a server's slug, or a label for one the hub does "
@@ -378,6 +451,13 @@ def relay_submit(
             fields={"server": f"at most {MAX_LABEL} characters"},
         )
     known = McpServer.objects.filter(slug=server_slug).first()
+    if known is None and not _as_drawn(server_slug)[0]:
+        # Blank, or invisible characters only: reviewers would see questions from no server at all.
+        raise Invalid(
+            "server shows as nothing: give a server's slug, or a label for one the hub does not know.",
+            code="invalid_body",
+            fields={"server": "shows as nothing"},
+        )
     if known is not None and not agent.servers.filter(pk=known.pk).exists():
         raise Forbidden(
             f"This agent may not relay for the server {server_slug!r}.", code="server_not_allowed"
@@ -416,7 +496,7 @@ def relay_submit(
                 actor=Actor.agent(agent),
                 verb="relay.submitted",
                 call=call,
-                data={"tool": tool, "arguments": arguments, "keys": list(input_requests)},
+                data={"tool": tool, "arguments": arguments, **_audited_keys(input_requests)},
             )
             round_open(
                 call=call,
