@@ -9,10 +9,14 @@ import http.server
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from approvals import netguard
+from approvals.models import ToolCall
+from tests import factories
+from tests.hub import Agent
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):
@@ -71,3 +75,23 @@ def test_without_a_timeout_the_check_waits_for_the_lookup(monkeypatch: pytest.Mo
         "http://hooks.example.test/in", allow=netguard.Allow.parse("127.0.0.0/8"), resolve=_slow(0.3)
     )
     assert checked.addresses == ("127.0.0.1",)
+
+
+@pytest.mark.django_db
+def test_a_callback_whose_name_resolves_slowly_is_refused_at_submit_in_time(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent names its callback's host, so its name server decides how long the lookup at submit takes:
+    it held the API request as long as the system's resolver retried. Now ELICIT_WEBHOOK_TIMEOUT at most."""
+    settings.ELICIT_WEBHOOK_TIMEOUT = 0.5
+    monkeypatch.setattr(netguard, "resolver", _slow(3.0))
+    _, token = factories.agent("ci-bot", servers=[factories.server("deploy")])
+    started = time.monotonic()
+    response = Agent(token).post(
+        "/calls", {"server": "deploy", "tool": "x", "callback_url": "https://hooks.slow.test/in"}
+    )
+    assert time.monotonic() - started < 2.0
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_callback_url" and "did not resolve in time" in error["message"]
+    assert not ToolCall.objects.exists()

@@ -40,12 +40,14 @@ FINAL_EVENT: dict[str, str] = {
 
 
 def check_callback_url(url: str) -> str:
-    """Judge an agent's callback URL through the outbound guard; https only outside development."""
+    """Judge an agent's callback URL through the outbound guard; https only outside development. Its name's
+    lookup waits ELICIT_WEBHOOK_TIMEOUT at most, as a delivery's does: the agent names the host, and a name
+    server that answers slowly would hold the request as long as the system's resolver retries."""
     if not url:
         return ""
     schemes = ("https", "http") if settings.ELICIT_WEBHOOK_ALLOW_HTTP else ("https",)
     try:
-        netguard.check_url(url, schemes=schemes)
+        netguard.check_url(url, schemes=schemes, lookup_timeout=settings.ELICIT_WEBHOOK_TIMEOUT)
     except netguard.Refused as exc:
         raise Invalid(
             f"callback_url is refused: {exc.message}.",
