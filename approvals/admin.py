@@ -12,7 +12,8 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, Permission
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import validate_email
 from django.db import models, transaction
@@ -239,9 +240,48 @@ def _users_deleting(users: Sequence[Any], *, actor: Actor) -> Iterator[None]:
             config_audit.saved(agent, before[agent.pk], actor=actor)
 
 
+# What makes an account more than its holder: shown, never changed, to a user who is not a superuser.
+PRIVILEGES = ("is_superuser", "groups", "user_permissions")
+
+
+def _holds_more(account: Any, user: Any) -> bool:
+    """Whether `account` holds more than `user`: it is a superuser and `user` is not, or it holds a
+    permission (its own or a group's, whether or not it is active: it may be made active again) that `user`
+    lacks."""
+    if user.is_superuser:
+        return False
+    if account.is_superuser:
+        return True
+    held = Permission.objects.filter(Q(user=account) | Q(group__user=account)).values_list(
+        "content_type__app_label", "codename"
+    )
+    return not {f"{app}.{codename}" for app, codename in held} <= user.get_all_permissions()
+
+
 class AuditedUserAdmin(HubAdmin, UserAdmin):
     """Django's own user admin, but a user's deletion audits the configuration it takes along, and its list
-    filters only as offered (not on a password's hash)."""
+    filters only as offered (not on a password's hash).
+
+    Only a superuser grants privileges (`PRIVILEGES`), and an account that holds more than the signed-in user
+    (a superuser, or a permission they lack: `_holds_more`) is theirs only to view: whoever may change users
+    (to add reviewers, to deactivate one who left) could otherwise make themselves a superuser, give
+    themselves a group's permissions, or take over a stronger account by setting its password."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += [name for name in PRIVILEGES if name not in fields]
+        return fields
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and _holds_more(obj, request.user):
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and _holds_more(obj, request.user):
+            return False
+        return super().has_delete_permission(request, obj)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         with _users_deleting([obj], actor=Actor.user(request.user)):
@@ -254,6 +294,19 @@ class AuditedUserAdmin(HubAdmin, UserAdmin):
 
 admin.site.unregister(get_user_model())
 admin.site.register(get_user_model(), AuditedUserAdmin)
+
+
+class HubGroupAdmin(HubAdmin, GroupAdmin):
+    """Django's own group admin, but only a superuser changes what a group permits: whoever may change
+    groups could otherwise give every permission to a group they are in."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.is_superuser else [*fields, "permissions"]
+
+
+admin.site.unregister(Group)
+admin.site.register(Group, HubGroupAdmin)
 
 
 class KeepsPendingAdmin(AuditedAdmin):
@@ -350,6 +403,7 @@ class StorableJSONField(forms.JSONField):
 
 
 class McpServerForm(SeenStateForm):
+    may_run_commands = True  # whether the user may set what the hub runs (`_check_may_run`): `get_form` says
     new_headers = forms.CharField(
         label="Set credentials",
         required=False,
@@ -481,6 +535,7 @@ class McpServerForm(SeenStateForm):
             except ValueError as exc:
                 self.add_error("command", str(exc))
             else:
+                self._check_may_run(cleaned)
                 self._check_environment_follows(cleaned)
         else:
             if not cleaned.get("url") and "url" not in self.errors:
@@ -505,6 +560,28 @@ class McpServerForm(SeenStateForm):
                 "new_headers",
                 f"The stored credentials were set for {before or 'another address'}; to send requests to "
                 f"{after or 'this address'}, set them again here, or remove them.",
+            )
+
+    def _check_may_run(self, cleaned: dict[str, Any]) -> None:
+        """A stdio server's command, arguments and environment (``LD_PRELOAD``, ``NODE_OPTIONS``...) say
+        what the hub runs on its own host, as the hub's user, who can read the hub's secrets: only a
+        superuser registers one or changes them. Whoever may only change servers could otherwise make
+        themselves a superuser by running a program of theirs. Removing the environment is a change that runs
+        nothing new."""
+        if self.may_run_commands:
+            return
+        stored = self.instance
+        same = (
+            stored.pk is not None
+            and stored.transport == McpServer.Transport.STDIO
+            and (cleaned.get("command"), cleaned.get("arguments") or [])
+            == (stored.command, list(stored.args or []))
+        )
+        if not same or cleaned.get("new_env"):
+            self.add_error(
+                "command",
+                "Only a superuser registers a server the hub runs (stdio) or changes its command, arguments "
+                "or environment: they run on the hub's own host.",
             )
 
     def _check_environment_follows(self, cleaned: dict[str, Any]) -> None:
@@ -566,6 +643,12 @@ class McpServerAdmin(AuditedAdmin):
     list_filter = ["era"]
     search_fields = ["slug", "name"]  # not the URL: a search would tell its hidden values letter by letter
     readonly_fields = ["probe_details"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if request.user.is_superuser:
+            return form
+        return type(form.__name__, (form,), {"may_run_commands": False})
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         """Read-only (a user who may only view servers), a field shows as stored: the URL only as shown."""
@@ -694,8 +777,43 @@ class PersonalTokenAdmin(AuditedAdmin):
         return False
 
 
+class ShownRowForm(forms.ModelForm):
+    """An inline's row compared with the values the page showed (each field with its hidden initial value),
+    not with those stored as the page is saved: a row is saved only where this admin changed it. Compared with
+    the stored row, every row someone else changed since the page was shown (a member made a viewer) would
+    count as changed, be put back as shown, unseen, and recorded as this admin's change. A row both changed
+    is refused, saying so."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            field.show_hidden_initial = True
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.instance.pk and self.has_changed() and self._changed_meanwhile():
+            raise forms.ValidationError(
+                f"“{self.instance}” was changed by someone else since this page was opened. Reload the page "
+                "to see that change, then make yours again: saving this row would undo it.",
+                code="changed_meanwhile",
+            )
+        return cleaned
+
+    def _changed_meanwhile(self) -> bool:
+        """A field's stored value is not the one the page showed (a post without them is not checked)."""
+        for name, field in self.fields.items():
+            shown_as = self[name].html_initial_name
+            if shown_as not in self.data:
+                continue
+            shown = field.hidden_widget().value_from_datadict(self.data, self.files, shown_as)
+            if field.has_changed(self.get_initial_for_field(field, name), shown):
+                return True
+        return False
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
+    form = ShownRowForm
     extra = 1
     autocomplete_fields = ["user"]
 
@@ -1074,8 +1192,14 @@ class InputRequestAdmin(ReadOnlyAdmin):
     list_display = ["key", "mode", "status", "action", "team", "answered_by", "created_at"]
     list_select_related = ["team", "answered_by"]
     list_filter = ["status", "mode", "team"]
-    exclude = ["params", "content"]
-    readonly_fields = ["answer"]
+    # A URL-mode request's page often carries a sign-in link's token in its query or path: shown as the rest
+    # of the hub shows a stored URL (the audit trail names only where it was). The params hold it verbatim.
+    exclude = ["params", "content", "url"]
+    readonly_fields = ["address", "answer"]
+
+    @admin.display(description="URL")
+    def address(self, obj: InputRequest) -> str:
+        return urlsafety.shown(obj.url) if obj.url else "—"
 
     @admin.display(description="content")
     def answer(self, obj: InputRequest) -> str:

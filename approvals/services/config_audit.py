@@ -163,13 +163,20 @@ def get_or_create(
 
 
 def update_or_create(
-    model: type[M], *, actor: Actor, defaults: dict[str, Any], **lookup: Any
+    model: type[M],
+    *,
+    actor: Actor,
+    defaults: dict[str, Any],
+    create_defaults: dict[str, Any] | None = None,
+    **lookup: Any,
 ) -> tuple[M, bool]:
     """``update_or_create``, audited: created, or what it changed."""
     with transaction.atomic():
         existing = model._default_manager.select_for_update().filter(**lookup).first()
         before = state(existing) if existing is not None else None
-        obj, made = model._default_manager.update_or_create(defaults=defaults, **lookup)
+        obj, made = model._default_manager.update_or_create(
+            defaults=defaults, create_defaults=create_defaults, **lookup
+        )
         saved(obj, before, actor=actor)
     return obj, made
 

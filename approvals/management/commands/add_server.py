@@ -30,9 +30,14 @@ class Command(HubCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("slug")
         parser.add_argument("url", nargs="?", default="", help="a Streamable HTTP server's URL")
-        parser.add_argument("--name", default="")
         parser.add_argument(
-            "--team", default="", help="slug of the team that answers its requests by default"
+            "--name", default="", help="how reviewers see it (default: its slug, or the name already set)"
+        )
+        parser.add_argument(
+            "--team",
+            default="",
+            help="slug of the team that answers its requests by default (default: none, or the team already "
+            "set)",
         )
         parser.add_argument(
             "--header", action="append", default=[], help='"Name: value", sent with every request'
@@ -154,23 +159,23 @@ class Command(HubCommand):
         self, slug: str, name: str, team: str, era: str | None, fields: dict[str, Any]
     ) -> tuple[McpServer, str]:
         """Create or update the server with `fields`, its name, default team and era: (server, verb). Audited,
-        with the team it creates (secrets only as set, changed or cleared)."""
+        with the team it creates (secrets only as set, changed or cleared). On a server already registered, a
+        name, team or era not given stays as stored: re-registering it for a new credential must not send its
+        requests to no team (any staff member's). A new server is named after its slug, of no team."""
         with transaction.atomic():
-            default_team = None
+            given: dict[str, Any] = {"name": name} if name else {}
             if team:
-                default_team, _ = config_audit.get_or_create(
+                given["default_team"], _ = config_audit.get_or_create(
                     Team, actor=ACTOR, slug=team, defaults={"name": team.replace("-", " ").title()}
                 )
+            if era:
+                given["era"] = era
             server, created = config_audit.update_or_create(
                 McpServer,
                 actor=ACTOR,
                 slug=slug,
-                defaults={
-                    **fields,
-                    "name": name or slug.replace("-", " ").title(),
-                    "default_team": default_team,
-                    **({"era": era} if era else {}),
-                },
+                defaults={**fields, **given},
+                create_defaults={"name": slug.replace("-", " ").title(), **fields, **given},
             )
         return server, "registered" if created else "updated"
 

@@ -76,3 +76,9 @@ class Command(HubCommand):
             else:
                 self.stdout.write("Webhooks are signed by the new secret only, from now on.")
         self.stdout.write("Store it now: it is not shown again.")
+        if not agent.is_active:
+            # The API refuses a deactivated agent's token: say so, or the new one reads as working.
+            self.stdout.write(
+                f"{shown(agent.name)} is deactivated: its token works once it is active again (the admin's "
+                "Agents)."
+            )
