@@ -22,10 +22,12 @@ import math
 import re
 import threading
 import unicodedata
+import urllib.parse
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -89,6 +91,10 @@ _AUTH_VALUE = re.compile(r"\s*(bearer|basic)\s+(?=\S*\d)[A-Za-z0-9._~+/=-]{16,}\
 # "://" on, not from the scheme: a search that starts at every word would take seconds on a megabyte. One
 # already masked as the admin shows it (``urlsafety.shown``: user:***@) stays as it is.
 _URL_PASSWORD = re.compile(r"://([^\s/?#@:]*):(?!\*\*\*@)[^\s/?#]*@")
+# The value of a parameter named as a secret (``?access_token=...``, ``&api_key=...``, ``#id_token=...``, a
+# form body's ``password=...``), in a URL's query or fragment or anywhere a parameter starts (after ``?``,
+# ``&``, ``#``, ``;`` or at the text's start): the same names as a key's (``_SECRET_KEY``), read decoded.
+_PARAMETER = re.compile(r"(?:^|(?<=[?&#;]))([A-Za-z0-9_.~%+-]{1,100})=([^&#\s]+)")
 
 
 def redact(value: Any) -> Any:
@@ -107,8 +113,20 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         if _AUTH_VALUE.fullmatch(value):
             return REDACTED
-        return _URL_PASSWORD.sub(rf"://\1:{REDACTED}@", _HUB_TOKEN.sub(REDACTED, value))
+        text = _URL_PASSWORD.sub(rf"://\1:{REDACTED}@", _HUB_TOKEN.sub(REDACTED, value))
+        return _PARAMETER.sub(_parameter_redacted, text) if "=" in text else text
     return value
+
+
+def _parameter_redacted(found: re.Match[str]) -> str:
+    name, value = found.groups()
+    if value == MASKED or not _secret_name(urllib.parse.unquote_plus(name)):
+        return found.group(0)  # not a secret's name, or already masked as the admin shows it (``***``)
+    return f"{name}={REDACTED}"
+
+
+# How `urlsafety.shown` writes a hidden value; a parameter already masked so stays as it is.
+MASKED = "***"
 
 
 _PAIR_NAMES = frozenset({"name", "key"})
@@ -300,29 +318,21 @@ def append_many(rows: Sequence[Mapping[str, Any]]) -> int:
     Each row gives ``at``, ``actor_type``, ``actor_id``, ``actor_label``, ``verb`` and ``data``, and may give
     ``call_id``, ``input_request_id``, ``server_slug``, ``team_slug`` and ``tool``; the chain's own columns
     (ids, hashes, action, outcome) are computed here. Verbs must be registered and data is redacted, as in
-    ``record``. Holds the chain lock until the caller's transaction commits, like ``record``.
+    ``record``; each row's columns are normalised as the table will read them back (``_imported_columns``:
+    ``at`` an aware datetime or ISO 8601 text with its offset, kept in UTC), or the whole import is refused.
+    Holds the chain lock until the caller's transaction commits, like ``record``.
     """
     if not rows:
         return 0
     prepared = []
-    for row in rows:
+    for number, row in enumerate(rows):
         verb = row["verb"]
-        if not verbs.is_registered(verb):
+        if not isinstance(verb, str) or not verbs.is_registered(verb):
             raise ValueError(f"{verb!r} is not in the registry of audit verbs (approvals.audit.verbs)")
         data = redact(storable(row.get("data") or {}, verb))
         action, outcome = derive_action_outcome(verb, data)
         prepared.append(
-            {
-                "call_id": None,
-                "input_request_id": None,
-                "server_slug": "",
-                "team_slug": "",
-                "tool": "",
-                **row,
-                "data": data,
-                "action": action,
-                "outcome": outcome,
-            }
+            {**_imported_columns(row, number), "data": data, "action": action, "outcome": outcome}
         )
     columns = list(ROW_FIELDS)
     with transaction.atomic(), connection.cursor() as cursor:
@@ -334,6 +344,44 @@ def append_many(rows: Sequence[Mapping[str, Any]]) -> int:
                 values["data"] = json.dumps(values["data"], ensure_ascii=False)
                 copy.write_row([values[column] for column in columns])
     return len(prepared)
+
+
+_TEXT_COLUMNS = ("actor_type", "actor_id", "actor_label", "verb", "server_slug", "team_slug", "tool")
+_UUID_COLUMNS = ("call_id", "input_request_id")
+
+
+def _imported_columns(row: Mapping[str, Any], number: int) -> dict[str, Any]:
+    """An imported row's columns as the table will give them back, so the hash written is the hash verified
+    (``storable`` does the same for its data), or ValueError naming the row and the column.
+
+    ``at`` becomes UTC: the table reads every time back in UTC, so a time hashed as ``+01:00``, or naive, or
+    as a string spelled otherwise (``Z``) would never verify, and an audit row cannot be corrected. A call's
+    or input request's id is hashed as the table reads it (lowercase, hyphenated); the text columns must be
+    text (an actor id of ``5`` reads back as ``"5"``)."""
+    where = f"imported audit event {number}"
+    at = row["at"]
+    if isinstance(at, str):
+        try:
+            at = datetime.fromisoformat(at)
+        except ValueError:
+            raise ValueError(f"{where}: at is not an ISO 8601 time: {at[:40]!r}") from None
+    if not isinstance(at, datetime) or timezone.is_naive(at):
+        raise ValueError(f"{where}: at must be a date-time with its UTC offset, not {str(at)[:40]!r}")
+    columns: dict[str, Any] = {"at": at.astimezone(UTC)}
+    for name in _TEXT_COLUMNS:
+        value = row.get(name, "")
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: {name} must be text, not a {type(value).__name__}")
+        columns[name] = safejson.storable_text(value)
+    if columns["actor_type"] not in AuditEvent.ActorType.values:
+        raise ValueError(f"{where}: actor_type {columns['actor_type'][:20]!r} is not user, agent or system")
+    for name in _UUID_COLUMNS:
+        value = row.get(name)
+        try:
+            columns[name] = uuid.UUID(str(value)) if value else None
+        except ValueError:
+            raise ValueError(f"{where}: {name} is not a UUID: {str(value)[:40]!r}") from None
+    return columns
 
 
 def _team_of(call: ToolCall | None, input_request: InputRequest | None) -> str:

@@ -97,7 +97,8 @@ def summarised(events: list[AuditEvent]) -> list[AuditEvent]:
             .values_list("id", "summary")
         )
         for event in events:
-            event.summary = summaries.get(event.id, "")  # type: ignore[attr-defined]
+            # Redacted as shown, as a timeline's data is (a row may predate a rule of ``redact``).
+            event.summary = redact(summaries.get(event.id) or "")  # type: ignore[attr-defined]
     return events
 
 
@@ -264,13 +265,16 @@ def timeline(
         requests = {ir.pk: ir for ir in InputRequest.objects.filter(round__call=call, pk__in=shown)}
     entries = []
     for event in events:
-        entry: dict[str, Any] = {"event": event, "data": _pretty(event.data)}
+        # Redacted again as shown: a row recorded before a rule of ``redact`` existed keeps what it recorded
+        # (its hash covers it, exports give it as it is), but no page shows a secret a rule now finds.
+        data = redact(event.data)
+        entry: dict[str, Any] = {"event": event, "data": _pretty(data)}
         ir = requests.get(event.input_request_id) if event.input_request_id else None
         if event.verb in {"input.requested", "input.unsupported"}:
             entry["shown"] = {
-                "message": event.data.get("message", ""),
-                "mode": event.data.get("mode", ""),
-                "flags": event.data.get("flags") or [],
+                "message": data.get("message", ""),
+                "mode": data.get("mode", ""),
+                "flags": data.get("flags") or [],
                 "schema": _pretty(ir.requested_schema) if ir and ir.requested_schema else "",
                 "schema_version": schema_forms.fingerprint(ir.requested_schema)[:12]
                 if ir and ir.requested_schema
@@ -280,11 +284,9 @@ def timeline(
             }
         elif event.verb == "input.answered":
             entry["sent"] = {
-                "action": event.data.get("action", ""),
-                "content": _pretty(event.data.get("content"))
-                if event.data.get("content") is not None
-                else "",
-                "reason": event.data.get("reason", ""),
+                "action": data.get("action", ""),
+                "content": _pretty(data.get("content")) if data.get("content") is not None else "",
+                "reason": data.get("reason", ""),
             }
         elif event.verb == "round.opened":
             rnd = rounds.get(event.data.get("round"))

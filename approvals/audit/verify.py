@@ -11,7 +11,9 @@ much that proves; 1 names the first line that does not; 2 means a file could not
 
 What is checked:
 
-* every event line: ``hash == sha256(prev_hash + canonical(event))``, so a changed field fails;
+* every event line: ``hash == sha256(prev_hash + canonical(event))``, so a changed field fails; and it holds
+  only what the hash covers, in the types an export writes (a field or a CSV cell beyond the columns, or
+  ``"tool": false`` where the hash reads ``""``, fails: the file would show what its hashes do not vouch for);
 * every export: ids rise, and an event whose id directly follows the one before it links to it (chain order
   is id order; ids can skip, as an append that is rolled back has used its ids, but never the chain);
 * JSON Lines only: the trailer's ``count`` and ``digest`` (sha256 over the events' hashes, in file order),
@@ -169,6 +171,36 @@ class Result:
         return self.line is None
 
 
+# What an event line holds: the columns (``tool``, ``action`` and ``outcome`` may be absent: the hash leaves
+# them out when empty) and, in JSON Lines, its ``type``. Each field the hash covers has one type: a value the
+# hash reads the same in another type (``"tool": false`` for ``""``, ``"id": true`` for 1, ``"call_id": 0``
+# for null) or a field the hash leaves out would let a file show what its hashes do not vouch for.
+_OPTIONAL = frozenset({"tool", "action", "outcome"})
+_EVENT_KEYS = frozenset({"type", *COLUMNS})
+_TEXTS = ("at", "actor_type", "actor_id", "actor_label", "verb", "server", "team", "prev_hash", "hash")
+
+
+def _check_shape(row: Mapping[str, Any]) -> None:
+    """ValueError when an event line holds more, or other, than its hash covers (the line is then reported
+    unreadable, as one that is not JSON)."""
+    event = f"event #{str(row.get('id'))[:30]}"
+    extra = sorted(str(key) for key in row if key not in _EVENT_KEYS)
+    if extra:
+        keys = ", ".join(repr(key[:40]) for key in extra[:3])
+        raise ValueError(f"{event} carries {keys}, which its hash does not cover")
+    missing = [key for key in COLUMNS if key not in row and key not in _OPTIONAL]
+    if missing:
+        raise ValueError(f"{event} has no {', '.join(missing)}")
+    if not isinstance(row["id"], int) or isinstance(row["id"], bool) or row["id"] < 1:
+        raise ValueError(f"{event}: its id is not a whole number")
+    wrong = [key for key in _TEXTS if not isinstance(row[key], str)]
+    wrong += [key for key in sorted(_OPTIONAL) if key in row and not isinstance(row[key], str)]
+    wrong += [key for key in ("call_id", "input_request_id") if not isinstance(row[key], (str, type(None)))]
+    wrong += [] if isinstance(row["data"], dict) else ["data"]
+    if wrong:
+        raise ValueError(f"{event}: {', '.join(wrong)} is not of the type an export writes")
+
+
 class Span:
     """The events of a file, checked one by one as they are read, and what they show about the chain.
 
@@ -194,7 +226,8 @@ class Span:
 
     def add(self, number: int, row: Mapping[str, Any]) -> Result | None:
         """Check one event (line ``number``); the failure, if it fails."""
-        event_id = int(row["id"])
+        _check_shape(row)
+        event_id = row["id"]
         problem = self._order(event_id) or self._link(event_id, row["prev_hash"])
         if not problem and event_hash(row["prev_hash"], row) != row["hash"]:
             problem = f"event #{event_id} does not match its hash"
@@ -381,8 +414,18 @@ def _jsonl_span(text: str, head: Mapping[str, Any] | None) -> Span:
     return Span(anchor=anchor, through=through, pin=None if head is None else head["head_id"])
 
 
-def csv_row(values: Mapping[str, str]) -> dict[str, Any]:
+def csv_row(values: Mapping[str | None, Any]) -> dict[str, Any]:
+    """A CSV row as the event it exports (the types a JSON Lines line has); ValueError when a row has more or
+    fewer cells than the header names (a cell beyond them is not covered by the hash)."""
+    if None in values or any(values[key] is None for key in COLUMNS):
+        cells = sum(values[key] is not None for key in COLUMNS) + len(values.get(None) or ())
+        raise ValueError(f"the row has {cells} cells; the header names {len(COLUMNS)}")
     row: dict[str, Any] = {key: unescape_cell(values[key]) for key in COLUMNS}
+    if not re.fullmatch(r"[0-9]{1,19}", row["id"]):
+        raise ValueError(f"the id {row['id'][:30]!r} is not a whole number")
+    row["id"] = int(row["id"])
+    for key in ("call_id", "input_request_id"):
+        row[key] = row[key] or None
     row["data"] = json.loads(row["data"])
     return row
 

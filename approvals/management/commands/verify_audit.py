@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from approvals.audit import core as audit
-from approvals.management.commands._cli import HubCommand
+from approvals.management.commands._cli import HubCommand, shown
 from approvals.models import AuditEvent
 
 
@@ -76,14 +76,16 @@ def _saved_head(saved: dict[str, Any]) -> str:
         raise CommandError(
             f"event #{head_id}, the saved head, is gone, and the audit.pruned event #{prune.id} that would "
             f"have removed it {problem}: that prune was not the hub's retention, the events through "
-            f"#{prune.data.get('last_id')} were cut"
+            f"#{shown(prune.data.get('last_id'))} were cut"
         )
-    # Any session that may write the table can record a prune; only whoever ran it can say it was theirs.
+    # Any session that may write the table can record a prune; only whoever ran it can say it was theirs, and
+    # what its record says is printed as a terminal cannot obey (a forged one may hold escape sequences).
     return (
         f"saved head #{head_id} was removed by a prune (audit.pruned event #{prune.id}, by "
-        f"{prune.actor_label!r} at {prune.at.isoformat()}, through #{prune.data.get('last_id')}, of events "
-        f"before {prune.data.get('before')}): it vouches for nothing left; save a newer head, and if no one "
-        "here ran that prune, the events it names were cut"
+        f"{shown(repr(prune.actor_label))} at {prune.at.isoformat()}, through "
+        f"#{shown(prune.data.get('last_id'))}, of events before {shown(prune.data.get('before'))[:100]}): it "
+        "vouches for nothing left; save a newer head, and if no one here ran that prune, the events it names "
+        "were cut"
     )
 
 
