@@ -399,9 +399,21 @@ def round_requests(call_id: Any, round_id: int) -> dict[str, InputRequest]:
     return {ir.key: ir for ir in found}
 
 
-def call_owner(call_id: Any) -> tuple[int, str] | None:
-    """(agent id, "<server slug>\\0<tool>") of a call, to check a retry names one of the agent's own calls."""
-    found = ToolCall.objects.filter(pk=call_id).values_list("agent_id", "server__slug", "tool").first()
+def retried_call(call_id: Any, agent_id: int, name: str, slug: str | None) -> bool:
+    """Whether a 2026-07-28 retry naming the tool ``name`` on `/mcp` (``slug`` None) or `/mcp/<slug>` may
+    answer the call ``call_id``: the agent's own call, of a server it may still use, of the tool that name
+    gave it. Found by the call, not by the stored tool lists: an upstream that drops or renames the tool
+    while its question waits (a refresh) leaves the call it already sent answerable."""
+    found = (
+        ToolCall.objects.filter(
+            pk=call_id, agent_id=agent_id, server__enabled=True, server__agents__pk=agent_id
+        )
+        .values_list("server__slug", "tool")
+        .first()
+    )
     if found is None:
-        return None
-    return found[0], f"{found[1]}\0{found[2]}"
+        return False
+    server, tool = found
+    if slug is not None:
+        return server == slug and tool == name
+    return gateway_name(server, tool) == name

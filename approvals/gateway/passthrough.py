@@ -31,7 +31,7 @@ from starlette.requests import Request
 from approvals import safejson
 from approvals.gateway import catalog
 from approvals.gateway.names import shown
-from approvals.models import AgentClient
+from approvals.models import AgentClient, InputRequest
 from approvals.services import answers
 from approvals.services.errors import AnswerInvalid, Invalid, ServiceError
 
@@ -126,6 +126,14 @@ def _answer(ir_id: str, agent: AgentClient, response: dict[str, Any]) -> None:
     )
 
 
+def _check(ir: InputRequest, response: dict[str, Any]) -> None:
+    """Refuse (a ServiceError) an answer to a pending request that `_answer` would refuse as invalid. One
+    no longer pending is left to `_answer`: the same answer again is no error (a retry that lost its
+    response)."""
+    if ir.status == InputRequest.Status.PENDING:
+        answers.validate_answer(ir, str(response.get("action")), response.get("content"))
+
+
 def _refusal(exc: ServiceError, key: str) -> MCPError:
     data: dict[str, Any] = {"code": exc.code, "key": key}
     if getattr(exc, "fields", None):
@@ -134,15 +142,16 @@ def _refusal(exc: ServiceError, key: str) -> MCPError:
 
 
 async def record_responses(
-    db: Any, agent: AgentClient, state: str, responses: dict[str, Any] | None, tool_call: str
+    db: Any, agent: AgentClient, state: str, responses: dict[str, Any] | None, name: str, slug: str | None
 ) -> str:
-    """A 2026-07-28 retry: check `inputResponses` against the round the state names, record each answer,
-    and return the call's id to wait on. Refuses (JSON-RPC -32602, a message saying what) a state of
-    another call, keys the round did not ask, malformed answers and answers its schema refuses."""
+    """A 2026-07-28 retry of the tool ``name`` on `/mcp` (``slug`` None) or `/mcp/<slug>`: check
+    `inputResponses` against the round the state names, record each answer, and return the call's id to
+    wait on. Refuses (JSON-RPC -32602, a message saying what) a state of another call, or of a server the
+    agent may no longer use, keys the round did not ask, malformed answers and answers its schema refuses;
+    each answer is checked before any is recorded, so one refused records none."""
     call_id, round_id = _state(state)
     requests = await db(catalog.round_requests, call_id, round_id)
-    owner = await db(catalog.call_owner, call_id)
-    if not requests or owner is None or owner != (agent.pk, tool_call):
+    if not requests or not await db(catalog.retried_call, call_id, agent.pk, name, slug):
         raise MCPError(
             types.INVALID_PARAMS,
             "This requestState does not name a question this agent was asked: start the call again.",
@@ -161,6 +170,11 @@ async def record_responses(
         if problem:
             raise MCPError(types.INVALID_PARAMS, f"The answer to {key!r} holds {problem[1]} at {problem[0]}.")
         given[key] = dumped
+    for key, dumped in given.items():  # every answer checked before one is recorded: one refused records none
+        try:
+            await db(_check, requests[key], dumped)
+        except ServiceError as exc:
+            raise _refusal(exc, key) from None
     for key, dumped in given.items():
         try:
             await db(_answer, str(requests[key].pk), agent, dumped)
@@ -173,8 +187,9 @@ async def elicit_on_session(
     ctx: ServerRequestContext[Any, Any], db: Any, agent: AgentClient, asks: list[catalog.Ask], wait: float
 ) -> None:
     """A handshake-era client: push each question as `elicitation/create` on this tools/call's stream and
-    record the answer. An answer its schema refuses is asked again (at most MAX_INVALID_ANSWERS times, then
-    the hub answers cancel); a client that returns an error to the request has cancelled it."""
+    record the answer. An answer its schema refuses, or one that is no elicitation result at all, is asked
+    again (at most MAX_INVALID_ANSWERS times, then the hub answers cancel); a client that returns an error to
+    the request has cancelled it."""
     for ask in asks:
         params = _params_for(ask, HANDSHAKE)
         for attempt in range(1, MAX_INVALID_ANSWERS + 1):
@@ -201,6 +216,13 @@ async def elicit_on_session(
                     logger.info(
                         "gateway: the agent's client refused the elicitation %s: %r", ask.id, shown(str(exc))
                     )
+                    response = {"action": "cancel"}
+                except ValidationError:
+                    # Not an elicitation result at all (an action MCP does not have, content that is not
+                    # flat): a wrong answer, asked again as one its schema refuses is.
+                    logger.info("gateway: the agent's client answered the elicitation %s malformed", ask.id)
+                    if attempt < MAX_INVALID_ANSWERS:
+                        continue
                     response = {"action": "cancel"}
             try:
                 await db(_answer, ask.id, agent, response)

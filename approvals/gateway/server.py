@@ -819,6 +819,18 @@ async def call_tool(
 ) -> types.CallToolResult | types.InputRequiredResult:
     agent_id, slug = _who(ctx)
     request = ctx.request
+    if params.request_state is not None:
+        # A 2026-07-28 retry carrying answers to questions passed through to this client (the boundary has
+        # already verified that the hub sealed this state, for this agent, tool name and arguments). Its
+        # call was sent already: found by the call the state names, not by the tool lists of now (the
+        # upstream may have dropped the tool meanwhile), and never sent again.
+        agent = await _db(catalog.agent, agent_id)
+        if agent is None:
+            raise MCPError(types.INVALID_REQUEST, "This agent is no longer active.")
+        call_id = await passthrough.record_responses(
+            _db, agent, params.request_state, params.input_responses, params.name, slug
+        )
+        return await wait_for(ctx, call_id, agent=agent, client=passthrough.client_of(ctx))
     called = request.scope[SCOPE_KEY].get("called") if isinstance(request, Request) else None
     if called is not None and called[0] == params.name:
         exposed = called[1]
@@ -838,13 +850,6 @@ async def call_tool(
     if agent is None:
         raise MCPError(types.INVALID_REQUEST, "This agent is no longer active.")
     client = passthrough.client_of(ctx)
-    if params.request_state is not None:
-        # A 2026-07-28 retry carrying answers to questions passed through to this client (the boundary has
-        # already verified that the hub sealed this state, for this agent, tool and arguments).
-        call_id = await passthrough.record_responses(
-            _db, agent, params.request_state, params.input_responses, f"{exposed.server}\0{exposed.tool}"
-        )
-        return await wait_for(ctx, call_id, agent=agent, client=client)
     if params.input_responses:
         raise MCPError(types.INVALID_PARAMS, "inputResponses without the requestState they answer.")
     try:
