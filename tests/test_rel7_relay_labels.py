@@ -1,37 +1,18 @@
 """A relay's label is shown to reviewers as its server's name: one that looks like a registered server the
 agent may not use is refused, whatever letters spell it, and one that shows as nothing is not a name."""
+# ruff: noqa: F811  (pytest fixtures are named as arguments)
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
-from django.test import Client
 
 from approvals.models import AuditEvent, ToolCall
 from tests import factories
-from tests.hub import off_the_loop
+
+# The fixture `relay` (a relay posted under a label), which the tests take as an argument.
+from tests.test_lcx_relays import relay  # noqa: F401
 
 pytestmark = pytest.mark.django_db
-
-ASK = {
-    "method": "elicitation/create",
-    "params": {"mode": "form", "message": "Which?", "requestedSchema": factories.ENVIRONMENT_SCHEMA},
-}
-
-
-@pytest.fixture
-def relay() -> Any:
-    factories.server("vault", name="Secrets vault")
-    _, token = factories.agent("ci-bot", servers=[factories.server("deploy")])
-    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-
-    def post(label: str) -> Any:
-        body = {"server": label, "tool": "read_secret", "arguments": {}, "input_requests": {"ok": ASK}}
-        return off_the_loop(client.post, "/api/v1/relays", json.dumps(body), content_type="application/json")
-
-    return post
 
 
 @pytest.mark.parametrize(
