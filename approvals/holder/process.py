@@ -33,7 +33,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from approvals.mcp_client import Completed, McpError, PermanentError, ToolError
+from approvals.mcp_client import McpError, PermanentError
 from approvals.mcp_client.session import (
     Dispatcher,
     SessionHooks,
@@ -175,12 +175,35 @@ class HolderProcess:
         self.ending: set[str] = set()  # calls whose task this holder cancelled: the call ended meanwhile
         # Calls whose server was just answered ``cancel``: their tool has STOP_AFTER_CANCEL seconds to end.
         self.settling: set[str] = set()
+        # Calls whose outcome is recorded while their session is still open (listing the tools the server
+        # said changed, being closed): over, but nothing to stop (their tool has ended).
+        self.finished: set[str] = set()
         self._checks: set[asyncio.Task[None]] = set()
 
     # ---- the process -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        self.holder_id = await db(holding.holder_start)(name=self.name)
+        waited = False
+        while True:
+            try:
+                self.holder_id = await db(holding.holder_start)(name=self.name)
+                break
+            except holding.NameTaken:
+                pass
+            # Started again under its name (``--name``) while its old row still beats, or looks as if it did
+            # (the old process was killed a moment ago): the name is taken over once that row goes stale.
+            if not waited:
+                logger.warning(
+                    "a holder named %s is registered and its heartbeat is recent; waiting for it to stop (or "
+                    "for %d s without a heartbeat) before starting",
+                    self.name,
+                    settings.ELICIT_HOLDER_STALE,
+                )
+                waited = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=self.poll)
+            if self.stopping.is_set():
+                return
         logger.info("holder %s running (at most %d calls)", self.name, self.max_calls)
         helpers = [asyncio.create_task(self._listen()), asyncio.create_task(self._beat())]
         try:
@@ -234,6 +257,7 @@ class HolderProcess:
     def _done(self, call_id: str, task: asyncio.Task[None]) -> None:
         self.tasks.pop(call_id, None)
         self.waiters.pop(call_id, None)
+        self.finished.discard(call_id)
         if not task.cancelled() and task.exception() is not None:
             logger.error("call %s: the holder task failed", call_id, exc_info=task.exception())
         self.wake.set()  # room for another call
@@ -317,7 +341,7 @@ class HolderProcess:
         if ended and after == 0 and call_id in self.opening:
             self.ended_while_opening.add(call_id)  # `_elicit` decides once the round is open, or is not
             return
-        if ended and task is not None and call_id not in self.asking:
+        if ended and task is not None and call_id not in self.asking and call_id not in self.finished:
             self.ending.add(call_id)
             task.cancel()
 
@@ -353,7 +377,7 @@ class HolderProcess:
         attempt = 0
         while True:
             try:
-                outcome = await self._session(run)
+                await self._session(run)
             except _NotSent:
                 return
             except _NotHere:
@@ -362,6 +386,10 @@ class HolderProcess:
                 )
                 return
             except McpError as exc:
+                if call_id in self.finished:
+                    # The outcome is recorded; the session failed as it was being closed: nothing to tell.
+                    logger.warning("call %s: closing its session failed: %s", call_id, exc.code)
+                    return
                 # Tried again on a new session: a failure before tools/call was sent, or one the server
                 # refused it with (its session expired: a 404; a 429), which proves the tool did not run.
                 refused = not run.sent or not exc.may_have_run
@@ -399,16 +427,13 @@ class HolderProcess:
                         reason="holder stopped",
                     )
                 raise
-            if outcome is not None:
-                await recorded(
-                    holding.held_finish, call_id=call_id, outcome=outcome, sent=True, holder_id=self.holder_id
-                )
             return
 
-    async def _session(self, run: _Run) -> Completed | ToolError | None:
+    async def _session(self, run: _Run) -> None:
         held = run.held
         if held.transport == "stdio":
-            return await self._stdio_session(run)
+            await self._stdio_session(run)
+            return
         checked = await check_url(held.config.url)
         dispatcher = Dispatcher()
         # An idle event stream may stay silent for the call's whole limit plus the server's wait for a person.
@@ -416,19 +441,23 @@ class HolderProcess:
         transport, http = http_transport(
             held.config, read_timeout=read_timeout, dispatcher=dispatcher, checked=checked
         )
-        async with (
-            http,
-            open_client(
-                transport, mode=held.mode, dispatcher=dispatcher, timeout=held.config.timeout
-            ) as client,
-        ):
-            self.sessions += 1
-            try:
-                return await self._call(run, client, dispatcher)
-            finally:
-                self.sessions -= 1
+        with anyio.CancelScope() as closing:
+            async with (
+                http,
+                open_client(
+                    transport, mode=held.mode, dispatcher=dispatcher, timeout=held.config.timeout
+                ) as client,
+            ):
+                self.sessions += 1
+                try:
+                    await self._call(run, client, dispatcher)
+                finally:
+                    self.sessions -= 1
+                # The call's end is recorded. Closing the session sends the server a DELETE, read with the
+                # stream's long timeout: one the server never answers must not keep this call's room taken.
+                closing.deadline = anyio.current_time() + held.config.timeout
 
-    async def _stdio_session(self, run: _Run) -> Completed | ToolError | None:
+    async def _stdio_session(self, run: _Run) -> None:
         held = run.held
         supervisor = self._supervisors.get(held.server_id)
         if supervisor is None or supervisor.lost:
@@ -441,11 +470,14 @@ class HolderProcess:
         async with supervisor.session() as (client, dispatcher):
             self.sessions += 1
             try:
-                return await self._call(run, client, dispatcher)
+                await self._call(run, client, dispatcher)
             finally:
                 self.sessions -= 1
 
-    async def _call(self, run: _Run, client: Any, dispatcher: Dispatcher) -> Completed | ToolError | None:
+    async def _call(self, run: _Run, client: Any, dispatcher: Dispatcher) -> None:
+        """Send the call on the open session and record its outcome (a -32042 refusal: its URL round, and
+        the call sent again if that is safe). Raises `McpError` when it failed, `_NotSent` when it ended
+        before it was sent."""
         held = run.held
         hooks = SessionHooks(
             elicit=partial(self._elicit, run),
@@ -470,12 +502,25 @@ class HolderProcess:
                 tool=held.definition,
             )
             await self._progress_flush(run)  # the last progress lands before the outcome
+            if not isinstance(outcome, UrlRequired):
+                # Recorded here, on the open session: what follows (listing the tools the server said
+                # changed, closing the session, whose DELETE a server may never answer) must neither hold
+                # up a result the server already gave nor lose it if the holder stops meanwhile.
+                self.finished.add(held.call_id)
+                await recorded(
+                    holding.held_finish,
+                    call_id=held.call_id,
+                    outcome=outcome,
+                    sent=True,
+                    holder_id=self.holder_id,
+                )
+                if run.tools_changed:
+                    await self._relist(run, client)
+                return
             if run.tools_changed:
                 await self._relist(run, client)
-            if not isinstance(outcome, UrlRequired):
-                return outcome
             if not await self._url_round(run, outcome):
-                return None
+                return
 
     async def _url_round(self, run: _Run, refusal: UrlRequired) -> bool:
         """-32042: the person opens the URL(s). True when the call is then sent again (only if safe)."""

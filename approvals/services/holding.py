@@ -58,8 +58,27 @@ notify = notify_holders
 # ---- holders -----------------------------------------------------------------------------------------
 
 
+class NameTaken(Exception):
+    """A live holder is registered under the name (`holder_start`)."""
+
+
 def holder_start(*, name: str) -> int:
-    holder = Holder.objects.create(name=name)
+    """Register a holder named `name`; its id. Raises `NameTaken` while a live holder has that name.
+
+    A holder started again under the name it had (``run_holder --name``, after a crash or a kill that left
+    its row) takes the name over once the old row's heartbeat is stale: the old holder is declared lost
+    first, as the sweep would (its sent calls fail ``holder_lost``, its unsent ones go back to the queue)."""
+    stale = timezone.now() - timedelta(seconds=settings.ELICIT_HOLDER_STALE)
+    old = Holder.objects.filter(name=name).first()
+    if old is not None:
+        if old.heartbeat_at >= stale:
+            raise NameTaken(name)
+        _declare_lost(old, stale)
+    try:
+        with transaction.atomic():
+            holder = Holder.objects.create(name=name)
+    except IntegrityError:  # another process of that name registered at the same moment
+        raise NameTaken(name) from None
     logger.info("holder %s started", name)
     return holder.pk
 
@@ -574,22 +593,26 @@ def holders_sweep(*, now: datetime | None = None) -> int:
     that ended with it."""
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.ELICIT_HOLDER_STALE)
-    ended = 0
-    for holder in Holder.objects.filter(heartbeat_at__lt=stale):
-        with transaction.atomic():
-            # Marked first, so two sweeps never declare the same holder lost twice, and so a holder that was
-            # only slow does not come back by a heartbeat (or claim calls) while its calls are ended. One
-            # marked by a sweep that did not finish is ended here (ending a call twice ends it once).
-            if (
-                Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale)
-                .exclude(heartbeat_at=LOST)
-                .update(sessions=0, heartbeat_at=LOST)
-            ):
-                audit.record(
-                    actor=SYSTEM,
-                    verb="holder.lost",
-                    data={"holder": holder.name, "heartbeat_at": holder.heartbeat_at.isoformat()},
-                )
-        ended += _lose(holder, f"its holder process {holder.name} stopped answering")
-        Holder.objects.filter(pk=holder.pk, heartbeat_at=LOST).delete()
+    return sum(_declare_lost(holder, stale) for holder in Holder.objects.filter(heartbeat_at__lt=stale))
+
+
+def _declare_lost(holder: Holder, stale: datetime) -> int:
+    """Declare `holder`, whose heartbeat is older than `stale`, lost: end its calls, delete its row. Returns
+    the calls that failed with it."""
+    with transaction.atomic():
+        # Marked first, so two sweeps never declare the same holder lost twice, and so a holder that was
+        # only slow does not come back by a heartbeat (or claim calls) while its calls are ended. One
+        # marked by a sweep that did not finish is ended here (ending a call twice ends it once).
+        if (
+            Holder.objects.filter(pk=holder.pk, heartbeat_at__lt=stale)
+            .exclude(heartbeat_at=LOST)
+            .update(sessions=0, heartbeat_at=LOST)
+        ):
+            audit.record(
+                actor=SYSTEM,
+                verb="holder.lost",
+                data={"holder": holder.name, "heartbeat_at": holder.heartbeat_at.isoformat()},
+            )
+    ended = _lose(holder, f"its holder process {holder.name} stopped answering")
+    Holder.objects.filter(pk=holder.pk, heartbeat_at=LOST).delete()
     return ended

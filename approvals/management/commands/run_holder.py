@@ -18,7 +18,12 @@ class Command(HubCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--max-calls", type=at_least_one, default=None, help="calls held at once")
-        parser.add_argument("--name", default=None, help="this holder's name (default: host:pid:random)")
+        parser.add_argument(
+            "--name",
+            default=None,
+            help="this holder's name (default: host:pid:random). A name still registered by a holder that "
+            "was killed is taken over once its heartbeat is stale (ELICIT_HOLDER_STALE)",
+        )
 
     def handle(self, *args: Any, max_calls: int | None, name: str | None, **options: Any) -> None:
         if not logging.getLogger().handlers:
