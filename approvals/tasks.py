@@ -123,7 +123,7 @@ def send_notification(self, notification_id: int) -> None:
 
 @shared_task(bind=True, max_retries=None)
 def deliver_webhook(self, delivery_id: str) -> None:
-    countdown = webhooks.webhook_attempt(delivery_id=delivery_id)
+    countdown = webhooks.webhook_attempt(delivery_id=delivery_id, when_due=True)
     if countdown is not None:
         raise self.retry(countdown=countdown)
 

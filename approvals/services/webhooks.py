@@ -8,6 +8,7 @@ import hmac
 import json
 import logging
 import random
+import re
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -161,15 +162,55 @@ def webhooks_recover(*, now: datetime) -> int:
     return requeued
 
 
-def webhook_attempt(*, delivery_id: Any) -> float | None:
+def webhook_attempt(*, delivery_id: Any, when_due: bool = False) -> float | None:
     """Try one delivery. Returns a countdown when it should be tried again, else None.
 
     One try at a time: a second task for the delivery (the sweep's, queued while a late retry still waited
     in a backlog) that arrives while another worker is posting it does nothing. The worker posting it records
     the outcome and owns the retries; two POSTs at once would deliver it twice, and both would number their
-    attempt alike (the second record failing after its POST, a success it made left unrecorded)."""
+    attempt alike (the second record failing after its POST, a success it made left unrecorded).
+
+    `when_due` (the task's tries): nor does one that arrives after another worker's failed try and before the
+    retry that try scheduled could, which already waits for its time. The sweep queues a delivery again every
+    minute while its first task waits in a backlog (workers down, busy); drained together, each would post it
+    at once, one after another, and start a retry chain of its own, spending the delivery's tries in
+    seconds and past the Retry-After the receiver asked for."""
     with try_lock(f"webhook:{delivery_id}") as mine:
-        return _attempt(delivery_id) if mine else None
+        if not mine or (when_due and _tried_lately(delivery_id)):
+            return None
+        return _attempt(delivery_id)
+
+
+_ASKED = re.compile(rf"{ASKED_TO_WAIT} (\d+) s")
+
+
+def shortest_countdown(attempt: int, *, retry_after: float | None) -> float:
+    """The shortest `retry_countdown` can wait after `attempt` (`retry_wait`'s lower bounds)."""
+    cap = float(settings.ELICIT_WEBHOOK_RETRY_MAX)
+    shortest = min(cap, float(2 ** min(attempt, 64))) * 0.5
+    if retry_after is not None and retry_after > 0:
+        shortest = max(shortest, retry_after if retry_after < cap else cap - max(1.0, cap / 10))
+    return shortest
+
+
+def _tried_lately(delivery_id: Any) -> bool:
+    """Whether the delivery's last failed try is too recent for the retry it scheduled to be running yet.
+
+    That retry's eta was counted from after the try was recorded, on the clock that recorded it, and it runs
+    once its worker's clock passes the eta: it never finds itself early. A task running sooner is another:
+    the sweep's, or a first task queued again while it waited."""
+    last = (
+        WebhookAttempt.objects.filter(delivery_id=delivery_id)
+        .order_by("-number")
+        .values("number", "at", "error")
+        .first()
+    )
+    if last is None or not last["error"]:
+        return False
+    asked = _ASKED.search(last["error"])
+    wait = shortest_countdown(last["number"], retry_after=float(asked.group(1)) - 0.5 if asked else None)
+    # A tenth off the shortest wait: the retry's own start (its countdown, Celery's eta) is never earlier.
+    return timezone.now() < last["at"] + timedelta(seconds=wait * 0.9)
 
 
 def _attempt(delivery_id: Any) -> float | None:
