@@ -116,7 +116,7 @@ def clear_expired_sessions() -> None:
 
 @shared_task(bind=True, max_retries=None)
 def send_notification(self, notification_id: int) -> None:
-    countdown = notifications.notification_send(notification_id=notification_id)
+    countdown = notifications.notification_send(notification_id=notification_id, when_due=True)
     if countdown is not None:
         raise self.retry(countdown=countdown)
 

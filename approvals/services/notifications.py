@@ -34,6 +34,7 @@ from approvals.services.webhooks import (
     failure,
     longest_countdown,
     retry_countdown,
+    too_soon_after,
 )
 
 HEADLINES = {
@@ -233,14 +234,31 @@ def _unaddressed(notice: Notification) -> str:
 LAST_TRY_LOST = "given up: its last try ended without an outcome"
 
 
-def notification_send(*, notification_id: Any) -> float | None:
+def notification_send(*, notification_id: Any, when_due: bool = False) -> float | None:
     """Try one notice. Returns a countdown when it should be tried again.
 
     One try at a time, as a webhook's: a second task for the notice (the sweep's, queued while a late retry
     still waited in a backlog) that runs while another worker is sending it does nothing, instead of posting
-    the same notice to the team's chat or mail a second time."""
+    the same notice to the team's chat or mail a second time. `when_due` (the task's tries): nor does one
+    that runs after a failed try and before the retry that try scheduled could (`webhooks.too_soon_after`):
+    tasks piled up while workers were down, drained together, would each post it at once and spend its
+    tries in seconds, past the wait the chat asked for."""
     with try_lock(f"notice:{notification_id}") as mine:
-        return _send(notification_id) if mine else None
+        if not mine or (when_due and _tried_lately(notification_id)):
+            return None
+        return _send(notification_id)
+
+
+def _tried_lately(notification_id: Any) -> bool:
+    last = (
+        Notification.objects.filter(pk=notification_id, status=Notification.Status.PENDING)
+        .values_list("attempts", "last_attempt_at", "last_error")
+        .first()
+    )
+    if last is None:
+        return False
+    attempts, tried_at, error = last
+    return bool(attempts and tried_at and error) and too_soon_after(tried_at, attempts, error)
 
 
 def _send(notification_id: Any) -> float | None:

@@ -207,10 +207,17 @@ def _tried_lately(delivery_id: Any) -> bool:
     )
     if last is None or not last["error"]:
         return False
-    asked = _ASKED.search(last["error"])
-    wait = shortest_countdown(last["number"], retry_after=float(asked.group(1)) - 0.5 if asked else None)
-    # A tenth off the shortest wait: the retry's own start (its countdown, Celery's eta) is never earlier.
-    return timezone.now() < last["at"] + timedelta(seconds=wait * 0.9)
+    return too_soon_after(last["at"], last["number"], last["error"])
+
+
+def too_soon_after(tried_at: datetime, attempt: int, error: str) -> bool:
+    """Whether it is too soon after a try that failed with `error` (a webhook's or a team notice's) for the
+    retry it scheduled to be running: sooner than the shortest wait that retry may have (the wait the
+    receiver asked for, as recorded), less a tenth (the retry's own start, its countdown, Celery's eta, is
+    never earlier)."""
+    asked = _ASKED.search(error)
+    wait = shortest_countdown(attempt, retry_after=float(asked.group(1)) - 0.5 if asked else None)
+    return timezone.now() < tried_at + timedelta(seconds=wait * 0.9)
 
 
 def _attempt(delivery_id: Any) -> float | None:
