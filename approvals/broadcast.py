@@ -67,6 +67,9 @@ class QueueChanged(TypedDict):
     group: str
     seq: int | None
     card: NotRequired[dict[str, Any]]  # a round that opened: its card, rendered once (approvals.cards)
+    # The same in every group's copy of one notice (a request's team's, its fallback team's): a socket that
+    # hears two of them acts on it once.
+    notice: NotRequired[str]
 
 
 class PresenceChanged(TypedDict):
@@ -75,6 +78,7 @@ class PresenceChanged(TypedDict):
     viewers: list[str]
     group: str
     seq: int | None
+    notice: NotRequired[str]  # as QueueChanged's
 
 
 Notice = CallChanged | QueueChanged | PresenceChanged
@@ -293,6 +297,7 @@ def queue_changed(
     teams = set().union(*(_groups_of(ir) for ir in input_requests)) if input_requests else set()
     rounds = {ir.round_id for ir in input_requests}
     round_id = rounds.pop() if len(rounds) == 1 else None
+    notice = secrets.token_hex(8)
 
     def send(group: str, ids: list[str]) -> None:
         message = QueueChanged(
@@ -303,6 +308,7 @@ def queue_changed(
             round=round_id,
             group=group,
             seq=None,
+            notice=notice,
         )
         if card is not None and round_id is not None:
             message["card"] = card
@@ -321,6 +327,7 @@ def input_escalated(ir: InputRequest) -> None:
 
 
 def presence_changed(input_request: InputRequest, viewers: list[str]) -> None:
+    notice = secrets.token_hex(8)
     for team in _groups_of(input_request):
         group = team_group(team)
         _send(
@@ -331,6 +338,7 @@ def presence_changed(input_request: InputRequest, viewers: list[str]) -> None:
                 viewers=viewers,
                 group=group,
                 seq=None,
+                notice=notice,
             ),
         )
 

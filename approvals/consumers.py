@@ -85,6 +85,10 @@ UNSUPPORTED_DATA, INVALID_PAYLOAD, TOO_BIG = 1003, 1007, 1009
 # with thousands of sockets. Counted per process, which is what they cost; the page tries again later.
 MAX_SOCKETS_PER_USER = 50
 TOO_MANY_SOCKETS = 4430
+# The queue and presence notices a socket remembers having acted on (their ``notice``): a request's team
+# and its fallback team each get a copy of its notice, and a reviewer of both heard each card twice (the
+# page said "decided" twice). The copies are sent one right after the other.
+NOTICES_KEPT = 64
 # The close code of a socket whose user is no longer signed in (the page then reloads: the sign-in page).
 SIGNED_OUT = 4401
 # A scope that lets its holder answer nothing: a signed-out socket's.
@@ -164,6 +168,9 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
     # Per user id: the sockets this process holds open for them (MAX_SOCKETS_PER_USER).
     open_sockets: ClassVar[Counter[int]] = Counter()
     _counted: int | None = None
+    # Until `_open`: a socket accepted only to be told why it closes reads none of the frames that crossed
+    # its close (the consumer raised on them).
+    _refused = True
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -220,6 +227,7 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
         self.given_up: dict[str, set[int]] = {}  # per group: numbers skipped, resynced for, not heard since
         self._gap_timer: asyncio.TimerHandle | None = None
         self.watched = set()
+        self._acted: OrderedDict[str, set[str]] = OrderedDict()  # per notice: the requests sent of it
         self._scope_value: permissions.Scope | None = None
         self._scope_read_at = 0.0
         self._scope_version: int | None = None
@@ -525,15 +533,34 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             message = await database_sync_to_async(self._card_message)(event)
         if await self._close_signed_out():
             return
-        if message:
+        sent, first = self._acted_on(event)
+        if message and not set(message["input_requests"]) <= sent:
+            sent.update(message["input_requests"])
             await self.send_json(message)
-        if event.get("call") in self.watched:
+        if first and event.get("call") in self.watched:
             await self._send_call(event["call"])
+
+    def _acted_on(self, event: dict[str, Any]) -> tuple[set[str], bool]:
+        """The requests whose cards this socket sent for the event's notice (another group's copy of it
+        came first), and whether this is its first copy. A copy sends only a card naming a request the
+        earlier copies did not; a watched call is sent once per notice."""
+        notice = event.get("notice")
+        if not isinstance(notice, str):
+            return set(), True
+        sent = self._acted.get(notice)
+        if sent is not None:
+            return sent, False
+        sent = self._acted[notice] = set()
+        if len(self._acted) > NOTICES_KEPT:
+            self._acted.popitem(last=False)
+        return sent, True
 
     async def presence_changed(self, event: dict[str, Any]) -> None:
         if self.signed_out:
             return
         await self._sequenced(event)
+        if not self._acted_on(event)[1]:
+            return  # told already, by another of its teams' copy
         message = await database_sync_to_async(self._presence_message)(event)
         if await self._close_signed_out():
             return
@@ -656,16 +683,16 @@ class QueueConsumer(AsyncJsonWebsocketConsumer):
             return None
         # Every socket in this process gets the same event: the request is read once, and each socket decides
         # on its scope (as it does for cards), not with a query of its own per socket per viewer change.
-        request = _memo(
+        request, viewers = _memo(
             ("presence", event.get("group"), event.get("seq"), pk),
-            lambda: _answerable_part(pk),
+            lambda: _presence_of(pk),
             cache=event.get("seq") is not None,
         )
         scope = self._scope()
         if request is None or scope is NOBODY or not permissions.may_answer(scope, request):
             return None
         me = self.user.get_username()
-        others = [name for name in event.get("viewers", []) if name != me]
+        others = [name for name in viewers if name != me]
         return {
             "type": "presence",
             "input_request": pk,
@@ -705,6 +732,15 @@ def _answerable_part(pk: str) -> cards.NoticedRequest | None:
         .first()
     )
     return None if row is None else cards.NoticedRequest(*row)
+
+
+def _presence_of(pk: str) -> tuple[cards.NoticedRequest | None, list[str]]:
+    """The request's answerable part, and who looks at it now. Not the viewers the notice names: two pages
+    opened at once each write the set, then send their notice, and the notice of the earlier write could come
+    last (the page then showed one of them alone until someone's page changed the set again). Every notice is
+    sent after its write, so the last one heard, read now, says who looks at it."""
+    request = _answerable_part(pk)
+    return request, (presence.viewers([pk]).get(pk, []) if request is not None else [])
 
 
 _MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
