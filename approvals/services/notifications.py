@@ -258,7 +258,9 @@ def _tried_lately(notification_id: Any) -> bool:
     if last is None:
         return False
     attempts, tried_at, error = last
-    return bool(attempts and tried_at and error) and too_soon_after(tried_at, attempts, error)
+    if not (attempts and error) or tried_at is None:
+        return False
+    return too_soon_after(tried_at, attempts, error)
 
 
 def _send(notification_id: Any) -> float | None:
