@@ -349,9 +349,10 @@ def respond(request: HttpRequest, pk: UUID) -> HttpResponse:
     content = None
     tz = request.POST.get(TZ_FIELD, "")
     # An answer to a request no longer pending, or past its deadline, is not checked: the service says it
-    # came too late.
-    pending = ir.status == InputRequest.Status.PENDING and not _overdue(ir)
-    if pending and action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
+    # came too late. Nor is one from someone who may not answer it: the service refuses it, on record.
+    checked = ir.status == InputRequest.Status.PENDING and not _overdue(ir)
+    checked = checked and permissions.can_answer(request.user, ir)
+    if checked and action == InputRequest.Action.ACCEPT and ir.mode == InputRequest.Mode.FORM:
         schema = ir.form_schema
         try:
             content, errors = schema_forms.clean(schema, request.POST, tz=tz, prefix=PREFIX)
@@ -464,7 +465,9 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
     editor = request.POST.get("editor", "")
     json_text = request.POST.get("arguments_json") if editor == "json" else None
     asked = (ir.params or {}).get("arguments") or {}
-    if decision == "edit" and editor == "form":
+    # An edit from someone who may not decide the gate is not read: the service refuses it, on record.
+    editing = decision == "edit" and permissions.can_answer(request.user, ir)
+    if editing and editor == "form":
         # Against the form as drawn, prefilled with the asked arguments: a value left as asked is sent as is.
         shown = _with_defaults(schema, asked) if isinstance(asked, dict) else schema
         try:
@@ -481,7 +484,7 @@ def gate_decide(request: HttpRequest, pk: UUID) -> HttpResponse:
         properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         # Arguments the schema does not describe are kept as asked.
         arguments = {**{k: v for k, v in asked.items() if k not in (properties or {})}, **(content or {})}
-    elif decision == "edit":
+    elif editing:
         text = json_text or ""
         problem = ""
         if len(text) > gates.MAX_ARGUMENTS:

@@ -217,7 +217,11 @@ def input_respond(
             code="invalid_body",
             fields={"reason": f"holds {unstorable}"},
         )
+    # A request made for one person is theirs alone (rounds opened before routing said so too).
+    needs_more = action == InputRequest.Action.ACCEPT and ir.approvals_required > 1 and ir.assignee_id is None
     if check_only:
+        if needs_more and _standing_approvals(ir).filter(user_id=user.pk).exists():
+            raise _already_approved()
         return ir
     with transaction.atomic():
         # The round lock serialises answers within a round, so exactly one of them sees it complete.
@@ -225,10 +229,6 @@ def input_respond(
         rnd = _ROUND_LOCKED.first(pk=ir.round_id)
         if rnd is None:
             raise Round.DoesNotExist(f"no round {ir.round_id}")
-        # A request made for one person is theirs alone (rounds opened before routing said so too).
-        needs_more = (
-            action == InputRequest.Action.ACCEPT and ir.approvals_required > 1 and ir.assignee_id is None
-        )
         if needs_more and not _approval_completes(ir, user, content, reason):
             return ir
         now = timezone.now()
@@ -318,16 +318,9 @@ def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) 
     ir.refresh_from_db()
     if ir.status != InputRequest.Status.PENDING:
         raise no_longer_pending(ir, user)
-    standing = list(
-        ir.decisions.filter(
-            action=InputRequest.Action.ACCEPT, superseded=False, is_final=False
-        ).select_related("user")
-    )
+    standing = list(_standing_approvals(ir).select_related("user"))
     if any(d.user_id == user.pk for d in standing):
-        raise Conflict(
-            "You have already approved this request; another reviewer must confirm it.",
-            code="already_approved",
-        )
+        raise _already_approved()
     standing = _still_allowed(ir, user, standing)
     # JSON equality (`true` is not `1`): every approval is of exactly the values that will be sent.
     if standing and not rules.same(standing[0].content, content):
@@ -358,6 +351,17 @@ def _approval_completes(ir: InputRequest, user: Any, content: Any, reason: str) 
     )
     transaction.on_commit(lambda: broadcast.queue_changed("input.answered", ir.round.call_id, [ir]))
     return False
+
+
+def _standing_approvals(ir: InputRequest) -> Any:
+    """The approvals of one of N given so far that still count (none superseded)."""
+    return ir.decisions.filter(action=InputRequest.Action.ACCEPT, superseded=False, is_final=False)
+
+
+def _already_approved() -> Conflict:
+    return Conflict(
+        "You have already approved this request; another reviewer must confirm it.", code="already_approved"
+    )
 
 
 def _still_allowed(ir: InputRequest, user: Any, standing: list[Decision]) -> list[Decision]:
