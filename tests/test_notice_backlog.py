@@ -14,25 +14,16 @@ from typing import Any
 import pytest
 
 from approvals import tasks
-from approvals.models import Notification, Team
+from approvals.models import Notification
 from approvals.services import notifications
-from tests import factories
 from tests.hub import WebhookReceiver
-from tests.test_notifications import pending_request
+from tests.test_rty4_retries import chat_notice
 
 
 @pytest.fixture(autouse=True)
 def tries_made_here(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     monkeypatch.setattr(notifications, "enqueue_on_commit", lambda *args, **kwargs: None)
     settings.ELICIT_NOTIFY_MAX_ATTEMPTS = 5
-
-
-def chat_notice(url: str) -> Notification:
-    team = factories.team("release")
-    Team.objects.filter(pk=team.pk).update(chat_webhook_url=url)
-    team.refresh_from_db()
-    notifications.notify(ir=pending_request(team), team=team, event="routed")
-    return Notification.objects.get(team=team, kind=Notification.Kind.CHAT)
 
 
 def run_task(notice: Notification) -> None:

@@ -17,9 +17,9 @@ import pytest
 from django.utils import timezone
 
 from approvals import tasks
-from approvals.models import ToolCall, WebhookAttempt, WebhookDelivery
+from approvals.models import WebhookAttempt, WebhookDelivery
 from approvals.services import webhooks
-from tests import factories
+from tests import test_outbound_recovery as recovery
 from tests.hub import WebhookReceiver
 
 
@@ -33,21 +33,7 @@ def attempts_made_here(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
 
 def lost_delivery(url: str) -> WebhookDelivery:
     """A delivery of a call that ended ten minutes ago, its first task still waiting in a backlog."""
-    ended = timezone.now() - timedelta(minutes=10)
-    call = factories.call(
-        factories.server("deploy"),
-        callback_url=url,
-        status=ToolCall.Status.COMPLETED,
-        result={"content": [], "isError": False},
-        finished_at=ended,
-    )
-    return WebhookDelivery.objects.create(
-        call=call,
-        event_type="call.completed",
-        url=url,
-        payload={"type": "call.completed", "data": {"id": str(call.pk)}},
-        created_at=ended,
-    )
+    return recovery.lost_delivery(url, ended_ago=timedelta(minutes=10))
 
 
 def run_task(delivery: WebhookDelivery) -> None:
