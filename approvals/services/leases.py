@@ -11,7 +11,8 @@ no longer be the first worker's to write.
 
 The lease says the sender is alive, apart from PostgreSQL: one key per call holding a token of the send,
 written (``SET NX``) when the send starts, renewed by one thread per process every third of `ttl()`
-(ELICIT_SEND_LEASE, 15 s) for as long as the send lasts, and deleted when it ends, by its holder only. A
+(ELICIT_SEND_LEASE, 15 s) for as long as the send lasts (written again if Redis lost it meanwhile: restarted,
+flushed, evicted), and deleted when it ends, by its holder only. A
 process that dies stops renewing: its lease lapses within `ttl()` seconds. A worker that takes a call's lock
 while another process's lease is live waits for it to end or lapse; `recover_stuck` leaves such a call alone.
 
@@ -47,7 +48,14 @@ def ttl() -> float:
 # Renew or delete a lease only while it is still the holder's: a lease that lapsed (the holder paused longer
 # than its time to live) and was taken by another process is that process's.
 _IF_HELD = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call({}) end return 0"
-_RENEW = _IF_HELD.format("'pexpire', KEYS[1], ARGV[2]")
+# A lease gone from Redis while its holder still sends (Redis restarted, or evicted it, or it was flushed) is
+# written again: else a worker whose PostgreSQL session is lost too would look dead to the others.
+_RENEW = (
+    "local held = redis.call('get', KEYS[1])"
+    " if held == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end"
+    " if not held then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end"
+    " return 0"
+)
 _RELEASE = _IF_HELD.format("'del', KEYS[1]")
 
 
@@ -77,6 +85,8 @@ class _Renewer:
             self._held[key] = token
 
     def remove(self, key: str) -> None:
+        """Stop renewing `key`; once this returns no renewal of it is under way (one would write it again
+        after its holder deleted it)."""
         with self._mutex:
             self._held.pop(key, None)
 
@@ -84,10 +94,11 @@ class _Renewer:
         pid = os.getpid()
         stop = threading.Event()
         while not stop.wait(ttl() / 3) and pid == os.getpid():
+            # Under the mutex, bounded by the client's time-outs (ELICIT_REDIS_TIMEOUT): see `remove`.
             with self._mutex:
                 held = list(self._held.items())
-            if held:
-                self._renew(held)
+                if held:
+                    self._renew(held)
 
     def _renew(self, held: list[tuple[str, str]]) -> None:
         try:

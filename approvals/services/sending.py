@@ -45,6 +45,7 @@ from approvals.audit import core as audit
 from approvals.audit.core import Actor
 from approvals.models import Gate, InputRequest, McpServer, Round, ToolCall, send_idempotency_key
 from approvals.prepared import PreparedRead
+from approvals.rules import read_hints
 from approvals.services import leases, locks
 from approvals.services.calls import call_finish, call_outcome_discarded, sent_and_put_back
 from approvals.services.gates import gate_at_send, gate_refresh_tools
@@ -79,7 +80,8 @@ def safe_to_resend(call: ToolCall) -> bool:
     """May this call's ``tools/call`` be sent again although the server may already have run it?
 
     Yes when the server honours ``Idempotency-Key`` (the re-send carries the same key), or when the tool
-    is annotated ``readOnlyHint`` or ``idempotentHint`` true in the server's stored tool list.
+    is annotated ``idempotentHint`` true in the server's stored tool list, or is read-only as the routing
+    rules read it (`rules.read_hints`): ``readOnlyHint`` true and not also ``destructiveHint`` true.
     """
     server = call.server
     if server is None:
@@ -89,7 +91,7 @@ def safe_to_resend(call: ToolCall) -> bool:
     annotations = (server.tool(call.tool) or {}).get("annotations")
     if not isinstance(annotations, dict):
         return False
-    return annotations.get("readOnlyHint") is True or annotations.get("idempotentHint") is True
+    return annotations.get("idempotentHint") is True or read_hints(annotations)["readOnlyHint"][0]
 
 
 MAX_TOOL_TIMEOUTS = 500  # entries in a server's tool_timeouts
@@ -180,6 +182,10 @@ class Send:
     # Claimed before and never released: an earlier attempt may have reached the server (a crash, a
     # redelivered or duplicate message, a time limit).
     redelivered: bool = False
+    # The round's answers, read in the claim's transaction: nothing is read between the claim and the send,
+    # so a database lost there cannot leave a send claimed that never left the hub (it would end
+    # ``outcome_unknown``, or be sent as a re-send).
+    responses: dict[str, dict[str, Any]] | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -279,7 +285,7 @@ def _claim(call_id: Any) -> Send | None:
                     "idempotency_key": rnd.idempotency_key,
                 },
             )
-        return Send(call, rnd, redelivered=held)
+        return Send(call, rnd, redelivered=held, responses=input_responses(rnd))
 
 
 _WHERE_SENT = PreparedRead(
@@ -417,7 +423,7 @@ def _send_claimed(call_id: Any, budget: _Budget) -> tuple[float | None, bool]:
                     server_config(send.call.server),
                     send.call.tool,
                     send.call.arguments,
-                    input_responses=input_responses(send.round) if send.round else None,
+                    input_responses=send.responses,
                     request_state=send.round.request_state if send.round else None,
                     idempotency_key=send.idempotency_key,
                     call_timeout=call_limit(send.call),
@@ -433,6 +439,7 @@ def _send_claimed(call_id: Any, budget: _Budget) -> tuple[float | None, bool]:
             countdown, ended, again = _recorded(send, functools.partial(_record, send, outcome, received_at))
         except _TakenOver:
             return None, True
+        _relist_after(send, outcome)
         if not again:
             return countdown, ended
 
@@ -460,12 +467,25 @@ def _record(
         else:
             _fail(send, outcome)
         return None, True, False
-    # Before the answer is applied: a round routes on the tool's annotations in the stored list.
-    server_after_send(send.call.server, send.call.tool, outcome=outcome)
+    if isinstance(outcome, mcp_client.InputRequired):
+        # Before the round opens: it routes on the tool's annotations in the stored list. A result is written
+        # first (`_relist_after`): a slow tools/list must not hold the answer of a tool that ran.
+        server_after_send(send.call.server, send.call.tool, outcome=outcome)
     if _apply(send, outcome, received_at=received_at):
         return None, False, True
     # call_finish sets the final status on the call it was given.
     return None, send.call.is_final, False
+
+
+def _relist_after(send: Send, outcome: mcp_client.Outcome | mcp_client.McpError) -> None:
+    """What a result (complete, or a tool error) taught the hub about the server (`server_after_send`: a tool
+    the stored list lacks, or one the server says it does not know), once the result is written."""
+    if not isinstance(outcome, mcp_client.Completed | mcp_client.ToolError) or send.call.server is None:
+        return
+    try:
+        server_after_send(send.call.server, send.call.tool, outcome=outcome)
+    except Exception:  # the result is written; the next send or beat lists the tools again
+        logger.exception("call %s: could not list the server's tools again", send.call.pk)
 
 
 # How long a worker holding a server's answer waits for PostgreSQL to take its record, and how often it tries.
@@ -506,7 +526,11 @@ def _lock_kept(call_id: Any) -> bool:
 
 def _lock_again(send: Send, deadline: float) -> None:
     """Take the call's lock on a new session, waiting for PostgreSQL until `deadline`; raises `_TakenOver`
-    when another worker holds it, or has claimed the call's send since this one's."""
+    when another worker has claimed the call's send since this one's.
+
+    A worker holding the lock without having claimed the send only looks at the call (a redelivered or
+    duplicate task, `recover_stuck`'s): it finds this worker's lease and lets go at once, so this one waits
+    for the lock, until `deadline`. Giving up then would lose the answer it holds."""
     while True:
         connection.close()
         time.sleep(RECORD_PAUSE)
@@ -514,11 +538,15 @@ def _lock_again(send: Send, deadline: float) -> None:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [_lock_key(send.call.pk)])
                 (acquired,) = cursor.fetchone()
-            if acquired and _still_claimed(send):
-                return
+            claimed = _still_claimed(send)
         except (OperationalError, InterfaceError):
             if time.monotonic() > deadline:
                 raise
+            continue
+        if acquired and claimed:
+            return
+        if claimed and time.monotonic() <= deadline:
+            logger.info("call %s: another worker looks at it; waiting for the lock", send.call.pk)
             continue
         logger.warning("call %s: another worker took it over while this one was away", send.call.pk)
         raise _TakenOver
