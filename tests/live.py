@@ -57,13 +57,20 @@ def redis_unreachable() -> Iterator[None]:
         yield
 
 
+# How long a test server process may take to answer once started: importing Django and the MCP SDK took
+# over 20 s on a machine running two test runs and more beside them. A wait, not a timed test: a server that
+# exits fails at once.
+STARTUP_WAIT = 60
+
+
 def start_script(
     script: Path | str, args: list[str], ready: Callable[[], object], what: str
 ) -> subprocess.Popen[bytes]:
     """A test server script started with `args` (this Python), once `ready()` stops raising ``OSError``
-    (it answers), within 20 s; else the process is killed and the test fails saying `what` did not start."""
+    (it answers), within STARTUP_WAIT s; else the process is killed and the test fails saying `what` did not
+    start."""
     proc = subprocess.Popen([sys.executable, str(script), *args])
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + STARTUP_WAIT
     while True:
         try:
             ready()

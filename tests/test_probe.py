@@ -37,7 +37,7 @@ from approvals.models import AuditEvent, InputRequest, McpServer, RoutingRule, T
 from approvals.services import servers, tokens
 from tests import demo_support, factories
 from tests.hub import Agent
-from tests.live import HolderRunner, child_env, free_port, wait_until
+from tests.live import STARTUP_WAIT, HolderRunner, child_env, free_port, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,7 +50,7 @@ class Running:
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = self.base + "/mcp"
         self.proc = subprocess.Popen([sys.executable, str(HERE / script), str(self.port)])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + STARTUP_WAIT
         while True:
             try:
                 urllib.request.urlopen(
