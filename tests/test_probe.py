@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -37,7 +36,7 @@ from approvals.models import AuditEvent, InputRequest, McpServer, RoutingRule, T
 from approvals.services import servers, tokens
 from tests import demo_support, factories
 from tests.hub import Agent
-from tests.live import STARTUP_WAIT, HolderRunner, child_env, free_port, wait_until
+from tests.live import HolderRunner, child_env, free_port, start_script, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,22 +48,14 @@ class Running:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = self.base + "/mcp"
-        self.proc = subprocess.Popen([sys.executable, str(HERE / script), str(self.port)])
-        deadline = time.monotonic() + STARTUP_WAIT
-        while True:
-            try:
-                urllib.request.urlopen(
-                    urllib.request.Request(self.base + "/_add_tool", method="HEAD"), timeout=2
-                )
-            except urllib.error.HTTPError:
-                return  # it answers
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise RuntimeError(f"{script} did not start") from None
-                time.sleep(0.1)
-            else:
-                return
+        self.proc = start_script(HERE / script, [str(self.port)], self._answers, script)
+
+    def _answers(self) -> None:
+        """Returns once the server answers anything (an error status too); OSError until then."""
+        try:
+            urllib.request.urlopen(urllib.request.Request(self.base + "/_add_tool", method="HEAD"), timeout=2)
+        except urllib.error.HTTPError:
+            return
 
     def config(self, path: str = "/mcp") -> ServerConfig:
         return ServerConfig(url=self.base + path, timeout=10.0)
