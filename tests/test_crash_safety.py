@@ -3,6 +3,8 @@ is left stuck, and the tool's side effect runs exactly once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from approvals import tasks
@@ -21,6 +23,36 @@ def retries_sent(demo_url: str) -> list[dict]:
         for r in demo_support.recorded_requests(demo_url)
         if r["body"].get("method") == "tools/call" and r["body"]["params"].get("inputResponses")
     ]
+
+
+def kill_once_the_tool_ran(hub: Any, worker: CeleryWorker, demo_url: str, call_id: str) -> None:
+    """The reviewer answers; the server runs the tool and holds its answer 4 s; the worker (the shared one)
+    dies before it learns the outcome."""
+    item = hub.reviewer.wait_for_request(call_id, "environment")
+    demo_support.hold(demo_url, "create_deployment", "after", 4)
+    try:
+        assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
+        wait_until(
+            lambda: demo_support.executions(demo_url).get("create_deployment") == 1,
+            30,
+            what="the tool to run",
+        )
+        worker.kill()
+    finally:
+        worker.kill()
+
+
+def recovered(worker: CeleryWorker, call_id: str) -> ToolCall:
+    """The call once final, after the worker started again and what beat's recover_stuck does every minute
+    (the send is claimed but no worker holds its lock)."""
+    worker.start()
+    wait_until(
+        lambda: tasks.recover_stuck(grace_seconds=0) >= 0 and ToolCall.objects.get(pk=call_id).is_final,
+        60,
+        1.0,
+        what="the call to finish after recovery",
+    )
+    return ToolCall.objects.get(pk=call_id)
 
 
 @pytest.mark.parametrize("phase", ["before", "during", "after"])
@@ -65,16 +97,7 @@ def test_a_killed_worker_never_runs_the_tool_twice(phase: str, worker, demo_serv
         doomed.kill()
 
     assert ToolCall.objects.get(pk=call_id).status == ToolCall.Status.RESUMING
-    worker.start()
-    # What beat's recover_stuck does every minute: the send is claimed but no worker holds its lock.
-    wait_until(
-        lambda: tasks.recover_stuck(grace_seconds=0) >= 0 and ToolCall.objects.get(pk=call_id).is_final,
-        60,
-        1.0,
-        what="the call to finish after recovery",
-    )
-
-    call = ToolCall.objects.get(pk=call_id)
+    call = recovered(worker, call_id)
     assert call.status == ToolCall.Status.COMPLETED, call.error
     assert call.result["isError"] is False
     assert demo_support.executions(demo_server.url).get("create_deployment") == 1
@@ -92,30 +115,8 @@ def test_a_killed_worker_leaves_an_unsafe_tool_outcome_unknown_never_run_twice(w
     demo_support.reset(demo_server.url)
     hub = set_up_hub(demo_server.url, honours_idempotency_key=False)
     call_id = hub.agent.call("create_deployment", {"branch": "hotfix"})
-    item = hub.reviewer.wait_for_request(call_id, "environment")
-
-    # The tool runs, then its answer is held: the worker (the shared one) dies before it learns the outcome.
-    demo_support.hold(demo_server.url, "create_deployment", "after", 4)
-    doomed = worker
-    try:
-        assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
-        wait_until(
-            lambda: demo_support.executions(demo_server.url).get("create_deployment") == 1,
-            30,
-            what="the tool to run",
-        )
-        doomed.kill()
-    finally:
-        doomed.kill()
-
-    worker.start()
-    wait_until(
-        lambda: tasks.recover_stuck(grace_seconds=0) >= 0 and ToolCall.objects.get(pk=call_id).is_final,
-        60,
-        1.0,
-        what="the call to finish after recovery",
-    )
-    call = ToolCall.objects.get(pk=call_id)
+    kill_once_the_tool_ran(hub, worker, demo_server.url, call_id)
+    call = recovered(worker, call_id)
     assert call.status == ToolCall.Status.FAILED
     assert call.error["code"] == "outcome_unknown"
     assert call.error["tool_may_have_run"] is True

@@ -35,19 +35,28 @@ def test_one_holder_at_a_time_and_free_once_let_go() -> None:
         assert again is None
 
 
+def lease_holder(call_id: str, *, holding: str = "time.sleep(60)", after: str = "") -> subprocess.Popen[str]:
+    """A process that has taken the call's lease (ELICIT_SEND_LEASE 3 s, so renewed every second) and said
+    "held"; it runs `holding` while it holds the lease, then `after` (Python statements). The caller kills
+    it."""
+    code = (
+        "import django, time; django.setup(); from approvals.services import leases\n"
+        f"with leases.leased({call_id!r}):\n"
+        f"    print('held', flush=True); {holding}\n"
+        f"{after}\n"
+    )
+    env = child_env(DJANGO_SETTINGS_MODULE="elicit_hub.settings", ELICIT_SEND_LEASE="3")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
 def test_a_dead_holders_lease_lapses() -> None:
     """A process that takes a lease keeps it for as long as it lives (its thread renews it); killed, the lease
     outlives it by at most its time to live."""
     call_id = str(uuid.uuid4())
-    code = (
-        "import django, os, time; django.setup(); from approvals.services import leases\n"
-        f"with leases.leased({call_id!r}):\n"
-        "    print('held', flush=True); time.sleep(60)\n"
-    )
-    env = child_env(DJANGO_SETTINGS_MODULE="elicit_hub.settings", ELICIT_SEND_LEASE="3")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    proc = lease_holder(call_id)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         time.sleep(4)  # longer than the lease lives: the holder's thread renewed it
         with leases.leased(call_id) as elsewhere:
             assert elsewhere is not None

@@ -4,8 +4,6 @@ and a send lease that Redis lost mid-send."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 
@@ -19,8 +17,9 @@ from approvals.services import leases, sending
 from approvals.services.servers import server_refresh_tools
 from tests import demo_support
 from tests.hub import set_up_hub
-from tests.live import child_env, wait_until
-from tests.test_crash_safety import retries_sent
+from tests.live import wait_until
+from tests.test_crash_safety import kill_once_the_tool_ran, recovered, retries_sent
+from tests.test_oncerev_leases import lease_holder
 from tests.test_oncerev_record import _deploy_and_hold_the_answer, _end_sessions_of
 
 pytestmark = pytest.mark.timeout(180)
@@ -46,26 +45,8 @@ def test_a_read_only_and_destructive_tool_is_not_sent_again_after_a_crash(worker
     hub = set_up_hub(demo_server.url, honours_idempotency_key=False)
     _claim_read_only_and_destructive(hub.server, "create_deployment")
     call_id = hub.agent.call("create_deployment", {"branch": "hotfix"})
-    item = hub.reviewer.wait_for_request(call_id, "environment")
-    demo_support.hold(demo_server.url, "create_deployment", "after", 4)
-    try:
-        assert hub.reviewer.respond(item["id"], "accept", {"environment": "staging"}).status_code == 200
-        wait_until(
-            lambda: demo_support.executions(demo_server.url).get("create_deployment") == 1,
-            30,
-            what="the tool to run",
-        )
-        worker.kill()
-    finally:
-        worker.kill()
-    worker.start()
-    wait_until(
-        lambda: tasks.recover_stuck(grace_seconds=0) >= 0 and ToolCall.objects.get(pk=call_id).is_final,
-        60,
-        1.0,
-        what="the call to finish after recovery",
-    )
-    call = ToolCall.objects.get(pk=call_id)
+    kill_once_the_tool_ran(hub, worker, demo_server.url, call_id)
+    call = recovered(worker, call_id)
     assert call.status == ToolCall.Status.FAILED
     error = call.error or {}
     assert error["code"] == sending.OUTCOME_UNKNOWN
@@ -119,15 +100,8 @@ def test_a_lease_redis_lost_mid_send_is_written_again_by_its_live_holder() -> No
     """Redis restarted, flushed or evicted the key while its holder still sends: the holder's renewals write
     it again, so the others still see a live sender. Before, the lease stayed gone until the send ended."""
     call_id = str(uuid.uuid4())
-    code = (
-        "import django, time; django.setup(); from approvals.services import leases\n"
-        f"with leases.leased({call_id!r}):\n"
-        "    print('held', flush=True); time.sleep(60)\n"
-    )
-    env = child_env(DJANGO_SETTINGS_MODULE="elicit_hub.settings", ELICIT_SEND_LEASE="3")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    proc = lease_holder(call_id)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
         token = _raw(call_id)
         assert token
         key = leases._key(call_id)
@@ -144,17 +118,11 @@ def test_a_lease_redis_lost_mid_send_is_written_again_by_its_live_holder() -> No
 def test_a_lease_let_go_is_not_written_again() -> None:
     """Its holder let it go: the renewing thread does not bring it back."""
     call_id = str(uuid.uuid4())
-    code = (
-        "import django, time; django.setup(); from approvals.services import leases\n"
-        f"with leases.leased({call_id!r}):\n"
-        "    print('held', flush=True); time.sleep(1.5)\n"
-        "print('let go', flush=True); time.sleep(60)\n"
+    proc = lease_holder(
+        call_id, holding="time.sleep(1.5)", after="print('let go', flush=True); time.sleep(60)"
     )
-    env = child_env(DJANGO_SETTINGS_MODULE="elicit_hub.settings", ELICIT_SEND_LEASE="3")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-        assert proc.stdout.readline().strip() == "let go"
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "let go"
         for _ in range(30):  # three renewal periods
             assert not leases.held(call_id)
             time.sleep(0.1)
