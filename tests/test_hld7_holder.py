@@ -4,49 +4,37 @@ a holder started again under the name of its killed self, run by ``manage.py run
 Real parts: a stdio server speaking raw JSON-RPC (tests/hld7_raw_server.py, no SDK, so it can do what SDK
 servers never do), a handshake-era server over Streamable HTTP written by hand below, the holder process,
 PostgreSQL."""
+# ruff: noqa: F811  (pytest fixtures are named as arguments)
 
 from __future__ import annotations
 
 import asyncio
 import json
 import secrets
-import shutil
 import signal
 import sys
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from approvals.models import AuditEvent, Holder, McpServer, ToolCall
 from approvals.services import holding
-from elicit_hub import engines
 from tests import factories
 from tests.hub import set_up_handshake_hub
 from tests.live import HolderRunner, LoopbackMcpServer, child_env, wait_until
 
+# The fixture `stdio_root` (a directory of its own for the holder's stdio servers), taken as an argument.
+from tests.test_std4_stdio_takeover import stdio_root  # noqa: F401
+
 SCRIPT = Path(__file__).resolve().parent / "hld7_raw_server.py"
 SLUG = "hld7-raw"
-
-
-@pytest.fixture
-def stdio_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = engines.VAR_DIR / "test-stdio" / uuid.uuid4().hex
-    root.mkdir(parents=True)
-    monkeypatch.setattr(settings, "ELICIT_STDIO_DIR", root, raising=False)
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _server(behaviour: str, **fields: Any) -> McpServer:
